@@ -1,0 +1,53 @@
+"""Atomic file output: write to a temporary name in the same directory, then rename."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+
+@contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """Yield a temporary path next to `path`; on success fsync it and rename it over `path`.
+
+    A crash leaves either the old file or nothing at `path`, never a partial file; the leftover
+    temporary (``.NAME.tmp-PID``) is removed by the next successful write of the same name.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        yield tmp
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    for stale in path.parent.glob(f".{path.name}.tmp-*"):
+        stale.unlink(missing_ok=True)
+
+
+@contextmanager
+def atomic_open(path: Path, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO[Any]]:
+    """Open a temporary file for writing that replaces `path` atomically when the block succeeds."""
+    with atomic_path(path) as tmp:
+        if "b" in mode:
+            encoding = None
+        with open(tmp, mode, encoding=encoding) as fh:
+            yield fh
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write `data` as indented JSON, atomically."""
+    with atomic_open(path) as fh:
+        json.dump(data, fh, indent=2, ensure_ascii=False)
+        fh.write("\n")
+
+
+def read_json(path: Path) -> Any:
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)

@@ -1,0 +1,198 @@
+"""The `bitextmine` command line: argument parsing and printing only; the work is in the core modules."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+from rich.text import Text
+
+from bitextmine.errors import BitextmineError
+from bitextmine.workspace import DEFAULT_WORKDIR, Workspace
+
+app = typer.Typer(
+    help="Bitext mining: encode monolingual corpora with a cross-lingual sentence encoder, index them "
+    "with FAISS and mine translation pairs. Every step reads and writes a workspace directory "
+    f"(--workdir, default ./{DEFAULT_WORKDIR}).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+err = Console(stderr=True)
+
+
+@app.callback()
+def _main() -> None:
+    """Keeps `bitextmine COMMAND` a command group even while only one command exists."""
+
+out = Console()
+
+WorkdirOption = Annotated[
+    Path, typer.Option("--workdir", "-w", envvar="BITEXTMINE_WORKDIR", help="Workspace directory.")
+]
+ModelOption = Annotated[
+    str | None,
+    typer.Option("--model", "-m", envvar="BITEXTMINE_MODEL", help="Hugging Face model dir or hub id."),
+]
+
+
+def _fail(exc: BitextmineError) -> None:
+    err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+    raise typer.Exit(1)
+
+
+class _RateColumn(ProgressColumn):
+    """Sentences/s from the task's progress and tokens/s from its `tokens` field."""
+
+    def render(self, task) -> Text:
+        elapsed = task.elapsed or 0.0
+        if elapsed <= 0:
+            return Text("")
+        tokens = task.fields.get("tokens", 0)
+        return Text(f"{task.completed / elapsed:,.1f} sent/s  {tokens / elapsed:,.0f} tok/s", style="cyan")
+
+
+class _RichEncodeReporter:
+    def __init__(self) -> None:
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            _RateColumn(),
+            TimeElapsedColumn(),
+            console=err,
+            transient=False,
+        )
+        self.task = None
+
+    def warn(self, message: str) -> None:
+        err.print(f"[yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
+
+    def corpus_ready(self, manifest, rebuilt: bool) -> None:
+        verb = "built" if rebuilt else "reusing"
+        err.print(f"{verb} {len(manifest.shards)} text shard(s), {manifest.rows:,} sentences of '{manifest.lang}'")
+
+    def encoder_ready(self, encoder, rows_to_encode: int) -> None:
+        err.print(
+            f"model {encoder.loaded.name} ({encoder.mode}, {encoder.device}, {os.cpu_count()} cores, "
+            f"{_torch_threads()} threads, pooling {encoder.settings.pooling}, "
+            f"prefix {encoder.settings.prefix!r}, max length {encoder.max_length})",
+            highlight=False,
+        )
+        self.progress.start()
+        self.task = self.progress.add_task("encoding", total=rows_to_encode, tokens=0)
+
+    def advance(self, sentences: int, tokens: int) -> None:
+        fields = self.progress.tasks[0].fields
+        self.progress.update(self.task, advance=sentences, tokens=fields["tokens"] + tokens)
+
+    def close(self) -> None:
+        self.progress.stop()
+
+
+def _torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+def _summary_table(summary) -> Table:
+    counts = summary.counts
+    table = Table(title=f"encode {summary.lang}", show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column(justify="right")
+    rows = [
+        ("rows in", f"{counts.lines:,}"),
+        ("rows kept", f"{summary.rows:,}"),
+        ("dropped", f"{counts.empty + counts.duplicates:,} ({counts.empty:,} empty, {counts.duplicates:,} duplicate)"),
+        ("invalid UTF-8 (replaced)", f"{counts.invalid_utf8:,}"),
+        ("cut to --max-chars", f"{counts.too_long:,}"),
+        ("truncated to max length", f"{summary.truncated:,}"),
+        ("shards", f"{summary.shards} ({summary.shards_encoded} encoded now)"),
+        ("seconds", f"{summary.seconds:,.1f}"),
+    ]
+    if summary.sentences_encoded:
+        rows.append(("sentences/s", f"{summary.sentences_encoded / summary.seconds:,.1f}"))
+        rows.append(("tokens/s", f"{summary.tokens_encoded / summary.seconds:,.0f}"))
+    rows.append(("embeddings", str(summary.embedding_dir)))
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
+
+
+@app.command()
+def encode(
+    files: Annotated[list[str], typer.Argument(help="Corpus files (.txt, .gz, .zst; '-' for stdin), one sentence a line.")],
+    lang: Annotated[str, typer.Option("--lang", "-l", help="Language code the sentences belong to, e.g. de.")],
+    workdir: WorkdirOption = DEFAULT_WORKDIR,
+    model: ModelOption = None,
+    max_tokens: Annotated[int, typer.Option(help="Token budget of one packed batch.", min=1)] = 8192,
+    shard_size: Annotated[int, typer.Option(help="Sentences per shard (the unit of resume).", min=1)] = 100_000,
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
+    dedup: Annotated[bool, typer.Option("--dedup", help="Drop exact duplicate sentences (after cleaning).")] = False,
+    max_chars: Annotated[int, typer.Option(help="Cut longer lines to this many characters.", min=1)] = 10_000,
+    pooling: Annotated[str | None, typer.Option(help="mean or cls [default: from the model dir, else mean].")] = None,
+    prefix: Annotated[str | None, typer.Option(help="Text put before every sentence, e.g. 'query: '.")] = None,
+    max_length: Annotated[int | None, typer.Option(help="Max tokens per sentence; longer ones are truncated.")] = None,
+    threads: Annotated[int | None, typer.Option(help="CPU threads for torch [default: all cores].", min=1)] = None,
+    padded: Annotated[bool, typer.Option("--padded", help="Use the padded forward instead of packing.")] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Rebuild this language even if it exists with other inputs or another model.")] = False,
+) -> None:
+    """Encode corpora of one language into the workspace.
+
+    Reads FILES, cleans and optionally deduplicates the lines, writes text shards to
+    WORK/corpora/LANG/ (shard-N.tsv: source index, line number, sentence) and L2-normalized float16
+    embeddings to WORK/emb/LANG/ (shard-N.npy), each with a manifest.json. A rerun skips complete
+    shards, so an interrupted run resumes where it stopped. Model defaults (pooling, prefix, max length)
+    come from the model dir's bitextmine.json, else its sentence-transformers files, else the flags.
+    """
+    from bitextmine.encode import EncodeOptions, encode_corpus
+    from bitextmine.encoder import SentenceEncoder
+
+    if model is None:
+        _fail(BitextmineError("no model: pass --model DIR_OR_HUB_ID or set BITEXTMINE_MODEL"))
+    _set_threads(threads)
+    overrides = {"pooling": pooling, "prefix": prefix, "max_length": max_length}
+    reporter = _RichEncodeReporter()
+    try:
+        summary = encode_corpus(
+            files,
+            lang,
+            Workspace(workdir),
+            lambda: SentenceEncoder.load(
+                model, device=device, overrides=overrides, max_tokens=max_tokens, packed=False if padded else None
+            ),
+            EncodeOptions(shard_size=shard_size, dedup=dedup, max_chars=max_chars, overwrite=overwrite),
+            reporter,
+        )
+    except BitextmineError as exc:
+        reporter.close()
+        _fail(exc)
+    reporter.close()
+    out.print(_summary_table(summary))
+
+
+def _set_threads(threads: int | None) -> None:
+    import torch
+
+    torch.set_num_threads(threads or os.cpu_count() or 1)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""Self-attention confined to each sentence of a packed token stream.
+
+Packed tensors are [tokens, heads, head_dim] with sentences back to back; ``seqlens`` gives each
+sentence's length in stream order. Two exact backends:
+
+* ``xformers``: memory-efficient attention with a ``BlockDiagonalMask`` (CUDA only).
+* ``bucketed``: sentences grouped into buckets of similar length, each bucket gathered into a padded
+  [n, heads, L, head_dim] batch for ``scaled_dot_product_attention`` with padded keys masked out. A bucket
+  never spans lengths whose ratio exceeds ``BUCKET_RATIO``, so the cost stays within BUCKET_RATIO^2 of
+  sum(len_i^2) instead of growing with the square of the packed length.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+
+BUCKET_RATIO = 1.25
+
+
+class PackedAttention(Protocol):
+    name: str
+
+    def __call__(self, qkv: torch.Tensor, seqlens: Sequence[int], dropout_p: float) -> torch.Tensor:
+        """qkv: [tokens, 3, heads, head_dim] -> context [tokens, heads, head_dim]."""
+        ...
+
+
+def length_buckets(seqlens: Sequence[int], ratio: float = BUCKET_RATIO) -> list[list[int]]:
+    """Group sentence positions so that within a group max(len) <= ratio * min(len)."""
+    order = sorted(range(len(seqlens)), key=seqlens.__getitem__)
+    buckets: list[list[int]] = []
+    floor = 0.0
+    for i in order:
+        if not buckets or seqlens[i] > floor * ratio:
+            buckets.append([])
+            floor = seqlens[i]
+        buckets[-1].append(i)
+    return buckets
+
+
+@dataclass(frozen=True)
+class _Bucket:
+    rows: int
+    width: int
+    gather: torch.Tensor  # [rows * width] packed token feeding each padded slot
+    key_mask: torch.Tensor | None  # [rows, 1, 1, width], True where the key is a real token
+
+
+@dataclass(frozen=True)
+class _BucketPlan:
+    buckets: list[_Bucket]
+    scatter: torch.Tensor  # [tokens] slot of each packed token in the concatenated bucket outputs
+
+
+class BucketedSDPA:
+    """Exact block-diagonal attention built from dense SDPA calls over length buckets (any device)."""
+
+    name = "bucketed-sdpa"
+
+    def __call__(self, qkv: torch.Tensor, seqlens: Sequence[int], dropout_p: float) -> torch.Tensor:
+        plan = _bucket_plan(tuple(seqlens), qkv.device)
+        heads, dim = qkv.shape[2:]
+        outputs = []
+        for b in plan.buckets:
+            q, k, v = qkv[b.gather].view(b.rows, b.width, 3, heads, dim).permute(2, 0, 3, 1, 4)
+            attended = F.scaled_dot_product_attention(q, k, v, attn_mask=b.key_mask, dropout_p=dropout_p)
+            outputs.append(attended.transpose(1, 2).reshape(b.rows * b.width, heads, dim))
+        return torch.cat(outputs)[plan.scatter]
+
+
+@functools.lru_cache(maxsize=64)
+def _bucket_plan(seqlens: tuple[int, ...], device: torch.device) -> _BucketPlan:
+    # Padded slots read the sentence's own last token: their keys are masked out and their outputs
+    # are never scattered back, so any real token will do and no zero-filled copy is needed.
+    lengths = torch.tensor(seqlens)
+    starts = torch.cumsum(lengths, 0) - lengths
+    buckets, scatter = [], torch.empty(int(lengths.sum()), dtype=torch.long)
+    offset = 0
+    for members in length_buckets(seqlens):
+        idx = torch.tensor(members)
+        width = int(lengths[idx].max())
+        slot = torch.arange(width)
+        real = slot[None, :] < lengths[idx, None]
+        gather = starts[idx, None] + torch.minimum(slot[None, :], lengths[idx, None] - 1)
+        slots = offset + torch.arange(len(members) * width).view(len(members), width)
+        scatter[gather[real]] = slots[real]
+        key_mask = None if bool(real.all()) else real[:, None, None, :].to(device)
+        buckets.append(_Bucket(len(members), width, gather.flatten().to(device), key_mask))
+        offset += len(members) * width
+    return _BucketPlan(buckets, scatter.to(device))
+
+
+class XFormersBlockDiagonal:
+    """xFormers memory-efficient attention with a BlockDiagonalMask (the MEXMA setup); CUDA only."""
+
+    name = "xformers"
+
+    def __init__(self) -> None:
+        from xformers.ops import fmha
+
+        self._fmha = fmha
+
+    def __call__(self, qkv: torch.Tensor, seqlens: Sequence[int], dropout_p: float) -> torch.Tensor:
+        bias = self._fmha.attn_bias.BlockDiagonalMask.from_seqlens(list(seqlens))
+        q, k, v = qkv[None].unbind(2)
+        return self._fmha.memory_efficient_attention(q, k, v, attn_bias=bias, p=dropout_p)[0]
+
+
+def select_attention(device: torch.device, prefer: str = "auto") -> PackedAttention:
+    """xFormers on CUDA when installed (or when asked for), else the bucketed SDPA path."""
+    if prefer not in {"auto", "xformers", "bucketed"}:
+        raise ValueError(f"unknown attention backend {prefer!r}")
+    if prefer == "bucketed" or (prefer == "auto" and device.type != "cuda"):
+        return BucketedSDPA()
+    try:
+        return XFormersBlockDiagonal()
+    except ImportError:
+        if prefer == "xformers":
+            raise
+        return BucketedSDPA()

@@ -1,0 +1,146 @@
+"""SentenceEncoder: sentences in, L2-normalized vectors out, in input order."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from bitextmine.encoder.attention import select_attention
+from bitextmine.encoder.batching import token_budget_batches
+from bitextmine.encoder.loading import LoadedModel, load_model, model_fingerprint
+from bitextmine.encoder.packed import PackedBertForward, supports_packing
+from bitextmine.encoder.settings import EncoderSettings, resolve_settings
+
+ProgressCallback = Callable[[int, int], None]  # (sentences, tokens) just encoded
+
+
+@dataclass
+class Tokenized:
+    ids: list[list[int]]
+    truncated: int
+
+
+@dataclass
+class Encoded:
+    vectors: np.ndarray  # float32 [n, dim]
+    tokens: int
+    truncated: int
+
+
+def pick_device(name: str = "auto") -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+class SentenceEncoder:
+    """Encodes sentences with a packed block-diagonal forward when the architecture allows it.
+
+    ``packed=False`` forces the ordinary padded Hugging Face forward (the reference path and the
+    fallback for architectures the packed forward does not know).
+    """
+
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        settings: EncoderSettings,
+        *,
+        max_tokens: int = 8192,
+        packed: bool | None = None,
+        attention: str = "auto",
+    ) -> None:
+        self.loaded = loaded
+        self.settings = settings
+        self.max_tokens = max_tokens
+        self.device = next(loaded.model.parameters()).device
+        model_limit = getattr(loaded.model.config, "max_position_embeddings", settings.max_length)
+        if loaded.model.config.model_type in ("xlm-roberta", "roberta", "camembert"):
+            model_limit -= loaded.model.config.pad_token_id + 1
+        self.max_length = min(settings.max_length, model_limit)
+        can_pack = supports_packing(loaded.model)
+        self.packed = can_pack if packed is None else packed and can_pack
+        self._packed_forward = (
+            PackedBertForward(loaded.model, select_attention(self.device, attention)) if self.packed else None
+        )
+        self.fingerprint = model_fingerprint(loaded.model_dir, settings)
+
+    @classmethod
+    def load(
+        cls,
+        name_or_path: str,
+        *,
+        device: str = "auto",
+        overrides: dict | None = None,
+        max_tokens: int = 8192,
+        packed: bool | None = None,
+    ) -> SentenceEncoder:
+        loaded = load_model(name_or_path, pick_device(device))
+        settings = resolve_settings(loaded.model_dir, overrides)
+        return cls(loaded, settings, max_tokens=max_tokens, packed=packed)
+
+    @property
+    def dim(self) -> int:
+        return int(self.loaded.model.config.hidden_size)
+
+    @property
+    def mode(self) -> str:
+        return f"packed ({self._packed_forward.attention.name})" if self._packed_forward else "padded"
+
+    def tokenize(self, sentences: Sequence[str]) -> Tokenized:
+        texts = [self.settings.prefix + s for s in sentences]
+        batch = self.loaded.tokenizer(texts, truncation=True, max_length=self.max_length)
+        if batch.encodings is not None:
+            truncated = sum(1 for e in batch.encodings if e.overflowing)
+        else:
+            full = self.loaded.tokenizer(texts, truncation=False)["input_ids"]
+            truncated = sum(1 for ids in full if len(ids) > self.max_length)
+        return Tokenized(batch["input_ids"], truncated)
+
+    def encode(
+        self, sentences: Sequence[str], progress: ProgressCallback | None = None, window: int = 4096
+    ) -> Encoded:
+        """Vectors for `sentences` in their order; windows of `window` sentences bound the memory."""
+        vectors = np.empty((len(sentences), self.dim), dtype=np.float32)
+        tokens = truncated = 0
+        for start in range(0, len(sentences), window):
+            tokenized = self.tokenize(sentences[start : start + window])
+            truncated += tokenized.truncated
+            lengths = [len(ids) for ids in tokenized.ids]
+            for batch in token_budget_batches(lengths, self.max_tokens, window):
+                ids = [tokenized.ids[i] for i in batch]
+                vectors[[start + i for i in batch]] = self._encode_batch(ids)
+                batch_tokens = sum(lengths[i] for i in batch)
+                tokens += batch_tokens
+                if progress:
+                    progress(len(batch), batch_tokens)
+        return Encoded(vectors, tokens, truncated)
+
+    @torch.inference_mode()
+    def _encode_batch(self, ids: list[list[int]]) -> np.ndarray:
+        pooled = self._packed(ids) if self._packed_forward else self._padded(ids)
+        if self.settings.normalize:
+            pooled = F.normalize(pooled, dim=-1)
+        return pooled.float().cpu().numpy()
+
+    def _packed(self, ids: list[list[int]]) -> torch.Tensor:
+        seqlens = [len(x) for x in ids]
+        stream = torch.tensor([t for x in ids for t in x], device=self.device)
+        hidden = self._packed_forward(stream, seqlens)
+        lengths = torch.tensor(seqlens, device=self.device)
+        if self.settings.pooling == "cls":
+            return hidden[torch.cumsum(lengths, 0) - lengths]
+        owner = torch.repeat_interleave(torch.arange(len(ids), device=self.device), lengths)
+        sums = hidden.new_zeros(len(ids), hidden.shape[1]).index_add_(0, owner, hidden)
+        return sums / lengths[:, None].to(hidden.dtype)
+
+    def _padded(self, ids: list[list[int]]) -> torch.Tensor:
+        batch = self.loaded.tokenizer.pad({"input_ids": ids}, return_tensors="pt").to(self.device)
+        hidden = self.loaded.model(**batch).last_hidden_state
+        if self.settings.pooling == "cls":
+            return hidden[:, 0]
+        mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+        return (hidden * mask).sum(1) / mask.sum(1)

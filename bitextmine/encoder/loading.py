@@ -1,0 +1,76 @@
+"""Load a model and tokenizer from a local Hugging Face dir or a hub id, and fingerprint them."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoModel, AutoTokenizer, PreTrainedTokenizerBase
+from transformers.utils import logging as transformers_logging
+
+from bitextmine.encoder.settings import EncoderSettings
+from bitextmine.errors import BitextmineError
+
+_FINGERPRINT_FILES = ("config.json", "tokenizer.json", "sentencepiece.bpe.model", "spiece.model", "vocab.txt")
+_WEIGHT_PATTERNS = ("*.safetensors", "*.bin")
+
+
+@dataclass
+class LoadedModel:
+    model: torch.nn.Module
+    tokenizer: PreTrainedTokenizerBase
+    model_dir: Path
+    name: str
+
+
+def resolve_model_dir(name_or_path: str) -> Path:
+    """A local directory as it is; anything else is taken as a hub id and fetched to the HF cache."""
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        return path.resolve()
+    if path.exists():
+        raise BitextmineError(f"{name_or_path}: not a model directory")
+    if name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1:
+        raise BitextmineError(f"{name_or_path}: no such model directory")
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(name_or_path))
+    except Exception as exc:  # network errors, unknown repos, gated repos all land here
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise BitextmineError(
+            f"{name_or_path}: not a local directory and not loadable from the Hugging Face hub ({reason})"
+        ) from None
+
+
+def load_model(name_or_path: str, device: torch.device) -> LoadedModel:
+    """Model in float32 eval mode on `device`, with its tokenizer."""
+    model_dir = resolve_model_dir(name_or_path)
+    if not (model_dir / "config.json").is_file():
+        raise BitextmineError(f"{model_dir}: no config.json, not a Hugging Face model directory")
+    transformers_logging.set_verbosity_error()
+    transformers_logging.disable_progress_bar()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        model = AutoModel.from_pretrained(model_dir, dtype=torch.float32)
+    except (OSError, ValueError) as exc:
+        raise BitextmineError(f"{model_dir}: cannot load model ({str(exc).splitlines()[0]})") from None
+    return LoadedModel(model.to(device).eval(), tokenizer, model_dir, name_or_path)
+
+
+def model_fingerprint(model_dir: Path, settings: EncoderSettings) -> str:
+    """Hash of the config, tokenizer, weights and encoder settings: equal fingerprints, equal vectors."""
+    digest = hashlib.sha256()
+    digest.update(json.dumps(settings.as_dict(), sort_keys=True).encode())
+    files = [model_dir / name for name in _FINGERPRINT_FILES]
+    files += sorted(p for pattern in _WEIGHT_PATTERNS for p in model_dir.glob(pattern))
+    for path in files:
+        if path.is_file():
+            digest.update(path.name.encode())
+            with open(path, "rb") as fh:
+                while chunk := fh.read(1 << 22):
+                    digest.update(chunk)
+    return digest.hexdigest()[:16]

@@ -1,0 +1,125 @@
+"""Embedding shards on disk: L2-normalized float16 ``.npy`` files plus a per-language manifest.
+
+A shard file appears only when complete (atomic rename), and its manifest entry records the
+checksum of the text shard it encodes, so a rerun can tell finished work from stale work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bitextmine.errors import BitextmineError
+from bitextmine.fsutil import atomic_open, read_json, write_json
+
+MANIFEST = "manifest.json"
+
+
+@dataclass
+class EmbeddingShard:
+    name: str
+    rows: int
+    text_sha256: str
+    tokens: int
+    truncated: int
+
+
+@dataclass
+class ModelIdentity:
+    name: str
+    fingerprint: str
+    dim: int
+    settings: dict[str, Any]
+
+    def describe(self) -> str:
+        return f"{self.name} (fingerprint {self.fingerprint}, dim {self.dim})"
+
+
+@dataclass
+class EmbeddingManifest:
+    lang: str
+    model: ModelIdentity
+    dtype: str = "float16"
+    shards: dict[str, EmbeddingShard] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["shards"] = [asdict(s) for s in self.shards.values()]
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> EmbeddingManifest:
+        shards = {s["name"]: EmbeddingShard(**s) for s in data["shards"]}
+        return cls(data["lang"], ModelIdentity(**data["model"]), data["dtype"], shards)
+
+
+class EmbeddingStore:
+    """The embedding shards of one language (``WORK/emb/L``)."""
+
+    def __init__(self, root: Path, lang: str) -> None:
+        self.root = Path(root)
+        self.lang = lang
+        self.manifest: EmbeddingManifest | None = None
+        if (self.root / MANIFEST).is_file():
+            self.manifest = EmbeddingManifest.from_json(read_json(self.root / MANIFEST))
+
+    def bind(self, model: ModelIdentity, *, overwrite: bool = False) -> None:
+        """Attach the model that writes here; refuse to mix models or dims unless overwriting."""
+        current = self.manifest
+        if current is not None and current.model.fingerprint != model.fingerprint and not overwrite:
+            raise BitextmineError(
+                f"{self.root}: embeddings of '{self.lang}' were made with {current.model.describe()}, "
+                f"not {model.describe()}; use another --workdir or --overwrite to re-encode"
+            )
+        if current is None or current.model.fingerprint != model.fingerprint:
+            self._remove_shards()
+            self.manifest = EmbeddingManifest(self.lang, model)
+            self._save_manifest()
+
+    def is_complete(self, name: str, text_sha256: str, rows: int) -> bool:
+        entry = self.manifest.shards.get(name) if self.manifest else None
+        return (
+            entry is not None
+            and entry.text_sha256 == text_sha256
+            and entry.rows == rows
+            and (self.root / f"{name}.npy").is_file()
+        )
+
+    def write_shard(self, shard: EmbeddingShard, vectors: np.ndarray) -> None:
+        manifest = self._bound()
+        if vectors.shape != (shard.rows, manifest.model.dim):
+            raise ValueError(f"shard {shard.name}: got {vectors.shape}, expected ({shard.rows}, {manifest.model.dim})")
+        with atomic_open(self.root / f"{shard.name}.npy", "wb") as fh:
+            np.save(fh, vectors.astype(np.float16))
+        manifest.shards[shard.name] = shard
+        self._save_manifest()
+
+    def retain(self, names: set[str]) -> None:
+        """Drop shards that no longer belong to the corpus (a rebuilt, smaller corpus)."""
+        manifest = self._bound()
+        for name in set(manifest.shards) - names:
+            del manifest.shards[name]
+            (self.root / f"{name}.npy").unlink(missing_ok=True)
+        self._save_manifest()
+
+    def load(self, name: str) -> np.ndarray:
+        """A shard memory-mapped read-only."""
+        return np.load(self.root / f"{name}.npy", mmap_mode="r")
+
+    def shard_names(self) -> list[str]:
+        return sorted(self._bound().shards)
+
+    def _bound(self) -> EmbeddingManifest:
+        if self.manifest is None:
+            raise BitextmineError(f"{self.root}: no embeddings for '{self.lang}' yet; run bitextmine encode")
+        return self.manifest
+
+    def _remove_shards(self) -> None:
+        for path in self.root.glob("shard-*.npy"):
+            path.unlink()
+
+    def _save_manifest(self) -> None:
+        write_json(self.root / MANIFEST, self._bound().to_json())

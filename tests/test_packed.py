@@ -1,0 +1,114 @@
+"""Packed block-diagonal forward vs the padded Hugging Face forward (the reference)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+from transformers import AutoModel
+
+from bitextmine.encoder.attention import BucketedSDPA, length_buckets, select_attention
+from bitextmine.encoder.batching import token_budget_batches
+from bitextmine.encoder.packed import PackedBertForward, packed_positions, supports_packing
+
+
+def padded_reference(model, sequences: list[list[int]]) -> list[torch.Tensor]:
+    """Hidden states of each sequence from the plain HF forward over a right-padded batch."""
+    width = max(len(s) for s in sequences)
+    pad = model.config.pad_token_id
+    ids = torch.tensor([s + [pad] * (width - len(s)) for s in sequences])
+    mask = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in sequences])
+    with torch.no_grad():
+        hidden = model(input_ids=ids, attention_mask=mask).last_hidden_state
+    return [hidden[i, : len(s)] for i, s in enumerate(sequences)]
+
+
+def random_sequences(model, lengths: list[int], seed: int) -> list[list[int]]:
+    rng = random.Random(seed)
+    vocab = model.config.vocab_size
+    pad = model.config.pad_token_id
+    return [[rng.choice([t for t in range(5, vocab) if t != pad]) for _ in range(n)] for n in lengths]
+
+
+def packed_hidden(model, sequences: list[list[int]]) -> list[torch.Tensor]:
+    forward = PackedBertForward(model, BucketedSDPA())
+    stream = torch.tensor([t for s in sequences for t in s])
+    with torch.no_grad():
+        hidden = forward(stream, [len(s) for s in sequences])
+    return list(torch.split(hidden, [len(s) for s in sequences]))
+
+
+def max_length(model) -> int:
+    offset = model.config.pad_token_id + 1 if model.config.model_type == "xlm-roberta" else 0
+    return model.config.max_position_embeddings - offset
+
+
+@pytest.mark.parametrize("kind", ["bert", "xlm-roberta"])
+@pytest.mark.parametrize(
+    "lengths",
+    [[1], [7], "max", [1, 1, 3, 17, 2, 9, 40, 41, 5, 1], "mixed-with-max"],
+    ids=["one-token", "batch-of-one", "at-max-length", "varied", "varied-with-max"],
+)
+def test_packed_equals_padded_tiny_models(tiny_model_dir, kind, lengths):
+    model = AutoModel.from_pretrained(tiny_model_dir(kind)).eval()
+    top = max_length(model)
+    if lengths == "max":
+        lengths = [top]
+    elif lengths == "mixed-with-max":
+        lengths = [top, 1, top - 1, 12, top, 2]
+    sequences = random_sequences(model, lengths, seed=len(lengths))
+    for got, want in zip(packed_hidden(model, sequences), padded_reference(model, sequences), strict=True):
+        assert got.shape == want.shape
+        assert torch.allclose(got, want, atol=1e-5), (got - want).abs().max()
+        cos = F.cosine_similarity(got.mean(0), want.mean(0), dim=0)
+        assert cos >= 0.9999
+
+
+def test_positions_restart_per_sentence():
+    assert packed_positions([3, 1, 2], offset=0, device=torch.device("cpu")).tolist() == [0, 1, 2, 0, 0, 1]
+    assert packed_positions([2, 2], offset=2, device=torch.device("cpu")).tolist() == [2, 3, 2, 3]
+
+
+def test_length_buckets_bound_the_ratio_and_cover_everything():
+    rng = random.Random(3)
+    lengths = [rng.randint(1, 300) for _ in range(500)]
+    buckets = length_buckets(lengths, ratio=1.25)
+    assert sorted(i for b in buckets for i in b) == list(range(500))
+    for bucket in buckets:
+        sizes = [lengths[i] for i in bucket]
+        assert max(sizes) <= 1.25 * min(sizes)
+    padded_cost = sum(len(b) * max(lengths[i] for i in b) ** 2 for b in buckets)
+    assert padded_cost <= 1.25**2 * sum(n * n for n in lengths)
+    assert padded_cost < sum(lengths) ** 2 / 50  # far from the packed length squared
+
+
+def test_token_budget_batches_cover_each_input_once_within_budget():
+    rng = random.Random(5)
+    lengths = [rng.randint(1, 120) for _ in range(1000)] + [500]  # one longer than the budget
+    batches = list(token_budget_batches(lengths, max_tokens=400, window=128))
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    for batch in batches:
+        assert len(batch) == 1 or sum(lengths[i] for i in batch) <= 400
+        assert all(lengths[a] <= lengths[b] for a, b in zip(batch, batch[1:]))
+    assert [1000] in batches
+
+
+def test_supports_packing_rejects_other_architectures(tiny_model_dir):
+    model = AutoModel.from_pretrained(tiny_model_dir("bert"))
+    assert supports_packing(model)
+    model.config.position_embedding_type = "relative_key"
+    assert not supports_packing(model)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="xFormers BlockDiagonalMask path needs CUDA")
+def test_xformers_block_diagonal_matches_bucketed_sdpa():
+    pytest.importorskip("xformers")
+    backend = select_attention(torch.device("cuda"))
+    assert backend.name == "xformers"
+    lengths = [1, 5, 17, 64, 3]
+    qkv = torch.randn(sum(lengths), 3, 4, 32, device="cuda", dtype=torch.float16)
+    got = backend(qkv, lengths, 0.0).float()
+    want = BucketedSDPA()(qkv.float(), lengths, 0.0)
+    assert torch.allclose(got, want, atol=2e-3)

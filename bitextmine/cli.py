@@ -37,6 +37,7 @@ err = Console(stderr=True)
 def _main() -> None:
     """Keeps `bitextmine COMMAND` a command group even while only one command exists."""
 
+
 out = Console()
 
 WorkdirOption = Annotated[
@@ -82,7 +83,9 @@ class _RichEncodeReporter:
 
     def corpus_ready(self, manifest, rebuilt: bool) -> None:
         verb = "built" if rebuilt else "reusing"
-        err.print(f"{verb} {len(manifest.shards)} text shard(s), {manifest.rows:,} sentences of '{manifest.lang}'")
+        err.print(
+            f"{verb} {len(manifest.shards)} text shard(s), {manifest.rows:,} sentences of '{manifest.lang}'"
+        )
 
     def encoder_ready(self, encoder, rows_to_encode: int) -> None:
         err.print(
@@ -116,7 +119,10 @@ def _summary_table(summary) -> Table:
     rows = [
         ("rows in", f"{counts.lines:,}"),
         ("rows kept", f"{summary.rows:,}"),
-        ("dropped", f"{counts.empty + counts.duplicates:,} ({counts.empty:,} empty, {counts.duplicates:,} duplicate)"),
+        (
+            "dropped",
+            f"{counts.empty + counts.duplicates:,} ({counts.empty:,} empty, {counts.duplicates:,} duplicate)",
+        ),
         ("invalid UTF-8 (replaced)", f"{counts.invalid_utf8:,}"),
         ("cut to --max-chars", f"{counts.too_long:,}"),
         ("truncated to max length", f"{summary.truncated:,}"),
@@ -134,21 +140,44 @@ def _summary_table(summary) -> Table:
 
 @app.command()
 def encode(
-    files: Annotated[list[str], typer.Argument(help="Corpus files (.txt, .gz, .zst; '-' for stdin), one sentence a line.")],
-    lang: Annotated[str, typer.Option("--lang", "-l", help="Language code the sentences belong to, e.g. de.")],
+    files: Annotated[
+        list[str], typer.Argument(help="Corpus files (.txt, .gz, .zst; '-' for stdin), one sentence a line.")
+    ],
+    lang: Annotated[
+        str, typer.Option("--lang", "-l", help="Language code the sentences belong to, e.g. de.")
+    ],
     workdir: WorkdirOption = DEFAULT_WORKDIR,
     model: ModelOption = None,
     max_tokens: Annotated[int, typer.Option(help="Token budget of one packed batch.", min=1)] = 8192,
-    shard_size: Annotated[int, typer.Option(help="Sentences per shard (the unit of resume).", min=1)] = 100_000,
+    shard_size: Annotated[
+        int, typer.Option(help="Sentences per shard (the unit of resume).", min=1)
+    ] = 100_000,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
-    dedup: Annotated[bool, typer.Option("--dedup", help="Drop exact duplicate sentences (after cleaning).")] = False,
+    dedup: Annotated[
+        bool, typer.Option("--dedup", help="Drop exact duplicate sentences (after cleaning).")
+    ] = False,
     max_chars: Annotated[int, typer.Option(help="Cut longer lines to this many characters.", min=1)] = 10_000,
-    pooling: Annotated[str | None, typer.Option(help="mean or cls [default: from the model dir, else mean].")] = None,
-    prefix: Annotated[str | None, typer.Option(help="Text put before every sentence, e.g. 'query: '.")] = None,
-    max_length: Annotated[int | None, typer.Option(help="Max tokens per sentence; longer ones are truncated.")] = None,
-    threads: Annotated[int | None, typer.Option(help="CPU threads for torch [default: all cores].", min=1)] = None,
-    padded: Annotated[bool, typer.Option("--padded", help="Use the padded forward instead of packing.")] = False,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Rebuild this language even if it exists with other inputs or another model.")] = False,
+    pooling: Annotated[
+        str | None, typer.Option(help="mean or cls [default: from the model dir, else mean].")
+    ] = None,
+    prefix: Annotated[
+        str | None, typer.Option(help="Text put before every sentence, e.g. 'query: '.")
+    ] = None,
+    max_length: Annotated[
+        int | None, typer.Option(help="Max tokens per sentence; longer ones are truncated.")
+    ] = None,
+    threads: Annotated[
+        int | None, typer.Option(help="CPU threads for torch [default: all cores].", min=1)
+    ] = None,
+    padded: Annotated[
+        bool, typer.Option("--padded", help="Use the padded forward instead of packing.")
+    ] = False,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            "--overwrite", help="Rebuild this language even if it exists with other inputs or another model."
+        ),
+    ] = False,
 ) -> None:
     """Encode corpora of one language into the workspace.
 
@@ -172,7 +201,11 @@ def encode(
             lang,
             Workspace(workdir),
             lambda: SentenceEncoder.load(
-                model, device=device, overrides=overrides, max_tokens=max_tokens, packed=False if padded else None
+                model,
+                device=device,
+                overrides=overrides,
+                max_tokens=max_tokens,
+                packed=False if padded else None,
             ),
             EncodeOptions(shard_size=shard_size, dedup=dedup, max_chars=max_chars, overwrite=overwrite),
             reporter,

@@ -69,8 +69,13 @@ def prepare_corpus(
     if existing is not None and existing.complete and existing.same_inputs(wanted) and not options.overwrite:
         return existing, False
     manifest = build_corpus(
-        paths, lang, out_dir, shard_size=options.shard_size, dedup=options.dedup,
-        max_chars=options.max_chars, warn=warn,
+        paths,
+        lang,
+        out_dir,
+        shard_size=options.shard_size,
+        dedup=options.dedup,
+        max_chars=options.max_chars,
+        warn=warn,
     )
     return manifest, True
 
@@ -89,9 +94,11 @@ def encode_corpus(
     reporter.corpus_ready(corpus, rebuilt)
     encoder = load_encoder()
     store = EmbeddingStore(workspace.embedding_dir(lang), lang)
-    identity = ModelIdentity(encoder.loaded.name, encoder.fingerprint, encoder.dim, encoder.settings.as_dict())
+    identity = ModelIdentity(
+        encoder.loaded.name, encoder.fingerprint, encoder.dim, encoder.settings.as_dict()
+    )
     store.bind(identity, overwrite=options.overwrite)
-    pending = [s for s in corpus.shards if not store.is_complete(s.name, s.sha256, s.rows)]
+    pending = [s for s in corpus.shards if not store.is_complete(_stem(s.name), s.sha256, s.rows)]
     reporter.encoder_ready(encoder, sum(s.rows for s in pending))
     sentences = tokens = 0
     corpus_dir = workspace.corpus_dir(lang)
@@ -121,4 +128,3 @@ def encode_corpus(
 
 def _stem(shard_file: str) -> str:
     return Path(shard_file).stem
-

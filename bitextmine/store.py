@@ -91,7 +91,9 @@ class EmbeddingStore:
     def write_shard(self, shard: EmbeddingShard, vectors: np.ndarray) -> None:
         manifest = self._bound()
         if vectors.shape != (shard.rows, manifest.model.dim):
-            raise ValueError(f"shard {shard.name}: got {vectors.shape}, expected ({shard.rows}, {manifest.model.dim})")
+            raise ValueError(
+                f"shard {shard.name}: got {vectors.shape}, expected ({shard.rows}, {manifest.model.dim})"
+            )
         with atomic_open(self.root / f"{shard.name}.npy", "wb") as fh:
             np.save(fh, vectors.astype(np.float16))
         manifest.shards[shard.name] = shard

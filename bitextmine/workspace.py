@@ -14,7 +14,9 @@ _LANG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")
 
 def check_lang(lang: str) -> str:
     if not _LANG.match(lang):
-        raise BitextmineError(f"invalid language code {lang!r}: use letters, digits, '-' or '_' (e.g. de, zho_simpl)")
+        raise BitextmineError(
+            f"invalid language code {lang!r}: use letters, digits, '-' or '_' (e.g. de, zho_simpl)"
+        )
     return lang
 
 

@@ -45,13 +45,25 @@ def _tiny_tokenizer(kind: str):
     from transformers import PreTrainedTokenizerFast
 
     if kind == "bert":
-        specials = {"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]",
-                    "mask_token": "[MASK]"}
+        specials = {
+            "pad_token": "[PAD]",
+            "unk_token": "[UNK]",
+            "cls_token": "[CLS]",
+            "sep_token": "[SEP]",
+            "mask_token": "[MASK]",
+        }
         order = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
         bos, eos = "[CLS]", "[SEP]"
     else:
-        specials = {"bos_token": "<s>", "pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>",
-                    "cls_token": "<s>", "sep_token": "</s>", "mask_token": "<mask>"}
+        specials = {
+            "bos_token": "<s>",
+            "pad_token": "<pad>",
+            "eos_token": "</s>",
+            "unk_token": "<unk>",
+            "cls_token": "<s>",
+            "sep_token": "</s>",
+            "mask_token": "<mask>",
+        }
         order = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
         bos, eos = "<s>", "</s>"
     tok = Tokenizer(models.WordPiece(unk_token=specials["unk_token"]))
@@ -71,8 +83,14 @@ def build_tiny_model(kind: str, directory: Path, seed: int = 0) -> Path:
 
     torch.manual_seed(seed)
     tokenizer = _tiny_tokenizer(kind)
-    common = dict(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                  intermediate_size=64, pad_token_id=tokenizer.pad_token_id)
+    common = dict(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     if kind == "bert":
         model = BertModel(BertConfig(max_position_embeddings=62, **common))
     else:

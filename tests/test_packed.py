@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -91,7 +92,7 @@ def test_token_budget_batches_cover_each_input_once_within_budget():
     assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
     for batch in batches:
         assert len(batch) == 1 or sum(lengths[i] for i in batch) <= 400
-        assert all(lengths[a] <= lengths[b] for a, b in zip(batch, batch[1:]))
+        assert all(lengths[a] <= lengths[b] for a, b in itertools.pairwise(batch))
     assert [1000] in batches
 
 

@@ -52,9 +52,7 @@ class PackedBertForward:
         config = model.config
         self.heads = config.num_attention_heads
         self.head_dim = config.hidden_size // config.num_attention_heads
-        self.position_offset = (
-            config.pad_token_id + 1 if config.model_type in _POSITIONS_AFTER_PADDING else 0
-        )
+        self.position_offset = config.pad_token_id + 1 if config.model_type in _POSITIONS_AFTER_PADDING else 0
 
     def __call__(self, input_ids: torch.Tensor, seqlens: Sequence[int]) -> torch.Tensor:
         """input_ids: [tokens] -> last hidden states [tokens, hidden]."""

@@ -1,0 +1,3 @@
+from bitextmine.cli import main
+
+main()

@@ -10,7 +10,12 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModel
 
-from bitextmine.encoder.attention import BucketedSDPA, length_buckets, select_attention
+from bitextmine.encoder.attention import (
+    BlockDiagonalSDPA,
+    equal_length_runs,
+    length_buckets,
+    select_attention,
+)
 from bitextmine.encoder.batching import token_budget_batches
 from bitextmine.encoder.packed import PackedBertForward, packed_positions, supports_packing
 
@@ -34,7 +39,7 @@ def random_sequences(model, lengths: list[int], seed: int) -> list[list[int]]:
 
 
 def packed_hidden(model, sequences: list[list[int]]) -> list[torch.Tensor]:
-    forward = PackedBertForward(model, BucketedSDPA())
+    forward = PackedBertForward(model, BlockDiagonalSDPA())
     stream = torch.tensor([t for s in sequences for t in s])
     with torch.no_grad():
         hidden = forward(stream, [len(s) for s in sequences])
@@ -49,8 +54,8 @@ def max_length(model) -> int:
 @pytest.mark.parametrize("kind", ["bert", "xlm-roberta"])
 @pytest.mark.parametrize(
     "lengths",
-    [[1], [7], "max", [1, 1, 3, 17, 2, 9, 40, 41, 5, 1], "mixed-with-max"],
-    ids=["one-token", "batch-of-one", "at-max-length", "varied", "varied-with-max"],
+    [[1], [7], "max", [1, 1, 3, 17, 2, 9, 40, 41, 5, 1], [1, 1, 4, 4, 4, 9, 9, 30], "mixed-with-max"],
+    ids=["one-token", "batch-of-one", "at-max-length", "varied", "sorted", "varied-with-max"],
 )
 def test_packed_equals_padded_tiny_models(tiny_model_dir, kind, lengths):
     model = AutoModel.from_pretrained(tiny_model_dir(kind)).eval()
@@ -65,6 +70,31 @@ def test_packed_equals_padded_tiny_models(tiny_model_dir, kind, lengths):
         assert torch.allclose(got, want, atol=1e-5), (got - want).abs().max()
         cos = F.cosine_similarity(got.mean(0), want.mean(0), dim=0)
         assert cos >= 0.9999
+
+
+def naive_block_attention(qkv: torch.Tensor, seqlens: list[int]) -> torch.Tensor:
+    """softmax(q k^T / sqrt(d)) v computed sentence by sentence with explicit matrix products."""
+    outputs, start = [], 0
+    for n in seqlens:
+        q, k, v = qkv[start : start + n].double().unbind(1)  # [n, heads, dim] each
+        scores = torch.einsum("qhd,khd->hqk", q, k) / q.shape[-1] ** 0.5
+        outputs.append(torch.einsum("hqk,khd->qhd", scores.softmax(-1), v))
+        start += n
+    return torch.cat(outputs).float()
+
+
+@pytest.mark.parametrize(
+    "seqlens",
+    [[3, 3, 3, 5, 5, 9], [1, 1, 1, 1], [7, 2, 30, 1, 12, 13, 2], [40]],
+    ids=["sorted-runs", "one-token-runs", "unsorted-buckets", "single"],
+)
+def test_block_diagonal_sdpa_matches_naive_attention(seqlens):
+    torch.manual_seed(0)
+    qkv = torch.randn(sum(seqlens), 3, 4, 8)
+    uses_runs = 2 * len(equal_length_runs(seqlens)) <= len(seqlens)
+    assert uses_runs == (seqlens in ([3, 3, 3, 5, 5, 9], [1, 1, 1, 1]))
+    got = BlockDiagonalSDPA()(qkv, seqlens, 0.0)
+    assert torch.allclose(got, naive_block_attention(qkv, seqlens), atol=1e-5)
 
 
 def test_positions_restart_per_sentence():
@@ -111,5 +141,5 @@ def test_xformers_block_diagonal_matches_bucketed_sdpa():
     lengths = [1, 5, 17, 64, 3]
     qkv = torch.randn(sum(lengths), 3, 4, 32, device="cuda", dtype=torch.float16)
     got = backend(qkv, lengths, 0.0).float()
-    want = BucketedSDPA()(qkv.float(), lengths, 0.0)
+    want = BlockDiagonalSDPA()(qkv.float(), lengths, 0.0)
     assert torch.allclose(got, want, atol=2e-3)

@@ -4,15 +4,19 @@ Packed tensors are [tokens, heads, head_dim] with sentences back to back; ``seql
 sentence's length in stream order. Two exact backends:
 
 * ``xformers``: memory-efficient attention with a ``BlockDiagonalMask`` (CUDA only).
-* ``bucketed``: sentences grouped into buckets of similar length, each bucket gathered into a padded
-  [n, heads, L, head_dim] batch for ``scaled_dot_product_attention`` with padded keys masked out. A bucket
-  never spans lengths whose ratio exceeds ``BUCKET_RATIO``, so the cost stays within BUCKET_RATIO^2 of
-  sum(len_i^2) instead of growing with the square of the packed length.
+* ``sdpa``: dense ``scaled_dot_product_attention`` calls over groups of sentences, on any device.
+  In a length-sorted batch (what the encoder builds) consecutive sentences of equal length form runs
+  that are plain views of the stream: one unmasked call per run, no copies. Otherwise sentences are
+  grouped into buckets of similar length, each gathered into a padded [n, heads, L, head_dim] batch
+  with padded keys masked out; a bucket never spans lengths whose ratio exceeds ``BUCKET_RATIO``. Either
+  way the cost stays within BUCKET_RATIO^2 of sum(len_i^2) instead of growing with the square of the
+  packed length.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -58,12 +62,40 @@ class _BucketPlan:
     scatter: torch.Tensor  # [tokens] slot of each packed token in the concatenated bucket outputs
 
 
-class BucketedSDPA:
-    """Exact block-diagonal attention built from dense SDPA calls over length buckets (any device)."""
+def equal_length_runs(seqlens: Sequence[int]) -> list[tuple[int, int, int]]:
+    """(first token, sentences, length) of each run of consecutive sentences with equal length."""
+    runs, start = [], 0
+    for length, group in itertools.groupby(seqlens):
+        count = sum(1 for _ in group)
+        runs.append((start, count, length))
+        start += count * length
+    return runs
 
-    name = "bucketed-sdpa"
+
+class BlockDiagonalSDPA:
+    """Exact block-diagonal attention built from dense SDPA calls (any device)."""
+
+    name = "sdpa"
 
     def __call__(self, qkv: torch.Tensor, seqlens: Sequence[int], dropout_p: float) -> torch.Tensor:
+        runs = equal_length_runs(seqlens)
+        if 2 * len(runs) <= len(seqlens):
+            return self._by_runs(qkv, runs, dropout_p)
+        return self._by_buckets(qkv, seqlens, dropout_p)
+
+    @staticmethod
+    def _by_runs(qkv: torch.Tensor, runs: list[tuple[int, int, int]], dropout_p: float) -> torch.Tensor:
+        tokens, _, heads, dim = qkv.shape
+        out = qkv.new_empty(tokens, heads, dim)
+        for start, count, length in runs:
+            span = slice(start, start + count * length)
+            q, k, v = qkv[span].view(count, length, 3, heads, dim).permute(2, 0, 3, 1, 4)
+            attended = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
+            out[span] = attended.transpose(1, 2).reshape(count * length, heads, dim)
+        return out
+
+    @staticmethod
+    def _by_buckets(qkv: torch.Tensor, seqlens: Sequence[int], dropout_p: float) -> torch.Tensor:
         plan = _bucket_plan(tuple(seqlens), qkv.device)
         heads, dim = qkv.shape[2:]
         outputs = []
@@ -113,14 +145,14 @@ class XFormersBlockDiagonal:
 
 
 def select_attention(device: torch.device, prefer: str = "auto") -> PackedAttention:
-    """xFormers on CUDA when installed (or when asked for), else the bucketed SDPA path."""
-    if prefer not in {"auto", "xformers", "bucketed"}:
+    """xFormers on CUDA when installed (or when asked for), else the SDPA path."""
+    if prefer not in {"auto", "xformers", "sdpa"}:
         raise ValueError(f"unknown attention backend {prefer!r}")
-    if prefer == "bucketed" or (prefer == "auto" and device.type != "cuda"):
-        return BucketedSDPA()
+    if prefer == "sdpa" or (prefer == "auto" and device.type != "cuda"):
+        return BlockDiagonalSDPA()
     try:
         return XFormersBlockDiagonal()
     except ImportError:
         if prefer == "xformers":
             raise
-        return BucketedSDPA()
+        return BlockDiagonalSDPA()

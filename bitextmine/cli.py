@@ -19,6 +19,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
+from bitextmine.encoder.batching import DEFAULT_MAX_TOKENS
 from bitextmine.errors import BitextmineError
 from bitextmine.workspace import DEFAULT_WORKDIR, Workspace
 
@@ -148,7 +149,9 @@ def encode(
     ],
     workdir: WorkdirOption = DEFAULT_WORKDIR,
     model: ModelOption = None,
-    max_tokens: Annotated[int, typer.Option(help="Token budget of one packed batch.", min=1)] = 8192,
+    max_tokens: Annotated[
+        int, typer.Option(help="Token budget of one packed batch.", min=1)
+    ] = DEFAULT_MAX_TOKENS,
     shard_size: Annotated[
         int, typer.Option(help="Sentences per shard (the unit of resume).", min=1)
     ] = 100_000,
@@ -188,7 +191,7 @@ def encode(
     come from the model dir's bitextmine.json, else its sentence-transformers files, else the flags.
     """
     from bitextmine.encode import EncodeOptions, encode_corpus
-    from bitextmine.encoder import SentenceEncoder
+    from bitextmine.encoder.encoder import SentenceEncoder
 
     if model is None:
         _fail(BitextmineError("no model: pass --model DIR_OR_HUB_ID or set BITEXTMINE_MODEL"))

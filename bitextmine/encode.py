@@ -16,7 +16,7 @@ from bitextmine.corpus import (
     load_manifest,
     read_text_shard,
 )
-from bitextmine.encoder import SentenceEncoder
+from bitextmine.encoder.encoder import SentenceEncoder
 from bitextmine.store import EmbeddingShard, EmbeddingStore, ModelIdentity
 from bitextmine.workspace import Workspace
 

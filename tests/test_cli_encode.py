@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from bitextmine.cli import app
 from bitextmine.corpus import read_text_shard
-from bitextmine.encoder import SentenceEncoder
+from bitextmine.encoder.encoder import SentenceEncoder
 from tests.conftest import TRAINING_TEXT, require_shared
 
 runner = CliRunner()

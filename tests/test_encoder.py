@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModel, AutoTokenizer
 
-from bitextmine.encoder import SentenceEncoder
+from bitextmine.encoder.encoder import SentenceEncoder
 from bitextmine.encoder.settings import EncoderSettings, resolve_settings
 from bitextmine.errors import BitextmineError
 from tests.conftest import TRAINING_TEXT, require_shared

@@ -1,6 +1,5 @@
-"""Sentence encoders: model loading, settings, packed block-diagonal forward."""
+"""Sentence encoders: model loading, settings, packed block-diagonal forward.
 
-from bitextmine.encoder.encoder import Encoded, SentenceEncoder, pick_device
-from bitextmine.encoder.settings import EncoderSettings, resolve_settings
-
-__all__ = ["Encoded", "EncoderSettings", "SentenceEncoder", "pick_device", "resolve_settings"]
+Submodules are imported directly (``bitextmine.encoder.encoder`` etc.) so that light modules such
+as ``batching`` and ``settings`` can be used without importing torch.
+"""

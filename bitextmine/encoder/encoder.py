@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from bitextmine.encoder.attention import select_attention
-from bitextmine.encoder.batching import token_budget_batches
+from bitextmine.encoder.batching import DEFAULT_MAX_TOKENS, token_budget_batches
 from bitextmine.encoder.loading import LoadedModel, load_model, model_fingerprint
 from bitextmine.encoder.packed import PackedBertForward, supports_packing
 from bitextmine.encoder.settings import EncoderSettings, resolve_settings
@@ -49,7 +49,7 @@ class SentenceEncoder:
         loaded: LoadedModel,
         settings: EncoderSettings,
         *,
-        max_tokens: int = 8192,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
         packed: bool | None = None,
         attention: str = "auto",
     ) -> None:
@@ -75,7 +75,7 @@ class SentenceEncoder:
         *,
         device: str = "auto",
         overrides: dict | None = None,
-        max_tokens: int = 8192,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
         packed: bool | None = None,
     ) -> SentenceEncoder:
         loaded = load_model(name_or_path, pick_device(device))

@@ -71,9 +71,9 @@ def run_variant(variant: str, sentences: list[str], out_dir: Path) -> None:
 
 
 def _packed():
-    from bitextmine.encoder import SentenceEncoder
+    from bitextmine.encoder.encoder import SentenceEncoder
 
-    encoder = SentenceEncoder.load(str(MODEL), device="cpu", max_tokens=8192, packed=True)
+    encoder = SentenceEncoder.load(str(MODEL), device="cpu", packed=True)
     return lambda sentences: encoder.encode(sentences).vectors
 
 

@@ -441,8 +441,7 @@ class Deduplicator:
 
     def seen(self, text: str) -> bool:
         """True if `text` was seen before; otherwise record it and return False."""
-        digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
-        return self.seen_hash(int.from_bytes(digest, "little"))
+        return self.seen_hash(self.hash(text))
 
     def seen_hash(self, value: int) -> bool:
         """Like `seen`, for a precomputed 64-bit hash."""

@@ -1,0 +1,82 @@
+"""Embedding store: float16 shards, manifests, completion checks, refusal to mix models."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bitextmine.errors import BitextmineError
+from bitextmine.store import EmbeddingShard, EmbeddingStore, ModelIdentity
+
+MODEL_A = ModelIdentity("model-a", "aaaa", 4, {"pooling": "mean"})
+MODEL_B = ModelIdentity("model-b", "bbbb", 8, {"pooling": "cls"})
+
+
+def unit_rows(n: int, dim: int, seed: int = 0) -> np.ndarray:
+    x = np.random.default_rng(seed).normal(size=(n, dim)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def shard(name: str, rows: int, sha: str = "t0") -> EmbeddingShard:
+    return EmbeddingShard(name, rows, sha, tokens=rows * 3, truncated=0)
+
+
+def test_written_shards_survive_a_reopen_as_float16_memmaps(tmp_path):
+    store = EmbeddingStore(tmp_path, "de")
+    store.bind(MODEL_A)
+    vectors = unit_rows(5, 4)
+    store.write_shard(shard("shard-00000", 5), vectors)
+
+    reopened = EmbeddingStore(tmp_path, "de")
+    assert reopened.manifest.model == MODEL_A
+    loaded = reopened.load("shard-00000")
+    assert isinstance(loaded, np.memmap) and loaded.dtype == np.float16
+    assert np.allclose(loaded, vectors, atol=1e-3)
+    assert reopened.is_complete("shard-00000", "t0", 5)
+    assert not reopened.is_complete("shard-00000", "other-text", 5)
+    assert not reopened.is_complete("shard-00000", "t0", 6)
+    assert not reopened.is_complete("shard-00001", "t0", 5)
+    (tmp_path / "shard-00000.npy").unlink()
+    assert not reopened.is_complete("shard-00000", "t0", 5)
+    assert not list(tmp_path.glob(".*tmp*"))
+
+
+def test_another_model_is_refused_unless_overwriting(tmp_path):
+    store = EmbeddingStore(tmp_path, "de")
+    store.bind(MODEL_A)
+    store.write_shard(shard("shard-00000", 2), unit_rows(2, 4))
+    with pytest.raises(BitextmineError) as info:
+        EmbeddingStore(tmp_path, "de").bind(MODEL_B)
+    message = str(info.value)
+    assert "model-a" in message and "aaaa" in message and "model-b" in message and "dim 8" in message
+    assert "\n" not in message
+
+    store = EmbeddingStore(tmp_path, "de")
+    store.bind(MODEL_B, overwrite=True)
+    assert store.shard_names() == [] and not (tmp_path / "shard-00000.npy").exists()
+    with pytest.raises(ValueError, match="expected"):
+        store.write_shard(shard("shard-00000", 2), unit_rows(2, 4))  # dim 4 into a dim-8 store
+
+
+def test_rebinding_the_same_model_keeps_finished_shards(tmp_path):
+    store = EmbeddingStore(tmp_path, "de")
+    store.bind(MODEL_A)
+    store.write_shard(shard("shard-00000", 2), unit_rows(2, 4))
+    again = EmbeddingStore(tmp_path, "de")
+    again.bind(MODEL_A)
+    assert again.is_complete("shard-00000", "t0", 2)
+
+
+def test_retain_drops_shards_of_a_shrunken_corpus(tmp_path):
+    store = EmbeddingStore(tmp_path, "de")
+    store.bind(MODEL_A)
+    for i in range(3):
+        store.write_shard(shard(f"shard-{i:05d}", 2), unit_rows(2, 4, seed=i))
+    store.retain({"shard-00000"})
+    assert store.shard_names() == ["shard-00000"]
+    assert sorted(p.name for p in tmp_path.glob("shard-*.npy")) == ["shard-00000.npy"]
+
+
+def test_unbound_store_says_to_encode_first(tmp_path):
+    with pytest.raises(BitextmineError, match="run bitextmine encode"):
+        EmbeddingStore(tmp_path, "fr").shard_names()

@@ -90,7 +90,8 @@ class _RichEncodeReporter:
 
     def encoder_ready(self, encoder, rows_to_encode: int) -> None:
         err.print(
-            f"model {encoder.loaded.name} ({encoder.mode}, {encoder.device}, {os.cpu_count()} cores, "
+            f"model {encoder.loaded.name} ({encoder.mode}, {encoder.device}, "
+            f"{len(os.sched_getaffinity(0))} cores, "
             f"{_torch_threads()} threads, pooling {encoder.settings.pooling}, "
             f"prefix {encoder.settings.prefix!r}, max length {encoder.max_length})",
             highlight=False,
@@ -223,7 +224,7 @@ def encode(
 def _set_threads(threads: int | None) -> None:
     import torch
 
-    torch.set_num_threads(threads or os.cpu_count() or 1)
+    torch.set_num_threads(threads or len(os.sched_getaffinity(0)))
 
 
 def main() -> None:

@@ -114,3 +114,16 @@ def test_bad_settings_and_models_are_one_line_errors(tmp_path):
         SentenceEncoder.load(str(tmp_path / "missing"), device="cpu")
     with pytest.raises(BitextmineError, match=r"no config\.json"):
         SentenceEncoder.load(str(tmp_path), device="cpu")
+
+
+def test_unavailable_device_and_unreachable_hub_id_are_clear_errors(monkeypatch):
+    from bitextmine.encoder.encoder import pick_device
+
+    with pytest.raises(BitextmineError, match="unknown device 'gpu0'"):
+        pick_device("gpu0")
+    if not torch.cuda.is_available():
+        with pytest.raises(BitextmineError, match="no CUDA device"):
+            pick_device("cuda")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(BitextmineError, match="not loadable from the Hugging Face hub"):
+        SentenceEncoder.load("bitextmine-test/no-such-model", device="cpu")

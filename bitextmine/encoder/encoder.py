@@ -14,6 +14,7 @@ from bitextmine.encoder.batching import DEFAULT_MAX_TOKENS, token_budget_batches
 from bitextmine.encoder.loading import LoadedModel, load_model, model_fingerprint
 from bitextmine.encoder.packed import PackedBertForward, supports_packing
 from bitextmine.encoder.settings import EncoderSettings, resolve_settings
+from bitextmine.errors import BitextmineError
 
 ProgressCallback = Callable[[int, int], None]  # (sentences, tokens) just encoded
 
@@ -32,9 +33,18 @@ class Encoded:
 
 
 def pick_device(name: str = "auto") -> torch.device:
+    """`auto` is CUDA when available, else CPU; an unavailable or unknown device is a clear error."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise BitextmineError(f"unknown device {name!r}: use auto, cpu, cuda or cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise BitextmineError(f"device {name!r} asked for, but torch sees no CUDA device here")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise BitextmineError(f"device {name!r}: only {torch.cuda.device_count()} CUDA device(s) here")
+    return device
 
 
 class SentenceEncoder:

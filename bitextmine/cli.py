@@ -132,8 +132,8 @@ def _summary_table(summary) -> Table:
         ("seconds", f"{summary.seconds:,.1f}"),
     ]
     if summary.sentences_encoded:
-        rows.append(("sentences/s", f"{summary.sentences_encoded / summary.seconds:,.1f}"))
-        rows.append(("tokens/s", f"{summary.tokens_encoded / summary.seconds:,.0f}"))
+        rows.append(("sentences/s", f"{summary.sentences_encoded / summary.encode_seconds:,.1f}"))
+        rows.append(("tokens/s", f"{summary.tokens_encoded / summary.encode_seconds:,.0f}"))
     rows.append(("embeddings", str(summary.embedding_dir)))
     for name, value in rows:
         table.add_row(name, value)

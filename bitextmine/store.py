@@ -6,6 +6,7 @@ checksum of the text shard it encodes, so a rerun can tell finished work from st
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -111,8 +112,16 @@ class EmbeddingStore:
         """A shard memory-mapped read-only."""
         return np.load(self.root / f"{name}.npy", mmap_mode="r")
 
+    @property
+    def model(self) -> ModelIdentity:
+        return self._bound().model
+
     def shard_names(self) -> list[str]:
         return sorted(self._bound().shards)
+
+    def vectors(self) -> ShardedVectors:
+        """Every row of this language, memory-mapped."""
+        return ShardedVectors(self)
 
     def _bound(self) -> EmbeddingManifest:
         if self.manifest is None:
@@ -125,3 +134,39 @@ class EmbeddingStore:
 
     def _save_manifest(self) -> None:
         write_json(self.root / MANIFEST, self._bound().to_json())
+
+
+class ShardedVectors:
+    """All embedding rows of one language as one logical [rows, dim] matrix over memory-mapped shards.
+
+    Nothing is loaded up front: ``blocks`` streams consecutive rows and ``take`` gathers arbitrary rows,
+    both as float32, so callers stay within memory bounded by their block size.
+    """
+
+    def __init__(self, store: EmbeddingStore) -> None:
+        self.store = store
+        self.model = store.model
+        self._shards = [store.load(name) for name in store.shard_names()]
+        self._starts = np.cumsum([0] + [len(s) for s in self._shards])
+
+    def __len__(self) -> int:
+        return int(self._starts[-1])
+
+    @property
+    def dim(self) -> int:
+        return self.model.dim
+
+    def blocks(self, block_rows: int) -> Iterator[tuple[int, np.ndarray]]:
+        """(first row, float32 [n, dim]) for consecutive blocks of at most `block_rows` rows."""
+        for start in range(0, len(self), block_rows):
+            yield start, self.take(np.arange(start, min(start + block_rows, len(self))))
+
+    def take(self, rows: np.ndarray) -> np.ndarray:
+        """float32 [len(rows), dim] for the given global row numbers, in that order."""
+        rows = np.asarray(rows, dtype=np.int64)
+        out = np.empty((len(rows), self.dim), dtype=np.float32)
+        shard_of = np.searchsorted(self._starts, rows, side="right") - 1
+        for shard in np.unique(shard_of):
+            picked = np.flatnonzero(shard_of == shard)
+            out[picked] = self._shards[shard][rows[picked] - self._starts[shard]]
+        return out

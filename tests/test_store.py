@@ -80,3 +80,19 @@ def test_retain_drops_shards_of_a_shrunken_corpus(tmp_path):
 def test_unbound_store_says_to_encode_first(tmp_path):
     with pytest.raises(BitextmineError, match="run bitextmine encode"):
         EmbeddingStore(tmp_path, "fr").shard_names()
+
+
+def test_sharded_vectors_take_and_blocks_match_the_concatenated_shards(tmp_path):
+    store = EmbeddingStore(tmp_path, "de")
+    store.bind(MODEL_A)
+    parts = [unit_rows(n, 4, seed=n) for n in (3, 5, 2)]
+    for i, part in enumerate(parts):
+        store.write_shard(shard(f"shard-{i:05d}", len(part)), part)
+    whole = np.concatenate(parts).astype(np.float16).astype(np.float32)
+    vectors = EmbeddingStore(tmp_path, "de").vectors()
+    assert len(vectors) == 10 and vectors.dim == 4
+    rows = np.array([9, 0, 3, 3, 7, 2])
+    assert np.array_equal(vectors.take(rows), whole[rows])
+    blocks = list(vectors.blocks(4))
+    assert [start for start, _ in blocks] == [0, 4, 8]
+    assert np.array_equal(np.concatenate([b for _, b in blocks]), whole)

@@ -29,3 +29,9 @@ class Workspace:
 
     def embedding_dir(self, lang: str) -> Path:
         return self.root / "emb" / check_lang(lang)
+
+    def index_dir(self) -> Path:
+        return self.root / "index"
+
+    def mined_dir(self) -> Path:
+        return self.root / "mined"

@@ -1,0 +1,131 @@
+"""Mining vs an independent brute-force numpy miner, and properties of the candidate selection."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bitextmine.margin import MARGINS
+from bitextmine.mine import STRATEGIES, mine_arrays
+
+
+def unit(x: np.ndarray) -> np.ndarray:
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def bitext(n_src: int, n_tgt: int, pairs: int, dim: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Random unit vectors; the first `pairs` rows of each side are noisy translations of each other."""
+    rng = np.random.default_rng(seed)
+    src = rng.normal(size=(n_src, dim))
+    tgt = rng.normal(size=(n_tgt, dim))
+    tgt[:pairs] = src[:pairs] + 0.4 * rng.normal(size=(pairs, dim))
+    return unit(src).astype(np.float32), unit(tgt).astype(np.float32)
+
+
+def brute_force(src, tgt, k, margin, strategy):
+    """Full similarity matrix, explicit loops: the reference the miner must reproduce."""
+    sim = src.astype(np.float64) @ tgt.astype(np.float64).T
+    k_f, k_b = min(k, sim.shape[1]), min(k, sim.shape[0])
+    fwd_nn = [np.argsort(-sim[i])[:k_f] for i in range(sim.shape[0])]
+    bwd_nn = [np.argsort(-sim[:, j])[:k_b] for j in range(sim.shape[1])]
+    fwd_mean = [sim[i, fwd_nn[i]].sum() / k_f for i in range(sim.shape[0])]
+    bwd_mean = [sim[bwd_nn[j], j].sum() / k_b for j in range(sim.shape[1])]
+
+    def score(i, j):
+        denominator = fwd_mean[i] / 2 + bwd_mean[j] / 2  # sum/2k + sum/2k
+        return {"ratio": sim[i, j] / denominator, "distance": sim[i, j] - denominator, "absolute": sim[i, j]}[
+            margin
+        ]
+
+    fwd = []
+    for i in range(sim.shape[0]):
+        j = max(fwd_nn[i], key=lambda j: score(i, j))
+        fwd.append((score(i, j), i, j))
+    bwd = []
+    for j in range(sim.shape[1]):
+        i = max(bwd_nn[j], key=lambda i: score(i, j))
+        bwd.append((score(i, j), i, j))
+    if strategy == "fwd":
+        pool = fwd
+    elif strategy == "bwd":
+        pool = bwd
+    elif strategy == "max":
+        pool = fwd + bwd
+    else:
+        best_src = {j: i for _, i, j in bwd}
+        pool = [(s, i, j) for s, i, j in fwd if best_src[j] == i]
+    used_src, used_tgt, out = set(), set(), []
+    for s, i, j in sorted(pool, key=lambda t: -t[0]):
+        if i not in used_src and j not in used_tgt:
+            used_src.add(i)
+            used_tgt.add(j)
+            out.append((i, j, s))
+    return out
+
+
+@pytest.mark.parametrize("margin", MARGINS)
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("k", [1, 4, 7])
+def test_exact_mining_equals_brute_force(margin, strategy, k):
+    src, tgt = bitext(60, 45, pairs=20, dim=16, seed=k)
+    got = mine_arrays(src, tgt, k=k, margin=margin, strategy=strategy)
+    want = brute_force(src, tgt, k, margin, strategy)
+    assert [(int(s), int(t)) for s, t in zip(got.src, got.tgt, strict=True)] == [(i, j) for i, j, _ in want]
+    assert np.allclose(got.score, [s for _, _, s in want], atol=1e-4)
+    assert np.all(np.diff(got.score) <= 0)
+
+
+def test_k_larger_than_a_side_is_clamped():
+    src, tgt = bitext(10, 3, pairs=3, dim=8, seed=1)
+    got = mine_arrays(src, tgt, k=4)
+    want = brute_force(src, tgt, 4, "ratio", "max")
+    assert [(int(s), int(t)) for s, t in zip(got.src, got.tgt, strict=True)] == [(i, j) for i, j, _ in want]
+
+
+def test_planted_translations_are_found_above_the_rest():
+    src, tgt = bitext(200, 200, pairs=50, dim=32, seed=3)
+    got = mine_arrays(src, tgt)
+    top = {(int(s), int(t)) for s, t in zip(got.src[:50], got.tgt[:50], strict=True)}
+    assert top == {(i, i) for i in range(50)}
+    assert np.all(got.above(1.1).score >= 1.1)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), strategy=st.sampled_from(STRATEGIES), margin=st.sampled_from(MARGINS))
+def test_permuting_the_inputs_permutes_the_output(seed, strategy, margin):
+    src, tgt = bitext(25, 20, pairs=10, dim=8, seed=seed)
+    rng = np.random.default_rng(seed)
+    p, q = rng.permutation(len(src)), rng.permutation(len(tgt))
+    base = mine_arrays(src, tgt, margin=margin, strategy=strategy)
+    permuted = mine_arrays(src[p], tgt[q], margin=margin, strategy=strategy)
+    expected = {(int(s), int(t)) for s, t in zip(base.src, base.tgt, strict=True)}
+    mapped = {(int(p[s]), int(q[t])) for s, t in zip(permuted.src, permuted.tgt, strict=True)}
+    assert mapped == expected
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 10_000), strategy=st.sampled_from(STRATEGIES), side=st.sampled_from(["src", "tgt"])
+)
+def test_a_far_away_distractor_never_changes_the_other_pairs(seed, strategy, side):
+    src, tgt = bitext(25, 25, pairs=12, dim=8, seed=seed)
+
+    # Shift everything into the positive orthant of one axis so real cosines stay > 0, and add a
+    # distractor orthogonal to all of them (cosine 0): it can never enter another sentence's top k.
+    def lift(x: np.ndarray) -> np.ndarray:
+        return unit(np.hstack([x + 3.0 * np.eye(1, x.shape[1], 0), np.zeros((len(x), 1))])).astype(np.float32)
+
+    src, tgt = lift(src), lift(tgt)
+    far = np.eye(1, src.shape[1], src.shape[1] - 1, dtype=np.float32)
+    base = mine_arrays(src, tgt, strategy=strategy)
+    if side == "src":
+        grown = mine_arrays(np.vstack([src, far]), tgt, strategy=strategy)
+        outsider = (len(src), None)
+    else:
+        grown = mine_arrays(src, np.vstack([tgt, far]), strategy=strategy)
+        outsider = (None, len(tgt))
+    pairs = {(int(s), int(t)) for s, t in zip(grown.src, grown.tgt, strict=True)}
+    others = {(s, t) for s, t in pairs if s != outsider[0] and t != outsider[1]}
+    assert others == {(int(s), int(t)) for s, t in zip(base.src, base.tgt, strict=True)}

@@ -703,3 +703,18 @@ def load_manifest(out_dir: Path) -> CorpusManifest | None:
         return CorpusManifest.from_json(read_json(path))
     except (ValueError, KeyError, TypeError) as e:
         raise CorpusError(f"{path}: corrupt corpus manifest ({e}); delete it to rebuild") from None
+
+
+def lookup_rows(corpus_dir: Path, manifest: CorpusManifest, rows: np.ndarray) -> list[Row]:
+    """The cleaned sentence and origin of each global row number, reading only the shards involved."""
+    rows = np.asarray(rows, dtype=np.int64)
+    starts = np.array([s.first_row for s in manifest.shards], dtype=np.int64)
+    shard_of = np.searchsorted(starts, rows, side="right") - 1
+    found: list[Row | None] = [None] * len(rows)
+    for index in np.unique(shard_of):
+        shard = manifest.shards[index]
+        texts, sources, lines = read_text_shard(corpus_dir / shard.name)
+        for position in np.flatnonzero(shard_of == index):
+            offset = int(rows[position]) - shard.first_row
+            found[position] = Row(int(sources[offset]), int(lines[offset]), texts[offset])
+    return cast(list[Row], found)

@@ -1,13 +1,11 @@
-"""The `bitextmine` command line: argument parsing and printing only; the work is in the core modules."""
+"""`bitextmine encode`: parsing and printing; the work is in bitextmine.encode."""
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -19,40 +17,19 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from bitextmine.encoder.batching import DEFAULT_MAX_TOKENS
-from bitextmine.errors import BitextmineError
-from bitextmine.workspace import DEFAULT_WORKDIR, Workspace
-
-app = typer.Typer(
-    help="Bitext mining: encode monolingual corpora with a cross-lingual sentence encoder, index them "
-    "with FAISS and mine translation pairs. Every step reads and writes a workspace directory "
-    f"(--workdir, default ./{DEFAULT_WORKDIR}).",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
+from bitextmine.cli.common import (
+    ModelOption,
+    WorkdirOption,
+    app,
+    err,
+    load_encoder,
+    out,
+    require_model,
+    set_threads,
+    user_errors,
 )
-err = Console(stderr=True)
-
-
-@app.callback()
-def _main() -> None:
-    """Keeps `bitextmine COMMAND` a command group even while only one command exists."""
-
-
-out = Console()
-
-WorkdirOption = Annotated[
-    Path, typer.Option("--workdir", "-w", envvar="BITEXTMINE_WORKDIR", help="Workspace directory.")
-]
-ModelOption = Annotated[
-    str | None,
-    typer.Option("--model", "-m", envvar="BITEXTMINE_MODEL", help="Hugging Face model dir or hub id."),
-]
-
-
-def _fail(exc: BitextmineError) -> None:
-    err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
-    raise typer.Exit(1)
+from bitextmine.encoder.batching import DEFAULT_MAX_TOKENS
+from bitextmine.workspace import DEFAULT_WORKDIR, Workspace
 
 
 class _RateColumn(ProgressColumn):
@@ -192,44 +169,21 @@ def encode(
     come from the model dir's bitextmine.json, else its sentence-transformers files, else the flags.
     """
     from bitextmine.encode import EncodeOptions, encode_corpus
-    from bitextmine.encoder.encoder import SentenceEncoder
 
-    if model is None:
-        _fail(BitextmineError("no model: pass --model DIR_OR_HUB_ID or set BITEXTMINE_MODEL"))
-    _set_threads(threads)
+    model = require_model(model)
+    set_threads(threads)
     overrides = {"pooling": pooling, "prefix": prefix, "max_length": max_length}
     reporter = _RichEncodeReporter()
-    try:
-        summary = encode_corpus(
-            files,
-            lang,
-            Workspace(workdir),
-            lambda: SentenceEncoder.load(
-                model,
-                device=device,
-                overrides=overrides,
-                max_tokens=max_tokens,
-                packed=False if padded else None,
-            ),
-            EncodeOptions(shard_size=shard_size, dedup=dedup, max_chars=max_chars, overwrite=overwrite),
-            reporter,
-        )
-    except BitextmineError as exc:
-        reporter.close()
-        _fail(exc)
-    reporter.close()
+    with user_errors():
+        try:
+            summary = encode_corpus(
+                files,
+                lang,
+                Workspace(workdir),
+                lambda: load_encoder(model, device, overrides, max_tokens, padded),
+                EncodeOptions(shard_size=shard_size, dedup=dedup, max_chars=max_chars, overwrite=overwrite),
+                reporter,
+            )
+        finally:
+            reporter.close()
     out.print(_summary_table(summary))
-
-
-def _set_threads(threads: int | None) -> None:
-    import torch
-
-    torch.set_num_threads(threads or len(os.sched_getaffinity(0)))
-
-
-def main() -> None:
-    app()
-
-
-if __name__ == "__main__":
-    main()

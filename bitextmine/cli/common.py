@@ -1,0 +1,81 @@
+"""Shared pieces of the command line: the Typer app, consoles, common options, error handling."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+from rich.console import Console
+
+from bitextmine.errors import BitextmineError
+from bitextmine.workspace import DEFAULT_WORKDIR
+
+app = typer.Typer(
+    help="Bitext mining: encode monolingual corpora with a cross-lingual sentence encoder, index them "
+    "with FAISS and mine translation pairs with margin scores; learn thresholds on BUCC-format data "
+    "and evaluate on BUCC, Tatoeba and xsim. Every step reads and writes a workspace directory "
+    f"(--workdir, default ./{DEFAULT_WORKDIR}).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+err = Console(stderr=True)
+out = Console()
+
+WorkdirOption = Annotated[
+    Path, typer.Option("--workdir", "-w", envvar="BITEXTMINE_WORKDIR", help="Workspace directory.")
+]
+ModelOption = Annotated[
+    str | None,
+    typer.Option("--model", "-m", envvar="BITEXTMINE_MODEL", help="Hugging Face model dir or hub id."),
+]
+
+
+def fail(exc: BitextmineError) -> NoReturn:
+    err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+    raise typer.Exit(1)
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """Turn BitextmineError into a one-line message and exit status 1."""
+    try:
+        yield
+    except BitextmineError as exc:
+        fail(exc)
+
+
+def require_model(model: str | None) -> str:
+    if not model:
+        fail(BitextmineError("no model: pass --model DIR_OR_HUB_ID or set BITEXTMINE_MODEL"))
+    return model
+
+
+def set_threads(threads: int | None) -> None:
+    import torch
+
+    torch.set_num_threads(threads or len(os.sched_getaffinity(0)))
+
+
+def load_encoder(
+    model: str,
+    device: str,
+    overrides: dict | None = None,
+    max_tokens: int | None = None,
+    padded: bool = False,
+):
+    """A SentenceEncoder for the CLI's options (torch is imported only when a command needs it)."""
+    from bitextmine.encoder.batching import DEFAULT_MAX_TOKENS
+    from bitextmine.encoder.encoder import SentenceEncoder
+
+    return SentenceEncoder.load(
+        model,
+        device=device,
+        overrides=overrides,
+        max_tokens=max_tokens or DEFAULT_MAX_TOKENS,
+        packed=False if padded else None,
+    )

@@ -1,0 +1,294 @@
+"""Tests for bitextmine.bucc: BUCC 2018 files, precision/recall/F1 and the threshold sweep."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bitextmine.bucc import (
+    BuccError,
+    Scores,
+    parse_pair,
+    read_bucc,
+    score_pairs,
+    sweep_threshold,
+)
+from bitextmine.errors import BitextmineError
+from tests.conftest import require_shared
+
+DE = b"d1\tDer Hund schl\xc3\xa4ft.\r\nd2\tEin Mann\tf\xc3\xa4hrt.\nd3\tPreise stiegen.\n"
+EN = b"e1\tPrices rose.\ne2\tThe dog sleeps.\r\ne3\tUnrelated.\n"
+GOLD = b"d1\te2\r\nd3\te1\n"
+
+
+def write_split(directory: Path, de: bytes = DE, en: bytes = EN, gold: bytes | None = GOLD) -> Path:
+    (directory / "de-en.dev.de").write_bytes(de)
+    (directory / "de-en.dev.en").write_bytes(en)
+    if gold is not None:
+        (directory / "de-en.dev.gold").write_bytes(gold)
+    return directory
+
+
+# --- reading ---------------------------------------------------------------------------------------
+
+
+def test_read_valid_split(tmp_path: Path) -> None:
+    split = read_bucc(write_split(tmp_path), "de-en", "dev")
+    assert (split.pair, split.split) == ("de-en", "dev")
+    assert split.src.lang == "de" and split.tgt.lang == "en"
+    assert split.src.ids == ["d1", "d2", "d3"]
+    # CR stripped, a TAB inside the sentence kept (only the first TAB separates the id)
+    assert split.src.sentences == ["Der Hund schläft.", "Ein Mann\tfährt.", "Preise stiegen."]
+    assert split.tgt.ids == ["e1", "e2", "e3"]
+    assert split.tgt.sentences == ["Prices rose.", "The dog sleeps.", "Unrelated."]
+    assert split.gold == {("d1", "e2"), ("d3", "e1")}
+
+
+def test_last_line_without_newline(tmp_path: Path) -> None:
+    split = read_bucc(write_split(tmp_path, en=b"e1\tA.\ne2\tB.\ne3\tC.", gold=b"d1\te2"), "de-en", "dev")
+    assert split.tgt.sentences == ["A.", "B.", "C."]
+    assert split.gold == {("d1", "e2")}
+
+
+def test_gold_optional(tmp_path: Path) -> None:
+    split = read_bucc(write_split(tmp_path, gold=None), "de-en", "dev", require_gold=False)
+    assert split.gold is None and split.src.ids == ["d1", "d2", "d3"]
+    # present but not required: still read
+    write_split(tmp_path)
+    assert read_bucc(tmp_path, "de-en", "dev", require_gold=False).gold == {("d1", "e2"), ("d3", "e1")}
+
+
+def test_empty_gold_file_is_zero_pairs(tmp_path: Path) -> None:
+    assert read_bucc(write_split(tmp_path, gold=b""), "de-en", "dev").gold == set()
+
+
+def assert_one_line_error(excinfo: pytest.ExceptionInfo[BuccError], prefix: str, *fragments: str) -> None:
+    message = str(excinfo.value)
+    assert isinstance(excinfo.value, BitextmineError)
+    assert "\n" not in message and "\r" not in message
+    assert message.startswith(prefix), message
+    for fragment in fragments:
+        assert fragment in message, message
+
+
+@pytest.mark.parametrize("missing", ["de-en.dev.de", "de-en.dev.en", "de-en.dev.gold"])
+def test_missing_file(tmp_path: Path, missing: str) -> None:
+    write_split(tmp_path)
+    (tmp_path / missing).unlink()
+    with pytest.raises(BuccError) as excinfo:
+        read_bucc(tmp_path, "de-en", "dev")
+    assert_one_line_error(
+        excinfo,
+        f"{tmp_path / missing}: no such file",
+        "expected BUCC 2018 files de-en.dev.de, de-en.dev.en, de-en.dev.gold",
+    )
+
+
+def test_missing_side_file_even_without_gold(tmp_path: Path) -> None:
+    with pytest.raises(BuccError) as excinfo:
+        read_bucc(tmp_path, "de-en", "dev", require_gold=False)
+    assert_one_line_error(excinfo, f"{tmp_path / 'de-en.dev.de'}: no such file")
+
+
+SIDE_ERRORS = [
+    (b"d1\tA.\nd2 no tab\n", 2, "expected ID<TAB>SENTENCE"),
+    (b"d1\tA.\n\tno id\n", 2, "expected ID<TAB>SENTENCE"),
+    (b"d1\t\n", 1, "expected ID<TAB>SENTENCE"),
+    (b"d1\tA.\r\n\r\n", 2, "expected ID<TAB>SENTENCE"),
+    (b"d1\tA.\nd2\tB.\nd1\tC.\n", 3, "duplicate id d1 (first on line 1)"),
+    (b"d1\tA.\nd2\tB\xe4d\n", 2, "invalid UTF-8"),
+]
+
+
+@pytest.mark.parametrize(("content", "line", "fragment"), SIDE_ERRORS)
+def test_side_file_errors(tmp_path: Path, content: bytes, line: int, fragment: str) -> None:
+    write_split(tmp_path, de=content)
+    with pytest.raises(BuccError) as excinfo:
+        read_bucc(tmp_path, "de-en", "dev")
+    assert_one_line_error(excinfo, f"{tmp_path / 'de-en.dev.de'}:{line}: ", fragment)
+
+
+def test_empty_side_file(tmp_path: Path) -> None:
+    write_split(tmp_path, en=b"")
+    with pytest.raises(BuccError) as excinfo:
+        read_bucc(tmp_path, "de-en", "dev")
+    assert_one_line_error(excinfo, f"{tmp_path / 'de-en.dev.en'}: empty split, no sentences")
+
+
+GOLD_ERRORS = [
+    (b"d1\te2\nd3 e1\n", 2, "expected X-ID<TAB>EN-ID"),
+    (b"d1\te2\td3\n", 1, "expected X-ID<TAB>EN-ID"),
+    (b"d1\te2\n\te1\n", 2, "expected X-ID<TAB>EN-ID"),
+    (b"d1\te2\n\n", 2, "expected X-ID<TAB>EN-ID"),
+    (b"d1\te2\nd9\te1\n", 2, "unknown de id d9"),
+    (b"d1\te2\nd3\te9\n", 2, "unknown en id e9"),
+    (b"d1\te2\nd3\te1\nd1\te3\n", 3, "de id d1 is already paired (line 1)"),
+    (b"d1\te2\nd3\te2\n", 2, "en id e2 is already paired (line 1)"),
+    (b"d1\te2\nd3\te1\nd1\te2\n", 3, "duplicate pair d1 e2 (first on line 1)"),
+    (b"d1\te2\n\xffd3\te1\n", 2, "invalid UTF-8"),
+]
+
+
+@pytest.mark.parametrize(("content", "line", "fragment"), GOLD_ERRORS)
+def test_gold_file_errors(tmp_path: Path, content: bytes, line: int, fragment: str) -> None:
+    write_split(tmp_path, gold=content)
+    with pytest.raises(BuccError) as excinfo:
+        read_bucc(tmp_path, "de-en", "dev")
+    assert_one_line_error(excinfo, f"{tmp_path / 'de-en.dev.gold'}:{line}: ", fragment)
+
+
+def test_parse_pair() -> None:
+    assert parse_pair("de-en") == ("de", "en")
+    assert parse_pair("zh_Hans-en") == ("zh_Hans", "en")
+    for bad in ["de", "de_en", "de-", "-en", "en-en", "de-en-fr", "de en", "de-en\n", ""]:
+        with pytest.raises(BuccError, match="de-en") as excinfo:
+            parse_pair(bad)
+        assert "\n" not in str(excinfo.value)
+
+
+def test_read_real_dev_split() -> None:
+    directory = require_shared("data/bucc-like/de-en")
+    split = read_bucc(directory, "de-en", "dev")
+    assert len(split.src.ids) == len(split.src.sentences) == 8400
+    assert len(split.tgt.ids) == len(split.tgt.sentences) == 8400
+    assert split.gold is not None and len(split.gold) == 400
+    assert all(x.startswith("de-") and en.startswith("en-") for x, en in split.gold)
+    assert score_pairs(split.gold, split.gold) == Scores(1.0, 1.0, 1.0, 400, 400, 400)
+
+
+# --- scoring ---------------------------------------------------------------------------------------
+
+
+def test_score_pairs_hand_computed() -> None:
+    gold = {("a", "1"), ("b", "2"), ("c", "3"), ("d", "4")}
+    predicted = [("a", "1"), ("b", "2"), ("c", "9"), ("a", "1")]  # the duplicate counts once
+    scores = score_pairs(predicted, gold)
+    assert (scores.true_positives, scores.predicted, scores.gold) == (2, 3, 4)
+    assert scores.precision == pytest.approx(2 / 3)
+    assert scores.recall == pytest.approx(1 / 2)
+    assert scores.f1 == pytest.approx(4 / 7)
+    percent = scores.as_percent()
+    assert percent.keys() == {"precision", "recall", "f1"}
+    assert percent["f1"] == pytest.approx(400 / 7)
+
+
+def test_score_pairs_zero_cases() -> None:
+    gold = {("a", "1")}
+    assert score_pairs([], gold) == Scores(0.0, 0.0, 0.0, 0, 0, 1)
+    assert score_pairs([("a", "1")], set()) == Scores(0.0, 0.0, 0.0, 0, 1, 0)
+    assert score_pairs([], set()) == Scores(0.0, 0.0, 0.0, 0, 0, 0)
+    assert score_pairs([("b", "2")], gold) == Scores(0.0, 0.0, 0.0, 0, 1, 1)
+
+
+# --- threshold sweep -------------------------------------------------------------------------------
+
+
+def test_sweep_hand_computed() -> None:
+    # sorted scores 1.20 1.10 1.10 1.05 1.00, gold T T F T F, 4 gold pairs in all:
+    #   t = 2.20  (above max) keeps none:           F1 = 0
+    #   t = 1.15  keeps 1.20:              TP 1/1   F1 = 2/(1+4) = 0.400
+    #   t = 1.075 keeps 1.20 1.10 1.10:    TP 2/3   F1 = 4/(3+4) = 0.571
+    #   t = 1.025 keeps ... 1.05:          TP 3/4   F1 = 6/(4+4) = 0.750  <- best, P = R = 3/4
+    #   t = 1.00  keeps all:               TP 3/5   F1 = 6/(5+4) = 0.667
+    scores = np.array([1.10, 1.00, 1.20, 1.05, 1.10])  # unsorted input
+    is_gold = np.array([True, False, True, True, False])
+    result = sweep_threshold(scores, is_gold, 4)
+    assert result.threshold == pytest.approx(1.025)
+    assert result.candidates == 5
+    assert (result.scores.true_positives, result.scores.predicted, result.scores.gold) == (3, 4, 4)
+    assert (result.scores.precision, result.scores.recall, result.scores.f1) == (0.75, 0.75, 0.75)
+
+
+def test_sweep_keeps_ties_together() -> None:
+    # splitting the tie at 1.0 (keeping only its gold member) would give F1 = 1; ties go together:
+    #   t = 1.5 keeps 2.0: TP 1/1, F1 = 2/3;  t = 1.0 keeps all: TP 2/3, F1 = 4/5  <- best
+    result = sweep_threshold(np.array([2.0, 1.0, 1.0]), np.array([True, True, False]), 2)
+    assert result.threshold == 1.0
+    assert (result.scores.true_positives, result.scores.predicted) == (2, 3)
+    assert result.scores.f1 == pytest.approx(4 / 5)
+
+
+def test_sweep_prefers_higher_threshold_among_equal_f1() -> None:
+    # t = 3.5: TP 1/1, F1 = 2/(1+2) = 2/3;  t = 2.5: 2/4;  t = 1.5: 2/5;  t = 1.0 (all): TP 2/4, 4/6 = 2/3
+    scores, is_gold = np.array([1.0, 2.0, 3.0, 4.0]), np.array([True, False, False, True])
+    result = sweep_threshold(scores, is_gold, 2)
+    assert result.threshold == 3.5
+    assert (result.scores.true_positives, result.scores.predicted) == (1, 1)
+    assert result.scores.f1 == pytest.approx(2 / 3)
+
+
+def test_sweep_without_gold_candidates_keeps_nothing() -> None:
+    result = sweep_threshold(np.array([1.0, 2.0]), np.array([False, False]), 3)
+    assert result.threshold > 2.0
+    assert result.scores == Scores(0.0, 0.0, 0.0, 0, 0, 3)
+
+
+def test_sweep_adjacent_floats() -> None:
+    # the midpoint of 1 and the next float up rounds to 1.0 itself; the threshold must still drop 1.0
+    high = np.nextafter(1.0, 2.0)
+    result = sweep_threshold(np.array([high, 1.0]), np.array([True, False]), 1)
+    assert result.threshold == high and result.scores.f1 == 1.0
+
+
+def test_sweep_float32_threshold_is_exact() -> None:
+    scores = np.array([1.0, np.nextafter(np.float32(1.0), np.float32(2.0)), 0.5], dtype=np.float32)
+    is_gold = np.array([False, True, False])
+    result = sweep_threshold(scores, is_gold, 1)
+    assert np.float32(result.threshold) == result.threshold
+    assert int((scores >= result.threshold).sum()) == result.scores.predicted == 1
+
+
+def test_sweep_errors() -> None:
+    with pytest.raises(BuccError, match="no candidate pairs"):
+        sweep_threshold(np.array([]), np.array([], dtype=bool), 3)
+    with pytest.raises(BuccError, match="no gold pairs"):
+        sweep_threshold(np.array([1.0]), np.array([False]), 0)
+    with pytest.raises(BuccError, match="finite"):
+        sweep_threshold(np.array([1.0, np.nan]), np.array([True, False]), 1)
+    with pytest.raises(ValueError, match="gold_total"):
+        sweep_threshold(np.array([1.0, 2.0]), np.array([True, True]), 1)
+    with pytest.raises(ValueError, match="1-D"):
+        sweep_threshold(np.array([1.0, 2.0]), np.array([True]), 1)
+
+
+candidates = st.lists(
+    st.tuples(
+        st.one_of(st.sampled_from([0.5, 1.0, 1.0625, 1.1, 2.0]), st.floats(-1e6, 1e6)),
+        st.booleans(),
+    ),
+    min_size=1,
+    max_size=30,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(candidates=candidates, missed=st.integers(0, 3), float32=st.booleans())
+def test_sweep_matches_brute_force(candidates: list[tuple[float, bool]], missed: int, float32: bool) -> None:
+    scores = np.array([s for s, _ in candidates], dtype=np.float32 if float32 else np.float64)
+    is_gold = np.array([g for _, g in candidates])
+    gold_total = int(is_gold.sum()) + missed
+    if gold_total == 0:
+        gold_total = missed = 1
+
+    def naive_f1(threshold: float) -> float:
+        kept = [i for i in range(len(scores)) if scores[i] >= threshold]
+        true_positives = sum(bool(is_gold[i]) for i in kept)
+        return 2 * true_positives / (len(kept) + gold_total)
+
+    result = sweep_threshold(scores, is_gold, gold_total)
+    assert result.scores.f1 == max(naive_f1(float(t)) for t in set(scores.tolist()))
+    assert result.candidates == len(scores)
+
+    # applying the returned threshold reproduces the returned Scores exactly
+    pairs = [(f"x{i}", f"e{i}") for i in range(len(scores))]
+    gold = {pair for pair, g in zip(pairs, is_gold, strict=True) if g}
+    gold |= {(f"missed-x{j}", f"missed-e{j}") for j in range(missed)}
+    kept = [pair for pair, score in zip(pairs, scores, strict=True) if score >= result.threshold]
+    assert score_pairs(kept, gold) == result.scores
+    # every smaller kept set (a higher threshold) has a lower F1
+    lowest_kept = min((float(s) for s in scores if s >= result.threshold), default=np.inf)
+    assert all(naive_f1(t) < result.scores.f1 for t in set(scores.tolist()) if t > lowest_kept)

@@ -1,0 +1,194 @@
+"""`index`, `mine`, `calibrate` and `eval bucc` end to end on a tiny model and a tiny BUCC-format split."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zstandard
+from typer.testing import CliRunner
+
+from bitextmine.cli import app
+from tests.conftest import TRAINING_TEXT
+
+runner = CliRunner()
+
+
+def run(*args: str) -> tuple[int, str]:
+    result = runner.invoke(app, list(args))
+    return result.exit_code, result.output
+
+
+def sentences(n: int, seed: int) -> list[str]:
+    rng = np.random.default_rng(seed)
+    words = " ".join(TRAINING_TEXT).split()
+    return [" ".join(rng.choice(words, size=rng.integers(4, 12))) + f" n{seed}x{i}" for i in range(n)]
+
+
+@pytest.fixture
+def workspace(tmp_path, tiny_model_dir):
+    """de and en corpora sharing 10 identical sentences (perfect 'translations'), encoded."""
+    shared = sentences(10, seed=0)
+    de = shared + sentences(15, seed=1)
+    en = sentences(12, seed=2) + shared
+    work = tmp_path / "work"
+    model = str(tiny_model_dir("bert"))
+    for lang, lines in (("de", de), ("en", en)):
+        path = tmp_path / f"{lang}.txt"
+        path.write_text("\n".join(lines) + "\n")
+        code, output = run("encode", str(path), "-l", lang, "-m", model, "-w", str(work), "--shard-size", "7")
+        assert code == 0, output
+    return work, shared
+
+
+def read_mined(path: Path) -> list[list[str]]:
+    with open(path, "rb") as fh:
+        text = io.TextIOWrapper(zstandard.ZstdDecompressor().stream_reader(fh), encoding="utf-8").read()
+    return [line.split("\t") for line in text.splitlines()]
+
+
+def test_index_then_mine_finds_the_identical_sentences(workspace):
+    work, shared = workspace
+    for lang in ("de", "en"):
+        code, output = run("index", lang, "-w", str(work))
+        assert code == 0 and "Flat" in output, output
+        info = json.loads((work / "index" / f"{lang}.json").read_text())
+        assert info["count"] == 25 if lang == "de" else 22
+    code, output = run("mine", "de", "en", "-w", str(work), "--threshold", "1.0")
+    assert code == 0, output
+    rows = read_mined(work / "mined" / "de-en.tsv.zst")
+    scores = [float(r[0]) for r in rows]
+    assert scores == sorted(scores, reverse=True) and min(scores) >= 1.0
+    identical = [r for r in rows if r[1] == r[2]]
+    assert {r[1] for r in identical} == set(shared)
+    assert {r[3] for r in identical} == {f"0:{i + 1}" for i in range(10)}
+    assert {r[4] for r in identical} == {f"0:{i + 13}" for i in range(10)}
+    stats = json.loads((work / "mined" / "de-en.stats.json").read_text())
+    assert stats["counts"]["src_sentences"] == 25 and stats["counts"]["kept"] == len(rows)
+    assert sum(stats["score_histogram"]["counts"]) == stats["counts"]["one_to_one_candidates"]
+
+
+def test_missing_steps_and_mismatches_are_one_line_errors(workspace, tiny_model_dir, tmp_path):
+    work, _ = workspace
+    code, output = run("mine", "de", "en", "-w", str(work))
+    assert code == 1 and "run `bitextmine index de`" in output
+    code, output = run("mine", "de", "fr", "-w", str(work))
+    assert code == 1 and "bitextmine encode FILE... --lang fr" in output
+    run("index", "de", "-w", str(work))
+    run("index", "en", "-w", str(work))
+    code, output = run("mine", "de", "en", "-w", str(work), "--threshold", "auto")
+    assert (
+        code == 1 and "no calibrated ratio threshold for de-en" in output and "bitextmine calibrate" in output
+    )
+    code, output = run("mine", "de", "en", "-w", str(work), "--k", "50")  # k beyond both corpora: clamped
+    assert code == 0, output
+    path = tmp_path / "fr.txt"
+    path.write_text("\n".join(sentences(5, seed=9)) + "\n")
+    run("encode", str(path), "-l", "fr", "-m", str(tiny_model_dir("xlm-roberta")), "-w", str(work))
+    run("index", "fr", "-w", str(work))
+    code, output = run("mine", "de", "fr", "-w", str(work))
+    assert code == 1 and "encode both with the same model" in output and "Traceback" not in output
+
+
+def write_bucc(directory: Path, shared: list[str]) -> None:
+    """A de-en split whose gold pairs are identical sentences hidden among distractors."""
+    de = shared + sentences(20, seed=5)
+    en = sentences(20, seed=6) + shared
+    rng = np.random.default_rng(0)
+    de_ids = [f"de-{i:09d}" for i in rng.permutation(len(de)) + 1]
+    en_ids = [f"en-{i:09d}" for i in rng.permutation(len(en)) + 1]
+    (directory / "de-en.dev.de").write_text("".join(f"{i}\t{s}\n" for i, s in zip(de_ids, de, strict=True)))
+    (directory / "de-en.dev.en").write_text("".join(f"{i}\t{s}\n" for i, s in zip(en_ids, en, strict=True)))
+    gold = sorted(f"{de_ids[i]}\t{en_ids[20 + i]}\n" for i in range(len(shared)))
+    (directory / "de-en.dev.gold").write_text("".join(gold))
+
+
+def test_calibrate_stores_a_threshold_that_mine_and_eval_use(tmp_path, tiny_model_dir):
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir("bert"), model)
+    bucc = tmp_path / "bucc"
+    bucc.mkdir()
+    shared = sentences(8, seed=4)
+    write_bucc(bucc, shared)
+    work = str(tmp_path / "w")
+    code, output = run("calibrate", "--bucc", str(bucc), "--pair", "de-en", "--model", str(model), "-w", work)
+    assert code == 0, output
+    config = json.loads((model / "bitextmine.json").read_text())
+    threshold = config["thresholds"]["ratio"]["de-en"]
+    assert config["thresholds"]["ratio"]["default"] == threshold
+
+    report = tmp_path / "eval.json"
+    code, output = run(
+        "eval",
+        "bucc",
+        "--bucc",
+        str(bucc),
+        "--pair",
+        "de-en",
+        "--split",
+        "dev",
+        "--model",
+        str(model),
+        "-w",
+        work,
+        "--threshold",
+        "auto",
+        "--json",
+        str(report),
+    )
+    assert code == 0, output
+    result = json.loads(report.read_text())
+    assert result["threshold"] == threshold and result["f1"] == 100.0 and result["recall"] == 100.0
+
+    for side, lines in (("de", bucc / "de-en.dev.de"), ("en", bucc / "de-en.dev.en")):
+        corpus = tmp_path / f"{side}.txt"
+        corpus.write_text("".join(line.split("\t", 1)[1] for line in lines.read_text().splitlines(True)))
+        assert run("encode", str(corpus), "-l", side, "-m", str(model), "-w", work)[0] == 0
+        assert run("index", side, "-w", work)[0] == 0
+    code, output = run("mine", "de", "en", "-w", work, "--threshold", "auto")
+    assert code == 0, output
+    code, output = run(
+        "eval",
+        "bucc",
+        "--bucc",
+        str(bucc),
+        "--pair",
+        "de-en",
+        "--split",
+        "dev",
+        "--mined",
+        str(Path(work) / "mined" / "de-en.tsv.zst"),
+        "--json",
+        str(report),
+    )
+    assert code == 0, output
+    assert json.loads(report.read_text())["f1"] == 100.0
+
+
+def test_eval_bucc_bad_split_is_a_one_line_error(tmp_path, tiny_model_dir):
+    bucc = tmp_path / "bucc"
+    bucc.mkdir()
+    write_bucc(bucc, sentences(3, seed=1))
+    with open(bucc / "de-en.dev.gold", "a") as fh:
+        fh.write("de-999999999\ten-000000001\n")
+    code, output = run(
+        "eval",
+        "bucc",
+        "--bucc",
+        str(bucc),
+        "--pair",
+        "de-en",
+        "--split",
+        "dev",
+        "--model",
+        str(tiny_model_dir("bert")),
+        "--threshold",
+        "oracle",
+        "-w",
+        str(tmp_path / "w"),
+    )
+    assert code == 1 and "de-en.dev.gold:4: unknown de id de-999999999" in output

@@ -57,7 +57,7 @@ def _mine_split(bucc: Path, pair: str, split: str, model: str, workdir: Path, de
     return encoder, mined
 
 
-def _scores_table(title: str, scores, threshold: float, candidates: int) -> Table:
+def _scores_table(title: str, scores, threshold: float | None, candidates: int) -> Table:
     table = Table(title=title, title_justify="left")
     for name in ("precision", "recall", "F1", "threshold", "candidates", "gold"):
         table.add_column(name, justify="right")
@@ -66,7 +66,7 @@ def _scores_table(title: str, scores, threshold: float, candidates: int) -> Tabl
         f"{pct['precision']:.2f}",
         f"{pct['recall']:.2f}",
         f"{pct['f1']:.2f}",
-        f"{threshold:.4f}",
+        "—" if threshold is None else f"{threshold:.4f}",
         f"{candidates:,}",
         f"{scores.gold:,}",
     )
@@ -149,7 +149,7 @@ def eval_bucc(
     with user_errors():
         if mined is not None:
             scores = score_mined_file(mined, read_bucc(bucc, pair, split))
-            used, candidates = float("nan"), scores.predicted
+            used, candidates = None, scores.predicted
         else:
             model = require_model(model)
             encoder, run = _mine_split(

@@ -1,0 +1,195 @@
+"""FAISS indexes over embedding shards: factory choice, exactness, IVF recall, chunking, persistence."""
+
+from __future__ import annotations
+
+import faiss
+import numpy as np
+import pytest
+
+from bitextmine.errors import BitextmineError
+from bitextmine.index import (
+    IndexInfo,
+    build_index,
+    choose_factory,
+    default_nprobe,
+    load_index,
+    save_index,
+    search,
+    set_nprobe,
+    training_rows,
+)
+from bitextmine.store import EmbeddingShard, EmbeddingStore, ModelIdentity, ShardedVectors
+
+
+def unit(x: np.ndarray) -> np.ndarray:
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def random_unit(n: int, dim: int, seed: int = 0) -> np.ndarray:
+    return unit(np.random.default_rng(seed).normal(size=(n, dim)))
+
+
+def clustered_unit(n: int, dim: int, clusters: int = 64, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(clusters, dim))
+    return unit(centres[rng.integers(clusters, size=n)] + 0.4 * rng.normal(size=(n, dim)))
+
+
+def store_vectors(
+    root, vectors: np.ndarray, shard_rows: int = 4000, fingerprint: str = "fp-a"
+) -> ShardedVectors:
+    store = EmbeddingStore(root, "de")
+    store.bind(ModelIdentity("model", fingerprint, vectors.shape[1], {}))
+    for i, start in enumerate(range(0, len(vectors), shard_rows)):
+        block = vectors[start : start + shard_rows]
+        store.write_shard(EmbeddingShard(f"shard-{i:05d}", len(block), "t", 0, 0), block)
+    return store.vectors()
+
+
+def brute_force(queries: np.ndarray, base: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    sims = queries @ base.T
+    ids = np.argsort(-sims, axis=1, kind="stable")[:, :k]
+    return np.take_along_axis(sims, ids, 1), ids
+
+
+def recall(found: np.ndarray, exact: np.ndarray) -> float:
+    return float(np.mean([len(set(f) & set(e)) / len(e) for f, e in zip(found, exact, strict=True)]))
+
+
+@pytest.fixture(scope="module")
+def ivf(tmp_path_factory):
+    vectors = store_vectors(tmp_path_factory.mktemp("emb"), clustered_unit(20_000, 32))
+    index, info = build_index(vectors, "de", factory="IVF64,Flat", recall_queries=500)
+    return vectors, index, info
+
+
+@pytest.mark.parametrize(
+    ("n", "dim", "expected"),
+    [
+        (0, 384, "Flat"),
+        (200_000, 384, "Flat"),
+        (200_001, 384, "IVF2048,Flat"),
+        (1_000_000, 384, "IVF4096,Flat"),
+        (4_000_000, 384, "IVF8192,Flat"),
+        (4_000_001, 384, "OPQ48,IVF32768,PQ48"),
+        (10**9, 384, "OPQ48,IVF262144,PQ48"),
+        (10**7, 32, "OPQ4,IVF65536,PQ4"),
+        (10**7, 100, "OPQ10,IVF65536,PQ10"),
+    ],
+)
+def test_choose_factory_by_size(n, dim, expected):
+    assert choose_factory(n, dim) == expected
+
+
+@pytest.mark.parametrize("dim", [384, 32])
+@pytest.mark.parametrize("n", [10, 200_001, 4_000_000, 4_000_001, 10**9])
+def test_chosen_factories_are_valid_faiss_strings(n, dim):
+    factory = choose_factory(n, dim)
+    index = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
+    assert index.d == dim and index.metric_type == faiss.METRIC_INNER_PRODUCT
+    if factory != "Flat":
+        assert faiss.extract_index_ivf(index).nlist * 39 <= training_rows(factory, n)
+
+
+def test_nprobe_and_training_rules():
+    assert default_nprobe("Flat") is None
+    assert 1 <= default_nprobe("IVF64,Flat") <= 64
+    assert default_nprobe("IVF16,Flat") <= 16
+    assert training_rows("IVF4096,Flat", 10**7) == 262_144
+    assert training_rows("IVF64,Flat", 5000) == 5000
+    assert training_rows("OPQ8,IVF16,PQ8", 10**6) >= 256 * 39
+
+
+def test_flat_search_equals_brute_force(tmp_path):
+    vectors = store_vectors(tmp_path, random_unit(300, 16), shard_rows=128)
+    index, info = build_index(vectors, "de")
+    assert (info.factory, info.nprobe, info.recall, info.train_rows, info.count) == ("Flat", None, 1.0, 0, 300)
+    queries = random_unit(20, 16, seed=1)
+    sims, ids = search(index, queries, 5)
+    exact_sims, exact_ids = brute_force(queries, vectors.take(np.arange(300)), 5)
+    assert sims.dtype == np.float32 and ids.dtype == np.int64
+    np.testing.assert_array_equal(ids, exact_ids)
+    np.testing.assert_allclose(sims, exact_sims, atol=1e-5)
+    assert search(index, queries, 1000)[1].shape == (20, 300)
+
+
+def test_ivf_recall_is_reported_and_grows_with_nprobe(ivf):
+    vectors, index, info = ivf
+    assert (info.factory, info.nprobe, info.train_rows) == ("IVF64,Flat", default_nprobe("IVF64,Flat"), 20_000)
+    assert info.recall >= 0.9 and info.recall_queries == 500
+    base = vectors.take(np.arange(len(vectors)))
+    queries = base[np.random.default_rng(7).choice(len(base), 500, replace=False)]
+    exact_sims, exact_ids = brute_force(queries, base, 4)
+    assert recall(search(index, queries, 4)[1], exact_ids) >= 0.9
+    recalls = []
+    for nprobe in (1, 2, 4, 8, 16, 32, 64):
+        set_nprobe(index, nprobe)
+        recalls.append(recall(search(index, queries, 4)[1], exact_ids))
+    assert recalls == sorted(recalls) and recalls[0] < 1.0
+    sims, ids = search(index, queries, 4)
+    np.testing.assert_array_equal(ids, exact_ids)
+    np.testing.assert_allclose(sims, exact_sims, atol=1e-5)
+    set_nprobe(index, info.nprobe)
+
+
+def test_populating_in_chunks_builds_the_same_index(tmp_path):
+    vectors = store_vectors(tmp_path, clustered_unit(5000, 16), shard_rows=1500)
+    added: list[int] = []
+    chunked, _ = build_index(vectors, "de", factory="IVF32,Flat", chunk_rows=700, progress=added.append)
+    whole, _ = build_index(vectors, "de", factory="IVF32,Flat")
+    assert added == [700] * 7 + [100]
+    queries = random_unit(50, 16, seed=3)
+    for got, want in zip(search(chunked, queries, 8), search(whole, queries, 8), strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_save_load_round_trip(ivf, tmp_path):
+    vectors, index, info = ivf
+    index_dir = tmp_path / "index"
+    save_index(index, info, index_dir)
+    save_index(index, info, index_dir)
+    assert sorted(p.name for p in index_dir.iterdir()) == ["de.faiss", "de.json"]
+    loaded, loaded_info = load_index(index_dir, "de", vectors)
+    assert loaded_info == info
+    assert IndexInfo.from_json(info.to_json()) == info
+    queries = random_unit(30, 32, seed=4)
+    for got, want in zip(search(loaded, queries, 4), search(index, queries, 4), strict=True):
+        np.testing.assert_array_equal(got, want)
+    overridden, overridden_info = load_index(index_dir, "de", vectors, nprobe=64)
+    assert overridden_info.nprobe == 64 and faiss.extract_index_ivf(overridden).nprobe == 64
+
+
+def test_load_refuses_missing_and_stale_indexes(ivf, tmp_path):
+    vectors, index, info = ivf
+    with pytest.raises(BitextmineError, match="no index for 'de' in .*run `bitextmine index de`"):
+        load_index(tmp_path / "index", "de", vectors)
+    save_index(index, info, tmp_path / "index")
+    other_model = store_vectors(tmp_path / "b", clustered_unit(20_000, 32), fingerprint="fp-b")
+    fewer_rows = store_vectors(tmp_path / "c", clustered_unit(100, 32))
+    for stale in (other_model, fewer_rows):
+        with pytest.raises(BitextmineError, match="index of 'de' is stale .*rerun `bitextmine index de`"):
+            load_index(tmp_path / "index", "de", stale)
+
+
+def test_invalid_factory_and_unavailable_gpu_are_user_errors(tmp_path):
+    vectors = store_vectors(tmp_path, random_unit(100, 16))
+    with pytest.raises(BitextmineError, match="invalid FAISS factory 'IVFx,Flat': could not parse") as err:
+        build_index(vectors, "de", factory="IVFx,Flat")
+    assert "\n" not in str(err.value)
+    with pytest.raises(BitextmineError, match="cannot train FAISS index 'IVF512,Flat' on 100 rows"):
+        build_index(vectors, "de", factory="IVF512,Flat")
+    if faiss.get_num_gpus() == 0:
+        with pytest.raises(BitextmineError, match="GPU"):
+            build_index(vectors, "de", gpu=True)
+
+
+def test_opq_ivf_pq_builds_saves_and_loads(tmp_path):
+    vectors = store_vectors(tmp_path / "emb", clustered_unit(5000, 32))
+    index, info = build_index(vectors, "de", factory="OPQ8,IVF16,PQ8", recall_queries=200)
+    assert info.nprobe == default_nprobe("OPQ8,IVF16,PQ8") and 0 < info.recall <= 1
+    assert faiss.extract_index_ivf(index).nprobe == info.nprobe
+    save_index(index, info, tmp_path / "index")
+    loaded, _ = load_index(tmp_path / "index", "de", vectors, nprobe=2)
+    assert faiss.extract_index_ivf(loaded).nprobe == 2
+    sims, ids = search(loaded, random_unit(10, 32, seed=5), 4)
+    assert ids.shape == (10, 4) and (ids >= 0).all() and np.isfinite(sims).all()

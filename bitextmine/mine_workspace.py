@@ -15,7 +15,7 @@ from bitextmine.encoder.loading import resolve_model_dir
 from bitextmine.errors import BitextmineError
 from bitextmine.fsutil import atomic_open, write_json
 from bitextmine.index import load_index, search
-from bitextmine.mine import Candidates, find_neighbours, select_candidates
+from bitextmine.mine import Candidates, Neighbours, find_neighbours, select_candidates
 from bitextmine.store import EmbeddingStore, ShardedVectors
 from bitextmine.thresholds import calibrated_threshold
 from bitextmine.workspace import Workspace
@@ -100,22 +100,15 @@ def mine_workspace(
     threshold = resolve_threshold(options, src, pair)
     src_index, src_info = load_index(workspace.index_dir(), src_lang, src.vectors, nprobe=options.nprobe)
     tgt_index, tgt_info = load_index(workspace.index_dir(), tgt_lang, tgt.vectors, nprobe=options.nprobe)
-    fwd = find_neighbours(
-        src.vectors.blocks(options.block_rows),
-        len(src.vectors),
-        lambda q, k: search(tgt_index, q, k),
-        tgt.vectors.take,
-        options.k,
-        progress,
-    )
-    bwd = find_neighbours(
-        tgt.vectors.blocks(options.block_rows),
-        len(tgt.vectors),
-        lambda q, k: search(src_index, q, k),
-        src.vectors.take,
-        options.k,
-        progress,
-    )
+
+    def neighbours(query: Language, base: Language, base_index) -> Neighbours:
+        search_base = lambda q, k: search(base_index, q, k)  # noqa: E731
+        blocks = query.vectors.blocks(options.block_rows)
+        return find_neighbours(
+            blocks, len(query.vectors), search_base, base.vectors.take, options.k, progress
+        )
+
+    fwd, bwd = neighbours(src, tgt, tgt_index), neighbours(tgt, src, src_index)
     candidates = select_candidates(fwd, bwd, options.margin, options.strategy)
     kept = candidates if threshold is None else candidates.above(threshold)
     output = workspace.mined_dir() / f"{pair}.tsv.zst"

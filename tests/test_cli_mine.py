@@ -192,3 +192,43 @@ def test_eval_bucc_bad_split_is_a_one_line_error(tmp_path, tiny_model_dir):
         str(tmp_path / "w"),
     )
     assert code == 1 and "de-en.dev.gold:4: unknown de id de-999999999" in output
+
+
+def test_eval_tatoeba_and_xsim_commands_write_tables_and_json(tmp_path, tiny_model_dir):
+    lines = sentences(6, seed=11)
+    tatoeba, flores = tmp_path / "tatoeba", tmp_path / "flores"
+    tatoeba.mkdir()
+    flores.mkdir()
+    for lang in ("deu", "fra"):
+        (tatoeba / f"tatoeba.{lang}-eng.{lang}").write_text("\n".join(lines) + "\n")
+        (tatoeba / f"tatoeba.{lang}-eng.eng").write_text("\n".join(lines) + "\n")
+    for lang in ("deu", "eng", "fra"):
+        (flores / f"{lang}.dev").write_text("\n".join(lines) + "\n")
+    model, work = str(tiny_model_dir("bert")), str(tmp_path / "w")
+    report = tmp_path / "t.json"
+    code, output = run(
+        "eval", "tatoeba", "--data", str(tatoeba), "--model", model, "-w", work, "--json", str(report)
+    )
+    assert code == 0 and "average" in output, output
+    result = json.loads(report.read_text())
+    assert [row["lang"] for row in result["rows"]] == ["deu", "fra"] and result["average"] == 100.0
+    code, output = run(
+        "eval",
+        "xsim",
+        "--data",
+        str(flores),
+        "--langs",
+        "deu,fra",
+        "--model",
+        model,
+        "-w",
+        work,
+        "--json",
+        str(report),
+    )
+    assert code == 0, output
+    assert json.loads(report.read_text())["average"] == 0.0
+    code, output = run(
+        "eval", "tatoeba", "--data", str(tatoeba), "--langs", "xyz", "--model", model, "-w", work
+    )
+    assert code == 1 and "no Tatoeba data for xyz" in output

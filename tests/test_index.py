@@ -103,7 +103,13 @@ def test_nprobe_and_training_rules():
 def test_flat_search_equals_brute_force(tmp_path):
     vectors = store_vectors(tmp_path, random_unit(300, 16), shard_rows=128)
     index, info = build_index(vectors, "de")
-    assert (info.factory, info.nprobe, info.recall, info.train_rows, info.count) == ("Flat", None, 1.0, 0, 300)
+    assert (info.factory, info.nprobe, info.recall, info.train_rows, info.count) == (
+        "Flat",
+        None,
+        1.0,
+        0,
+        300,
+    )
     queries = random_unit(20, 16, seed=1)
     sims, ids = search(index, queries, 5)
     exact_sims, exact_ids = brute_force(queries, vectors.take(np.arange(300)), 5)
@@ -115,7 +121,11 @@ def test_flat_search_equals_brute_force(tmp_path):
 
 def test_ivf_recall_is_reported_and_grows_with_nprobe(ivf):
     vectors, index, info = ivf
-    assert (info.factory, info.nprobe, info.train_rows) == ("IVF64,Flat", default_nprobe("IVF64,Flat"), 20_000)
+    assert (info.factory, info.nprobe, info.train_rows) == (
+        "IVF64,Flat",
+        default_nprobe("IVF64,Flat"),
+        20_000,
+    )
     assert info.recall >= 0.9 and info.recall_queries == 500
     base = vectors.take(np.arange(len(vectors)))
     queries = base[np.random.default_rng(7).choice(len(base), 500, replace=False)]

@@ -192,6 +192,12 @@ def _write_json(path: Path, data: dict) -> None:
     err.print(f"results written to {path}", highlight=False)
 
 
+def _report(table: Table, data: dict, json_path: Path | None) -> None:
+    out.print(table)
+    if json_path is not None:
+        _write_json(json_path, data)
+
+
 def _encode_fn(model: str, device: str, workdir: Path):
     from bitextmine.embed_cache import embed
 
@@ -233,9 +239,7 @@ def eval_tatoeba(
     for row in result.rows:
         table.add_row(row.lang, f"{row.pairs:,}", f"{row.xx_to_eng:.1f}", f"{row.eng_to_xx:.1f}")
     table.add_row("average", "", f"{result.average_xx_to_eng:.2f}", f"{result.average_eng_to_xx:.2f}")
-    out.print(table)
-    if json_path is not None:
-        _write_json(json_path, result.to_json())
+    _report(table, result.to_json(), json_path)
 
 
 @eval_app.command("xsim")
@@ -277,6 +281,4 @@ def eval_xsim(
     for row in result.rows:
         table.add_row(row.lang, f"{row.sentences:,}", f"{row.errors:,}", f"{row.error_rate:.2f}")
     table.add_row("average", "", "", f"{result.average:.2f}")
-    out.print(table)
-    if json_path is not None:
-        _write_json(json_path, result.to_json())
+    _report(table, result.to_json(), json_path)

@@ -162,21 +162,17 @@ def eval_bucc(
             else:
                 used = _number(threshold)
             scores, candidates = scores_at(run, used), len(run.candidates)
-    out.print(_scores_table(f"eval bucc {pair} {split}", scores, used, candidates))
-    if json_path is not None:
-        _write_json(
-            json_path,
-            {
-                "pair": pair,
-                "split": split,
-                **scores.as_percent(),
-                "threshold": used,
-                "margin": margin,
-                "strategy": strategy,
-                "predicted": scores.predicted,
-                "gold": scores.gold,
-            },
-        )
+    summary = {
+        "pair": pair,
+        "split": split,
+        **scores.as_percent(),
+        "threshold": used,
+        "margin": margin,
+        "strategy": strategy,
+        "predicted": scores.predicted,
+        "gold": scores.gold,
+    }
+    _report(_scores_table(f"eval bucc {pair} {split}", scores, used, candidates), summary, json_path)
 
 
 def _number(value: str) -> float:

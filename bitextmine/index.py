@@ -8,7 +8,6 @@ block size plus the index itself), and checked against exact search on a sample 
 from __future__ import annotations
 
 import math
-import os
 import re
 import time
 from collections.abc import Callable
@@ -27,6 +26,9 @@ from bitextmine.store import ShardedVectors
 # itself is ~3e13 flops, minutes on a CPU and seconds on a GPU, with nothing to train. Up to IVF_FLAT_MAX
 # the uncompressed vectors of an IVF-Flat index still fit in RAM (4M x 384 x 4 B = 6 GB); beyond that
 # OPQ+PQ stores dim/8 bytes per vector (48 B instead of 1536 B at dim 384: 1e9 vectors in ~48 GB).
+# That compression costs recall on low-contrast e5 neighbourhoods: on the 200k covariance-noise set of
+# at default_nprobe, IVF2048,PQ48 found 0.19 of the en->de exact top-4 at any nprobe (0.63 after exact
+# re-ranking of its top 64), where IVF2048,SQ8 (384 B) found 0.933 at 256 probes and 0.963 at 512.
 FLAT_MAX = 200_000
 IVF_FLAT_MAX = 4_000_000
 MIN_LISTS, MAX_LISTS = 16, 262_144
@@ -65,7 +67,8 @@ def choose_factory(n: int, dim: int) -> str:
     if n <= IVF_FLAT_MAX:
         return f"IVF{_lists(n, 4)},Flat"
     m = max(d for d in range(1, max(1, dim // 8) + 1) if dim % d == 0)
-    return f"OPQ{m},IVF{_lists(n, 16)},PQ{m}"
+    # "np": no polysemous training, which only serves Hamming-filtered search and cost ~3 s per sub-quantizer
+    return f"OPQ{m},IVF{_lists(n, 16)},PQ{m}np"
 
 
 def _lists(n: int, per_sqrt: int) -> int:
@@ -84,15 +87,21 @@ def _nlist(factory: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
+# nlist / 8 (at least 64) is the fewest probes that kept recall@4 >= 0.95 for queries from the other
+# language, as in mining. Measured 2026-11-22 with IVF-Flat over the demo's 384-d multilingual-e5-small
+# embeddings (exact top-4 = truth, 1000 queries unless said otherwise):
+# - real rows only (8400 de, 8400 en queries), IVF256: en->de 0.876 at 32 probes, 0.958 at 64;
+#   de->en 0.870 and 0.953.
+# - de grown by noisy copies (gaussian with the data's covariance, cosine 0.90 to the original), real en
+#   queries: 200k rows, IVF2048: 0.895 at 128 probes, 0.955 at 256;
+#   1M rows, IVF4096: 0.911 at 256, 0.969 at 512.
+# - de grown with isotropic noise (cosine 0.97), 200k rows, IVF2048: 0.952 at 128, 0.990 at 256.
+# Queries drawn from the indexed rows themselves (what build_index reports) need far fewer probes: 0.954 at
+# 64 of 2048 lists where en queries got 0.792, so the reported recall is an upper bound for mining.
 def default_nprobe(factory: str) -> int | None:
-    """Lists probed per query: None for non-IVF indexes.
-
-    nlist / 32 (at least 16) gave recall@4 >= 0.95 for IVF-Flat measured on 2026-11-22 with the demo's
-    384-d multilingual-e5-small embeddings (8400 de + 8400 en sentences) grown by noisy copies:
-    MEASUREMENTS_PLACEHOLDER
-    """
+    """Lists probed per query: None for non-IVF indexes, else nlist / 8 and at least 64."""
     nlist = _nlist(factory)
-    return None if nlist is None else min(nlist, max(16, nlist // 32))
+    return None if nlist is None else min(nlist, max(64, nlist // 8))
 
 
 def training_rows(factory: str, n: int) -> int:
@@ -124,10 +133,7 @@ def build_index(
     started = time.perf_counter()
     work = faiss.index_cpu_to_all_gpus(index) if gpu else index
     train_rows = 0 if work.is_trained else _train(work, vectors, factory, rng)
-    for _, block in vectors.blocks(chunk_rows):
-        work.add(block)
-        if progress:
-            progress(len(block))
+    _populate(work, vectors, chunk_rows, progress)
     index = faiss.index_gpu_to_cpu(work) if gpu else work
     build_seconds = time.perf_counter() - started
     if faiss.try_extract_index_ivf(index) is None:
@@ -154,6 +160,15 @@ def build_index(
     return index, info
 
 
+def _populate(
+    index: faiss.Index, vectors: ShardedVectors, chunk_rows: int, progress: Callable[[int], None] | None
+) -> None:
+    for _, block in vectors.blocks(chunk_rows):
+        index.add(block)
+        if progress:
+            progress(len(block))
+
+
 def _new_index(factory: str, dim: int) -> faiss.Index:
     try:
         return faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
@@ -169,9 +184,9 @@ def _faiss_message(exc: Exception) -> str:
 
 def _check_gpu() -> None:
     if not hasattr(faiss, "index_gpu_to_cpu"):
-        raise BitextmineError("--gpu: this FAISS build has no GPU support (install faiss-gpu)")
+        raise BitextmineError("cannot build on GPU: this FAISS build has no GPU support (install faiss-gpu)")
     if faiss.get_num_gpus() == 0:
-        raise BitextmineError("--gpu: FAISS sees no GPU")
+        raise BitextmineError("cannot build on GPU: FAISS sees no GPU")
 
 
 def _train(index: faiss.Index, vectors: ShardedVectors, factory: str, rng: np.random.Generator) -> int:
@@ -251,20 +266,22 @@ def load_index(
     if not (index_path.is_file() and info_path.is_file()):
         raise BitextmineError(f"no index for '{lang}' in {index_dir}: run `bitextmine index {lang}`")
     info = IndexInfo.from_json(read_json(info_path))
-    index = faiss.read_index(os.fspath(index_path))
-    if (
-        info.fingerprint != vectors.model.fingerprint
-        or info.count != len(vectors)
-        or index.ntotal != len(vectors)
-    ):
-        raise BitextmineError(
-            f"index of '{lang}' is stale (built from other embeddings): rerun `bitextmine index {lang}`"
-        )
+    if info.fingerprint != vectors.model.fingerprint or info.count != len(vectors):
+        raise _stale(lang)
+    index = faiss.read_index(str(index_path))
+    if index.ntotal != len(vectors):
+        raise _stale(lang)
     if nprobe is not None and info.nprobe is not None:
         info = replace(info, nprobe=nprobe)
     if info.nprobe is not None:
         set_nprobe(index, info.nprobe)
     return index, info
+
+
+def _stale(lang: str) -> BitextmineError:
+    return BitextmineError(
+        f"index of '{lang}' is stale (built from other embeddings): rerun `bitextmine index {lang}`"
+    )
 
 
 def search(index: faiss.Index, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

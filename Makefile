@@ -35,7 +35,7 @@ demo: install
 	$(BIN)/bitextmine index de --workdir $(WORK)
 	$(BIN)/bitextmine index en --workdir $(WORK)
 	$(BIN)/bitextmine calibrate --bucc $(BUCC)/de-en --pair de-en --split dev --model $(WORK)/model --workdir $(WORK)
-	$(BIN)/bitextmine mine de en --threshold auto --workdir $(WORK)
+	$(BIN)/bitextmine mine de en --threshold auto --model $(WORK)/model --workdir $(WORK)
 	$(BIN)/bitextmine eval bucc --bucc $(BUCC)/de-en --pair de-en --split dev --mined $(WORK)/mined/de-en.tsv.zst
 
 bench: bench-encode bench-mine

@@ -488,6 +488,10 @@ def _report_b(results, base, sizes, sigma, total, structure) -> str:
     return "\n".join(lines)
 
 
+def _relative(speed: float) -> str:
+    return f"{speed:.1f}x faster" if speed >= 1 else f"{1 / speed:.1f}x slower"
+
+
 def _notes_b(results, total) -> list[str]:
     notes = []
     flat = {r["n"]: r for r in results if r["factory"] == "Flat"}
@@ -498,7 +502,7 @@ def _notes_b(results, total) -> list[str]:
         verdict = "meets" if r["recall"] >= 0.95 else "is BELOW"
         notes.append(
             f"- {r['n']:,} `{r['factory']}` at nprobe {r['nprobe']}: recall@{K} {r['recall']:.4f} "
-            f"({verdict} 0.95), queries {speed:.1f}x faster than Flat, build {r['build_seconds']:.0f} s."
+            f"({verdict} 0.95), queries {_relative(speed)} than Flat, build {r['build_seconds']:.0f} s."
         )
         for s in r.get("sweep", []):
             if s["recall"] >= 0.95:

@@ -45,7 +45,8 @@ bench-encode: install
 	$(BIN)/python examples/benchmarks/bench_encode.py
 
 # Mining: BUCC-format dev F1 per margin/strategy, FAISS index choice at 200k/1M vectors, exact mining vs
-# a brute-force reference (~35 min on 2 cores the first time; sentence vectors are cached in $(WORK)/cache).
+# a brute-force reference (~26 min on 2 cores the first time, ~16 min once sentence vectors are cached in
+# $(WORK)/cache).
 bench-mine: install
 	$(BIN)/python examples/benchmarks/bench_mine.py
 

@@ -94,6 +94,11 @@ def test_missing_steps_and_mismatches_are_one_line_errors(workspace, tiny_model_
     assert code == 1 and "encode both with the same model" in output and "Traceback" not in output
 
 
+def eval_bucc_dev(bucc: Path, *options: str) -> tuple[int, str]:
+    """`bitextmine eval bucc` on the de-en dev split in `bucc`."""
+    return run("eval", "bucc", "--bucc", str(bucc), "--pair", "de-en", "--split", "dev", *options)
+
+
 def write_bucc(directory: Path, shared: list[str]) -> None:
     """A de-en split whose gold pairs are identical sentences hidden among distractors."""
     de = shared + sentences(20, seed=5)
@@ -122,15 +127,8 @@ def test_calibrate_stores_a_threshold_that_mine_and_eval_use(tmp_path, tiny_mode
     assert config["thresholds"]["ratio"]["default"] == threshold
 
     report = tmp_path / "eval.json"
-    code, output = run(
-        "eval",
-        "bucc",
-        "--bucc",
-        str(bucc),
-        "--pair",
-        "de-en",
-        "--split",
-        "dev",
+    code, output = eval_bucc_dev(
+        bucc,
         "--model",
         str(model),
         "-w",
@@ -151,15 +149,8 @@ def test_calibrate_stores_a_threshold_that_mine_and_eval_use(tmp_path, tiny_mode
         assert run("index", side, "-w", work)[0] == 0
     code, output = run("mine", "de", "en", "-w", work, "--threshold", "auto")
     assert code == 0, output
-    code, output = run(
-        "eval",
-        "bucc",
-        "--bucc",
-        str(bucc),
-        "--pair",
-        "de-en",
-        "--split",
-        "dev",
+    code, output = eval_bucc_dev(
+        bucc,
         "--mined",
         str(Path(work) / "mined" / "de-en.tsv.zst"),
         "--json",
@@ -175,15 +166,8 @@ def test_eval_bucc_bad_split_is_a_one_line_error(tmp_path, tiny_model_dir):
     write_bucc(bucc, sentences(3, seed=1))
     with open(bucc / "de-en.dev.gold", "a") as fh:
         fh.write("de-999999999\ten-000000001\n")
-    code, output = run(
-        "eval",
-        "bucc",
-        "--bucc",
-        str(bucc),
-        "--pair",
-        "de-en",
-        "--split",
-        "dev",
+    code, output = eval_bucc_dev(
+        bucc,
         "--model",
         str(tiny_model_dir("bert")),
         "--threshold",

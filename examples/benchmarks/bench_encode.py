@@ -26,10 +26,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+from benchlib import MODEL, SHARED, peak_rss_mb
 
-REPO = Path(__file__).resolve().parents[2]
-SHARED = Path(os.environ.get("BITEXTMINE_SHARED", REPO.parent / "shared"))
-MODEL = SHARED / "models" / "multilingual-e5-small-q4"
 VARIANTS = ("packed", "padded", "sorted", "st")
 BATCH = 64
 
@@ -45,14 +43,6 @@ def load_sentences(n: int) -> list[str]:
             sides.append([line.rstrip("\n") for _, line in zip(range((n + 1) // 2), text, strict=False)])
     mixed = [s for pair in zip(*sides, strict=True) for s in pair]
     return mixed[:n]
-
-
-def peak_rss_mb() -> float:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def run_variant(variant: str, sentences: list[str], out_dir: Path) -> None:

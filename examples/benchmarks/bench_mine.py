@@ -31,10 +31,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+from benchlib import MODEL, REPO, SHARED, peak_rss_mb
 
-REPO = Path(__file__).resolve().parents[2]
-SHARED = Path(os.environ.get("BITEXTMINE_SHARED", REPO.parent / "shared"))
-MODEL = SHARED / "models" / "multilingual-e5-small-q4"
 BUCC = SHARED / "data" / "bucc-like"
 PAIRS = ("de-en", "fr-en", "ru-en", "zh-en")
 MARGINS = ("ratio", "distance", "absolute")
@@ -49,14 +47,6 @@ RERANK_FETCH = (16, 64, 256)
 
 
 # ---------------------------------------------------------------------------------------------- common
-
-
-def peak_rss_mb() -> float:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def machine(threads: int) -> str:

@@ -1,0 +1,19 @@
+"""What the benchmark scripts share: where the shared data and model are, and peak RSS."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SHARED = Path(os.environ.get("BITEXTMINE_SHARED", REPO.parent / "shared"))
+MODEL = SHARED / "models" / "multilingual-e5-small-q4"
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set size (VmHWM) in MB."""
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")

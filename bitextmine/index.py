@@ -1,7 +1,8 @@
 """FAISS inner-product indexes over one language's embedding shards: choose, build, measure, save, load.
 
 An index is trained on a random sample, populated shard block by shard block (memory bounded by the
-block size plus the index itself), and checked against exact search on a sample of its own rows.
+block size plus the index itself), and checked against exact search on a sample of queries: the other
+language's vectors when given (what mining searches with), which also tune nprobe, else its own rows.
 ``WORK/index/L.faiss`` holds the index and ``WORK/index/L.json`` its `IndexInfo`.
 """
 
@@ -20,6 +21,7 @@ import numpy as np
 
 from bitextmine.errors import BitextmineError
 from bitextmine.fsutil import atomic_path, read_json, write_json
+from bitextmine.neighbors import rerank
 from bitextmine.store import ShardedVectors
 
 # Up to FLAT_MAX vectors exact search is affordable: a full kNN of 200k x 384 float32 (300 MB) against
@@ -35,6 +37,8 @@ MIN_LISTS, MAX_LISTS = 16, 262_144
 POINTS_PER_LIST = 39  # FAISS warns below 39 training points per centroid
 PQ_TRAIN_MIN = 256 * POINTS_PER_LIST  # 8-bit PQ codebooks have 256 centroids each
 RECALL_TOLERANCE = 1e-6
+TARGET_RECALL = 0.95
+RERANK_FETCH = 64  # PQ codes rank the top 4 poorly (bench_mine: recall 0.41, 1.0 after re-ranking 64)
 
 
 @dataclass
@@ -51,6 +55,11 @@ class IndexInfo:
     recall: float | None
     build_seconds: float
     gpu: bool
+    fetch: int | None = None  # hits fetched per query and re-ranked by exact cosine (None: k)
+    recall_source: str = "self"  # the language whose vectors measured recall, or "self"
+    search_ms_per_1000: float | None = None  # at nprobe and fetch, on the recall queries
+    exact_ms_per_1000: float | None = None  # exact search of the same queries
+    note: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -99,7 +108,7 @@ def _nlist(factory: str) -> int | None:
 # Queries drawn from the indexed rows themselves (what build_index reports) need far fewer probes: 0.954 at
 # 64 of 2048 lists where en queries got 0.792, so the reported recall is an upper bound for mining.
 def default_nprobe(factory: str) -> int | None:
-    """Lists probed per query: None for non-IVF indexes, else nlist / 8 and at least 64."""
+    """Lists probed when no other-language queries tune it: nlist / 8, at least 64 (None: not IVF)."""
     nlist = _nlist(factory)
     return None if nlist is None else min(nlist, max(64, nlist // 8))
 
@@ -110,12 +119,41 @@ def training_rows(factory: str, n: int) -> int:
     return min(n, max(64 * nlist, 100_000, PQ_TRAIN_MIN))
 
 
+@dataclass
+class RecallProbe:
+    """Queries and their exact k-th best cosine over the indexed rows: what recall is measured with."""
+
+    queries: np.ndarray
+    source: str  # "self" (rows of the indexed set) or the language the queries come from
+    kth_best: np.ndarray
+    exact_seconds: float  # exact search of the queries (similarity computation only)
+
+
+def recall_probe(
+    vectors: ShardedVectors, queries: np.ndarray, source: str, k: int, chunk_rows: int = 100_000
+) -> RecallProbe:
+    """Exact top-k of `queries` over all rows, streamed block by block, kept as their k-th best cosine."""
+    k = min(k, len(vectors))
+    heap = faiss.ResultHeap(len(queries), k, keep_max=True)
+    seconds = 0.0
+    for start, block in vectors.blocks(chunk_rows):
+        started = time.perf_counter()
+        sims, ids = faiss.knn(queries, block, min(k, len(block)), metric=faiss.METRIC_INNER_PRODUCT)
+        seconds += time.perf_counter() - started
+        heap.add_result(sims, ids + start)
+    heap.finalize()
+    return RecallProbe(queries, source, heap.D[:, -1].copy(), seconds)
+
+
 def build_index(
     vectors: ShardedVectors,
     lang: str,
     *,
     factory: str | None = None,
     nprobe: int | None = None,
+    fetch: int | None = None,
+    queries: tuple[str, np.ndarray] | None = None,
+    target_recall: float | None = None,
     gpu: bool = False,
     seed: int = 0,
     chunk_rows: int = 100_000,
@@ -123,26 +161,35 @@ def build_index(
     recall_queries: int = 1000,
     progress: Callable[[int], None] | None = None,
 ) -> tuple[faiss.Index, IndexInfo]:
-    """Train on a sample, add every row chunk by chunk (progress(rows) after each), measure recall@k."""
+    """Train on a sample, add every row chunk by chunk (progress(rows) after each), measure recall@k.
+
+    `queries` (language, vectors) are the other language's sentences, as mining will search; then an
+    IVF index without a given nprobe gets the fewest probes reaching `target_recall` on them. Without
+    them, recall is measured on the index's own rows (optimistic) and nprobe follows `default_nprobe`.
+    `target_recall` defaults to TARGET_RECALL.
+    An automatically chosen IVF-Flat that searches no faster than exact search is replaced by Flat.
+    """
     n, dim = len(vectors), vectors.dim
+    target_recall = TARGET_RECALL if target_recall is None else target_recall
+    auto = factory is None
     factory = factory or choose_factory(n, dim)
-    index = _new_index(factory, dim)
-    if gpu:
-        _check_gpu()
     rng = np.random.default_rng(seed)
     started = time.perf_counter()
-    work = faiss.index_cpu_to_all_gpus(index) if gpu else index
-    train_rows = 0 if work.is_trained else _train(work, vectors, factory, rng)
-    _populate(work, vectors, chunk_rows, progress)
-    index = faiss.index_gpu_to_cpu(work) if gpu else work
+    index, train_rows = _build(factory, dim, vectors, gpu, rng, chunk_rows, progress)
     build_seconds = time.perf_counter() - started
-    if faiss.try_extract_index_ivf(index) is None:
-        nprobe = None
-    elif nprobe is None:
-        nprobe = default_nprobe(factory)
-    if nprobe is not None:
-        set_nprobe(index, nprobe)
-    queries = min(recall_queries, n)
+    probe = _probe(vectors, queries, recall_k, recall_queries, rng, chunk_rows)
+    fetch = fetch or default_fetch(index, recall_k)
+    nprobe, note = _choose_nprobe(index, factory, nprobe, probe, vectors, recall_k, fetch, target_recall)
+    measured = _measure(index, probe, vectors, recall_k, fetch) if probe else None
+    if auto and not gpu and measured and _is_ivf_flat(index) and measured[1] >= probe.exact_seconds:
+        note = (
+            f"{factory} at nprobe {nprobe} searched {measured[1] / max(probe.exact_seconds, 1e-9):.1f}x "
+            f"slower than exact search for recall@{recall_k} {measured[0]:.3f}: built Flat instead"
+        )
+        factory, nprobe, train_rows, fetch = "Flat", None, 0, recall_k
+        index, _ = _build(factory, dim, vectors, False, rng, chunk_rows, None)
+        measured = (1.0, probe.exact_seconds)
+    per_1000 = (lambda seconds: round(1000 * seconds / len(probe.queries) * 1000, 1)) if probe else None
     info = IndexInfo(
         lang=lang,
         factory=factory,
@@ -152,12 +199,108 @@ def build_index(
         fingerprint=vectors.model.fingerprint,
         train_rows=train_rows,
         recall_k=recall_k,
-        recall_queries=queries,
-        recall=_measure_recall(index, vectors, recall_k, queries, rng, chunk_rows),
+        recall_queries=len(probe.queries) if probe else 0,
+        recall=measured[0] if measured else None,
         build_seconds=round(build_seconds, 3),
         gpu=gpu,
+        fetch=fetch,
+        recall_source=probe.source if probe else "self",
+        search_ms_per_1000=per_1000(measured[1]) if measured else None,
+        exact_ms_per_1000=per_1000(probe.exact_seconds) if probe else None,
+        note=note,
     )
     return index, info
+
+
+def default_fetch(index: faiss.Index, k: int) -> int:
+    """k where the index keeps the vectors (Flat, IVF-Flat), else RERANK_FETCH for exact re-ranking."""
+    return k if isinstance(index, faiss.IndexFlat) or _is_ivf_flat(index) else max(k, RERANK_FETCH)
+
+
+def _is_ivf_flat(index: faiss.Index) -> bool:
+    ivf = faiss.try_extract_index_ivf(index)
+    return ivf is not None and isinstance(faiss.downcast_index(ivf), faiss.IndexIVFFlat)
+
+
+def _build(
+    factory: str,
+    dim: int,
+    vectors: ShardedVectors,
+    gpu: bool,
+    rng: np.random.Generator,
+    chunk_rows: int,
+    progress: Callable[[int], None] | None,
+) -> tuple[faiss.Index, int]:
+    """The populated index and the number of rows it was trained on."""
+    index = _new_index(factory, dim)
+    if gpu:
+        _check_gpu()
+    work = faiss.index_cpu_to_all_gpus(index) if gpu else index
+    train_rows = 0 if work.is_trained else _train(work, vectors, factory, rng)
+    _populate(work, vectors, chunk_rows, progress)
+    return (faiss.index_gpu_to_cpu(work) if gpu else work), train_rows
+
+
+def _probe(
+    vectors: ShardedVectors,
+    queries: tuple[str, np.ndarray] | None,
+    k: int,
+    count: int,
+    rng: np.random.Generator,
+    chunk_rows: int,
+) -> RecallProbe | None:
+    if queries is None:
+        count = min(count, len(vectors))
+        source, x = "self", vectors.take(np.sort(rng.choice(len(vectors), size=count, replace=False)))
+    else:
+        source, x = queries
+        x = x[np.sort(rng.choice(len(x), size=min(count, len(x)), replace=False))]
+    if len(x) == 0 or len(vectors) == 0:
+        return None
+    return recall_probe(vectors, np.ascontiguousarray(x, dtype=np.float32), source, k, chunk_rows)
+
+
+def _choose_nprobe(
+    index: faiss.Index,
+    factory: str,
+    nprobe: int | None,
+    probe: RecallProbe | None,
+    vectors: ShardedVectors,
+    k: int,
+    fetch: int,
+    target: float,
+) -> tuple[int | None, str]:
+    """(nprobe, note): the given one, the fewest reaching `target` on other-language queries, or the rule."""
+    ivf = faiss.try_extract_index_ivf(index)
+    if ivf is None:
+        return None, ""
+    if nprobe is None and probe is not None and probe.source != "self":
+        for nprobe in _ladder(ivf.nlist):
+            set_nprobe(index, nprobe)
+            if _measure(index, probe, vectors, k, fetch)[0] >= target:
+                return nprobe, ""
+        return nprobe, f"recall@{k} stays below {target} even when probing all {ivf.nlist} lists"
+    nprobe = nprobe or default_nprobe(factory)
+    set_nprobe(index, nprobe)
+    return nprobe, ""
+
+
+def _ladder(nlist: int) -> list[int]:
+    """Powers of two from 1 up to nlist, and nlist itself."""
+    return sorted({1 << i for i in range(nlist.bit_length()) if 1 << i <= nlist} | {nlist})
+
+
+def _measure(
+    index: faiss.Index, probe: RecallProbe, vectors: ShardedVectors, k: int, fetch: int
+) -> tuple[float, float]:
+    """(recall@k, search seconds): the share of hits, after fetching `fetch` and re-ranking exactly, whose
+    exact cosine reaches the exact k-th best, so among tied rows (duplicate sentences) any one will do."""
+    started = time.perf_counter()
+    _, found = search(index, probe.queries, max(k, fetch))
+    seconds = time.perf_counter() - started
+    cos, _ = rerank(probe.queries, found, vectors.take, min(k, len(vectors)))
+    hits = np.nan_to_num(cos, nan=-np.inf) >= probe.kth_best[:, None] - RECALL_TOLERANCE
+    return float(hits.sum() / cos.size), seconds
 
 
 def _populate(
@@ -198,44 +341,6 @@ def _train(index: faiss.Index, vectors: ShardedVectors, factory: str, rng: np.ra
             f"cannot train FAISS index '{factory}' on {len(rows):,} rows: {_faiss_message(exc)}"
         ) from None
     return len(rows)
-
-
-def _measure_recall(
-    index: faiss.Index,
-    vectors: ShardedVectors,
-    k: int,
-    queries: int,
-    rng: np.random.Generator,
-    chunk_rows: int,
-) -> float | None:
-    """Share of the exact top-k of `queries` random rows that the index returns.
-
-    A returned row counts when its exact cosine reaches the exact k-th best, so among tied rows
-    (duplicate sentences) any one will do.
-    """
-    if isinstance(index, faiss.IndexFlat):
-        return 1.0
-    if queries == 0:
-        return None
-    k = min(k, len(vectors))
-    rows = np.sort(rng.choice(len(vectors), size=queries, replace=False))
-    x = vectors.take(rows)
-    _, found = search(index, x, k)
-    kth_best = _exact_search(x, vectors, k, chunk_rows)[:, -1]
-    cos = np.full(found.shape, -np.inf, dtype=np.float32)
-    valid = found >= 0
-    cos[valid] = np.einsum("nd,nd->n", x[np.nonzero(valid)[0]], vectors.take(found[valid]))
-    return float((cos >= kth_best[:, None] - RECALL_TOLERANCE).sum() / found.size)
-
-
-def _exact_search(queries: np.ndarray, vectors: ShardedVectors, k: int, chunk_rows: int) -> np.ndarray:
-    """Exact top-k similarities of `queries` over all rows, streamed block by block."""
-    heap = faiss.ResultHeap(len(queries), k, keep_max=True)
-    for start, block in vectors.blocks(chunk_rows):
-        sims, ids = faiss.knn(queries, block, min(k, len(block)), metric=faiss.METRIC_INNER_PRODUCT)
-        heap.add_result(sims, ids + start)
-    heap.finalize()
-    return heap.D
 
 
 def set_nprobe(index: faiss.Index, nprobe: int) -> None:

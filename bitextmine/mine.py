@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from bitextmine.margin import check_margin, margin_scores
-from bitextmine.neighbors import exact_knn
+from bitextmine.neighbors import exact_knn, rerank
 
 STRATEGIES = ("max", "intersect", "fwd", "bwd")
 
@@ -61,27 +61,20 @@ def find_neighbours(
     take: TakeFn,
     k: int,
     progress: Callable[[int], None] | None = None,
+    fetch: int | None = None,
 ) -> Neighbours:
-    """kNN of every query, block by block; cosines recomputed exactly from `take`."""
+    """kNN of every query, block by block: `fetch` (>= k) hits re-ranked by exact cosines from `take`."""
     sims = np.full((n_queries, k), np.nan, dtype=np.float32)
     ids = np.full((n_queries, k), -1, dtype=np.int64)
     for start, block in query_blocks:
-        _, found = search(block, k)
+        _, found = search(block, max(k, fetch or k))
+        cos, found = rerank(block, found, take, k)
         width = found.shape[1]
         ids[start : start + len(block), :width] = found
-        sims[start : start + len(block), :width] = _exact_cosines(block, found, take)
+        sims[start : start + len(block), :width] = cos
         if progress:
             progress(len(block))
     return Neighbours(sims, ids)
-
-
-def _exact_cosines(queries: np.ndarray, ids: np.ndarray, take: TakeFn) -> np.ndarray:
-    valid = ids >= 0
-    vectors = take(ids[valid])
-    cos = np.full(ids.shape, np.nan, dtype=np.float32)
-    rows = np.nonzero(valid)[0]
-    cos[valid] = np.einsum("nd,nd->n", queries[rows], vectors)
-    return cos
 
 
 def select_candidates(fwd: Neighbours, bwd: Neighbours, margin: str, strategy: str) -> Candidates:

@@ -74,6 +74,38 @@ def open_language(workspace: Workspace, lang: str) -> Language:
     return Language(lang, vectors, corpus, workspace.corpus_dir(lang))
 
 
+def recall_queries(
+    workspace: Workspace, lang: str, source: str | None, count: int, seed: int = 0
+) -> tuple[str, np.ndarray] | None:
+    """`count` random vectors of the language whose queries will search `lang`'s index, as (lang, rows).
+
+    `source` None picks English, else the first other encoded language made by the same model; "self"
+    (or no such language) gives None: the index measures recall on its own rows.
+    """
+    if source == "self":
+        return None
+    indexed = open_language(workspace, lang).vectors
+    if source is None:
+        others = sorted((o for o in workspace.encoded_languages() if o != lang), key=lambda o: o != "en")
+        same_model = [o for o in others if _same_model(workspace, o, indexed)]
+        if not same_model:
+            return None
+        source = same_model[0]
+    other = open_language(workspace, source).vectors
+    if other.model.fingerprint != indexed.model.fingerprint:
+        raise BitextmineError(
+            f"cannot measure recall with '{source}': it was encoded with {other.model.describe()}, "
+            f"'{lang}' with {indexed.model.describe()}"
+        )
+    rows = np.random.default_rng(seed).choice(len(other), size=min(count, len(other)), replace=False)
+    return source, other.take(np.sort(rows))
+
+
+def _same_model(workspace: Workspace, lang: str, vectors: ShardedVectors) -> bool:
+    store = EmbeddingStore(workspace.embedding_dir(lang), lang)
+    return store.manifest is not None and store.manifest.model.fingerprint == vectors.model.fingerprint
+
+
 def resolve_threshold(options: MineOptions, src: Language, pair: str) -> float | None:
     if options.threshold != "auto":
         return None if options.threshold is None else float(options.threshold)
@@ -101,14 +133,15 @@ def mine_workspace(
     src_index, src_info = load_index(workspace.index_dir(), src_lang, src.vectors, nprobe=options.nprobe)
     tgt_index, tgt_info = load_index(workspace.index_dir(), tgt_lang, tgt.vectors, nprobe=options.nprobe)
 
-    def neighbours(query: Language, base: Language, base_index) -> Neighbours:
+    def neighbours(query: Language, base: Language, base_index, base_info) -> Neighbours:
         search_base = lambda q, k: search(base_index, q, k)  # noqa: E731
         blocks = query.vectors.blocks(options.block_rows)
         return find_neighbours(
-            blocks, len(query.vectors), search_base, base.vectors.take, options.k, progress
+            blocks, len(query.vectors), search_base, base.vectors.take, options.k, progress, base_info.fetch
         )
 
-    fwd, bwd = neighbours(src, tgt, tgt_index), neighbours(tgt, src, src_index)
+    fwd = neighbours(src, tgt, tgt_index, tgt_info)
+    bwd = neighbours(tgt, src, src_index, src_info)
     candidates = select_candidates(fwd, bwd, options.margin, options.strategy)
     kept = candidates if threshold is None else candidates.above(threshold)
     output = workspace.mined_dir() / f"{pair}.tsv.zst"

@@ -1,6 +1,8 @@
-"""Exact k-nearest-neighbour search by inner product (cosine for unit vectors) with FAISS."""
+"""Nearest neighbours by inner product (cosine for unit vectors): exact search and exact re-ranking."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import faiss
 import numpy as np
@@ -13,3 +15,19 @@ def exact_knn(queries: np.ndarray, base: np.ndarray, k: int) -> tuple[np.ndarray
     index.add(np.ascontiguousarray(base, dtype=np.float32))
     sims, ids = index.search(np.ascontiguousarray(queries, dtype=np.float32), k)
     return sims, ids
+
+
+def rerank(
+    queries: np.ndarray, ids: np.ndarray, take: Callable[[np.ndarray], np.ndarray], k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The k candidates of each query with the highest exact cosine (vectors from `take`), best first.
+
+    Returns (cosines float32, NaN where no candidate; ids int64, -1 there); ties keep the search order.
+    """
+    valid = ids >= 0
+    cos = np.full(ids.shape, -np.inf, dtype=np.float32)
+    cos[valid] = np.einsum("nd,nd->n", queries[np.nonzero(valid)[0]], take(ids[valid]))
+    order = np.argsort(-cos, axis=1, kind="stable")[:, :k]
+    cos, ids = np.take_along_axis(cos, order, 1), np.take_along_axis(ids, order, 1)
+    cos[ids < 0] = np.nan
+    return cos, ids

@@ -30,6 +30,11 @@ class Workspace:
     def embedding_dir(self, lang: str) -> Path:
         return self.root / "emb" / check_lang(lang)
 
+    def encoded_languages(self) -> list[str]:
+        """Languages with an embeddings manifest, sorted."""
+        root = self.root / "emb"
+        return sorted(p.parent.name for p in root.glob("*/manifest.json")) if root.is_dir() else []
+
     def index_dir(self) -> Path:
         return self.root / "index"
 

@@ -57,7 +57,13 @@ def test_index_then_mine_finds_the_identical_sentences(workspace):
         code, output = run("index", lang, "-w", str(work))
         assert code == 0 and "Flat" in output, output
         info = json.loads((work / "index" / f"{lang}.json").read_text())
-        assert info["count"] == 25 if lang == "de" else 22
+        assert info["count"] == (25 if lang == "de" else 22) and info["recall"] == 1.0
+        assert info["recall_source"] == ("en" if lang == "de" else "de")
+        assert f"with {info['recall_source']} queries" in " ".join(output.split())
+    code, output = run("index", "de", "-w", str(work), "--queries-from", "self")
+    assert code == 0 and "with self queries" in " ".join(output.split()), output
+    code, output = run("index", "de", "-w", str(work), "--queries-from", "xx")
+    assert code == 1 and "no embeddings for 'xx'" in output, output
     code, output = run("mine", "de", "en", "-w", str(work), "--threshold", "1.0")
     assert code == 0, output
     rows = read_mined(work / "mined" / "de-en.tsv.zst")

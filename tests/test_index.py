@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import faiss
 import numpy as np
 import pytest
 
 from bitextmine.errors import BitextmineError
 from bitextmine.index import (
+    RERANK_FETCH,
     IndexInfo,
     build_index,
     choose_factory,
@@ -18,6 +21,7 @@ from bitextmine.index import (
     set_nprobe,
     training_rows,
 )
+from bitextmine.neighbors import rerank
 from bitextmine.store import EmbeddingShard, EmbeddingStore, ModelIdentity, ShardedVectors
 
 
@@ -212,3 +216,68 @@ def test_opq_ivf_pq_builds_saves_and_loads(tmp_path):
     assert faiss.extract_index_ivf(loaded).nprobe == 2
     sims, ids = search(loaded, random_unit(10, 16, seed=5), 4)
     assert ids.shape == (10, 4) and (ids >= 0).all() and np.isfinite(sims).all()
+
+
+def test_rerank_keeps_the_exact_best_and_marks_missing_hits():
+    base = random_unit(30, 8, seed=2)
+    queries = random_unit(5, 8, seed=3)
+    ids = np.array(
+        [[3, 1, 4, 10, 5], [9, 2, 6, 5, 3], [-1, -1, -1, -1, -1], [7, -1, 8, -1, 0], [0, 1, 2, 3, 4]]
+    )
+    cos, top = rerank(queries, ids, lambda i: base[i], 3)
+    for q in range(5):
+        hits = [i for i in ids[q] if i >= 0]
+        want = sorted(hits, key=lambda i: -float(queries[q] @ base[i]))[:3]
+        assert top[q, : len(want)].tolist() == want and (top[q, len(want) :] == -1).all()
+        np.testing.assert_allclose(cos[q, : len(want)], [queries[q] @ base[i] for i in want], atol=1e-6)
+        assert np.isnan(cos[q, len(want) :]).all()
+
+
+@pytest.fixture(scope="module")
+def other_language(ivf):
+    """Queries like another language's sentences: noisy copies of indexed rows, never the rows themselves."""
+    vectors, _, _ = ivf
+    rows = vectors.take(np.random.default_rng(11).choice(len(vectors), 400, replace=False))
+    return "en", unit(rows + 0.35 * np.random.default_rng(12).normal(size=rows.shape) / np.sqrt(32))
+
+
+def test_other_language_queries_tune_nprobe_to_the_fewest_reaching_the_target(ivf, other_language):
+    vectors, _, _ = ivf
+    index, info = build_index(vectors, "de", factory="IVF512,Flat", queries=other_language, target_recall=0.9)
+    assert info.recall_source == "en" and info.recall_queries == 400 and info.recall >= 0.9
+    assert info.nprobe in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512) and info.nprobe > 1
+    base = vectors.take(np.arange(len(vectors)))
+    queries = other_language[1]
+    exact_ids = brute_force(queries, base, 4)[1]
+    assert recall(search(index, queries, 4)[1], exact_ids) >= 0.9
+    set_nprobe(index, info.nprobe // 2)
+    assert recall(search(index, queries, 4)[1], exact_ids) < 0.9
+    assert info.search_ms_per_1000 > 0 and info.exact_ms_per_1000 > 0 and info.fetch == 4
+
+
+def test_automatic_ivf_flat_gives_way_to_flat_only_when_slower_than_exact(ivf, other_language, monkeypatch):
+    import bitextmine.index as index_module
+
+    vectors, _, _ = ivf
+    monkeypatch.setattr(index_module, "FLAT_MAX", 1000)
+    real_probe = index_module.recall_probe
+    for exact_seconds, factory in ((1e9, "IVF512,Flat"), (0.0, "Flat")):
+        monkeypatch.setattr(
+            index_module,
+            "recall_probe",
+            lambda *a, s=exact_seconds, **kw: replace(real_probe(*a, **kw), exact_seconds=s),
+        )
+        index, info = build_index(vectors, "de", queries=other_language)
+        assert info.factory == factory and isinstance(index, faiss.IndexFlat) == (factory == "Flat")
+        assert ("built Flat instead" in info.note) == (factory == "Flat")
+        assert info.recall >= 0.95 and info.recall_source == "en"
+    index, info = build_index(vectors, "de", factory="IVF512,Flat", queries=other_language)
+    assert info.factory == "IVF512,Flat" and info.note == ""  # an explicit factory is kept
+
+
+def test_pq_indexes_fetch_more_and_rerank_exactly(tmp_path):
+    vectors = store_vectors(tmp_path / "emb", clustered_unit(4000, 16))
+    _, plain = build_index(vectors, "de", factory="OPQ4,IVF16,PQ4np", nprobe=16, fetch=4, recall_queries=300)
+    _, reranked = build_index(vectors, "de", factory="OPQ4,IVF16,PQ4np", nprobe=16, recall_queries=300)
+    assert plain.fetch == 4 and reranked.fetch == RERANK_FETCH
+    assert reranked.recall > plain.recall and reranked.recall >= 0.95

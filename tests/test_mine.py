@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bitextmine.margin import MARGINS
-from bitextmine.mine import STRATEGIES, mine_arrays
+from bitextmine.mine import STRATEGIES, find_neighbours, mine_arrays
+from bitextmine.neighbors import exact_knn
 
 
 def unit(x: np.ndarray) -> np.ndarray:
@@ -129,3 +130,20 @@ def test_a_far_away_distractor_never_changes_the_other_pairs(seed, strategy, sid
     pairs = {(int(s), int(t)) for s, t in zip(grown.src, grown.tgt, strict=True)}
     others = {(s, t) for s, t in pairs if s != outsider[0] and t != outsider[1]}
     assert others == {(int(s), int(t)) for s, t in zip(base.src, base.tgt, strict=True)}
+
+
+def test_fetching_more_than_k_reranks_a_lossy_search_to_the_exact_neighbours():
+    """A search that ranks only roughly (like PQ codes: any n of the true top 12) is repaired by fetch."""
+    src, tgt = bitext(40, 50, pairs=10, dim=16, seed=5)
+    rng = np.random.default_rng(0)
+
+    def scrambled(queries, n):
+        _, ids = exact_knn(queries, tgt, 12)
+        return None, rng.permuted(ids, axis=1)[:, :n]
+
+    exact = find_neighbours([(0, src)], len(src), lambda q, n: exact_knn(q, tgt, n), lambda i: tgt[i], 4)
+    repaired = find_neighbours([(0, src)], len(src), scrambled, lambda i: tgt[i], 4, fetch=12)
+    np.testing.assert_array_equal(repaired.ids, exact.ids)
+    np.testing.assert_allclose(repaired.sims, exact.sims, atol=1e-6)
+    unrepaired = find_neighbours([(0, src)], len(src), scrambled, lambda i: tgt[i], 4, fetch=4)
+    assert not np.array_equal(np.sort(unrepaired.ids, 1), np.sort(exact.ids, 1))

@@ -37,34 +37,73 @@ def index(
         str | None, typer.Option(help="FAISS factory string, e.g. 'IVF4096,Flat' [default: chosen by size].")
     ] = None,
     nprobe: Annotated[
-        int | None, typer.Option(help="IVF lists probed per query, stored with the index.", min=1)
+        int | None,
+        typer.Option(help="IVF lists probed per query [default: tuned for --target-recall].", min=1),
+    ] = None,
+    queries_from: Annotated[
+        str | None,
+        typer.Option(
+            help="Language whose vectors measure recall and tune nprobe, or 'self' for LANG's own rows "
+            "[default: en, else another encoded language]."
+        ),
+    ] = None,
+    target_recall: Annotated[
+        float | None,
+        typer.Option(help="Recall@4 that nprobe is tuned to reach [default: 0.95].", min=0.0, max=1.0),
+    ] = None,
+    fetch: Annotated[
+        int | None,
+        typer.Option(help="Hits fetched per query and re-ranked exactly [default: 4, 64 for PQ].", min=1),
     ] = None,
     gpu: Annotated[bool, typer.Option("--gpu", help="Train and populate on GPU (needs faiss GPU).")] = False,
-    seed: Annotated[int, typer.Option(help="Seed of the training sample.")] = 0,
+    seed: Annotated[int, typer.Option(help="Seed of the training and query samples.")] = 0,
 ) -> None:
     """Build a FAISS inner-product index over LANG's embedding shards.
 
     Reads WORK/emb/LANG/ and writes WORK/index/LANG.faiss plus WORK/index/LANG.json (factory, nprobe,
-    count, model fingerprint, recall@4 against exact search on a sample of queries). Small sets get an
-    exact Flat index, larger ones IVF, the largest OPQ+IVF+PQ.
+    count, model fingerprint, recall@4 against exact search, search speed). Small sets get an exact
+    Flat index, larger ones IVF-Flat (or Flat when that searches faster at the recall needed), the
+    largest OPQ+IVF+PQ with exact re-ranking. Recall is measured with another encoded language's
+    vectors, as mining searches, and IVF nprobe is tuned on them.
     """
     from bitextmine.index import build_index, save_index
-    from bitextmine.mine_workspace import open_language
+    from bitextmine.mine_workspace import open_language, recall_queries
 
     workspace = Workspace(workdir)
     with user_errors():
         language = open_language(workspace, lang)
+        queries = recall_queries(workspace, lang, queries_from, 1000, seed)
         progress, advance = progress_bar(f"indexing {lang}", len(language.vectors))
         with progress:
             built, info = build_index(
-                language.vectors, lang, factory=factory, nprobe=nprobe, gpu=gpu, seed=seed, progress=advance
+                language.vectors,
+                lang,
+                factory=factory,
+                nprobe=nprobe,
+                fetch=fetch,
+                queries=queries,
+                target_recall=target_recall,
+                gpu=gpu,
+                seed=seed,
+                progress=advance,
             )
         save_index(built, info, workspace.index_dir())
-    recall = "exact" if info.recall is None else f"{info.recall:.4f}"
-    out.print(
-        f"index {lang}: {info.factory}, {info.count:,} vectors, nprobe {info.nprobe}, recall@{info.recall_k} "
-        f"{recall}, {info.build_seconds:.1f} s -> {workspace.index_dir() / (lang + '.faiss')}",
-        highlight=False,
+    out.print(_index_line(info, workspace), highlight=False)
+    if info.note:
+        err.print(f"note: {info.note}", highlight=False)
+
+
+def _index_line(info, workspace: Workspace) -> str:
+    recall = "n/a" if info.recall is None else f"{info.recall:.4f}"
+    speed = (
+        ""
+        if info.search_ms_per_1000 is None
+        else f", {info.search_ms_per_1000:,.0f} ms per 1000 queries (exact {info.exact_ms_per_1000:,.0f})"
+    )
+    return (
+        f"index {info.lang}: {info.factory}, {info.count:,} vectors, nprobe {info.nprobe}, "
+        f"fetch {info.fetch}, recall@{info.recall_k} {recall} with {info.recall_source} queries{speed}, "
+        f"built in {info.build_seconds:.1f} s -> {workspace.index_dir() / (info.lang + '.faiss')}"
     )
 
 
@@ -95,14 +134,15 @@ def mine(
     sorted by score, plus WORK/mined/SRC-TGT.stats.json. --threshold auto reads the threshold that
     `bitextmine calibrate` stored in the model dir (--model, default the model of the embeddings).
     """
-    from bitextmine.mine_workspace import MineOptions, mine_workspace
+    from bitextmine.mine_workspace import MineOptions, mine_workspace, open_language
 
     workspace = Workspace(workdir)
     with user_errors():
         options = MineOptions(
             k=k, margin=margin, strategy=strategy, threshold=_threshold(threshold), nprobe=nprobe, model=model
         )
-        progress, advance = progress_bar(f"mining {src}-{tgt}", None)
+        queries = sum(len(open_language(workspace, lang).vectors) for lang in (src, tgt))
+        progress, advance = progress_bar(f"mining {src}-{tgt}", queries)
         with progress:
             summary = mine_workspace(workspace, src, tgt, options, advance)
     out.print(_preview_table(summary))

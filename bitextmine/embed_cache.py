@@ -1,4 +1,4 @@
-"""Encode a list of sentences once per model: vectors cached by model fingerprint and text."""
+"""Encode a list of sentences once per model and precision: vectors cached by fingerprint and text."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ def embed(
     progress: ProgressCallback | None = None,
 ) -> np.ndarray:
     """Unit vectors rounded through float16 exactly as the workspace stores them (so thresholds
-    learned here apply to `mine`); cached under `cache_dir` by model fingerprint and text."""
-    digest = hashlib.sha256(encoder.fingerprint.encode())
+    learned here apply to `mine`); cached under `cache_dir` by model fingerprint, precision and text."""
+    digest = hashlib.sha256(f"{encoder.fingerprint}:{encoder.precision}".encode())
     for sentence in sentences:
         digest.update(sentence.encode() + b"\n")
     cached = cache_dir / f"{digest.hexdigest()[:32]}.npy" if cache_dir else None

@@ -96,7 +96,7 @@ def encode_corpus(
     encoder = load_encoder()
     store = EmbeddingStore(workspace.embedding_dir(lang), lang)
     identity = ModelIdentity(
-        encoder.loaded.name, encoder.fingerprint, encoder.dim, encoder.settings.as_dict()
+        encoder.loaded.name, encoder.fingerprint, encoder.dim, encoder.settings.as_dict(), encoder.precision
     )
     store.bind(identity, overwrite=options.overwrite)
     pending = [s for s in corpus.shards if not store.is_complete(_stem(s.name), s.sha256, s.rows)]

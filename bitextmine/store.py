@@ -34,6 +34,7 @@ class ModelIdentity:
     fingerprint: str
     dim: int
     settings: dict[str, Any]
+    precision: str = "fp32"  # of the forward that made the vectors (not part of the fingerprint)
 
     def describe(self) -> str:
         return f"{self.name} (fingerprint {self.fingerprint}, dim {self.dim})"
@@ -68,17 +69,37 @@ class EmbeddingStore:
             self.manifest = EmbeddingManifest.from_json(read_json(self.root / MANIFEST))
 
     def bind(self, model: ModelIdentity, *, overwrite: bool = False) -> None:
-        """Attach the model that writes here; refuse to mix models or dims unless overwriting."""
+        """Attach the model that writes here; refuse to mix models, dims or precisions unless overwriting.
+
+        The same model under another path or name replaces the recorded one (the latest is what
+        `mine --threshold auto` reads thresholds from).
+        """
         current = self.manifest
-        if current is not None and current.model.fingerprint != model.fingerprint and not overwrite:
+        if current is not None and not overwrite:
+            self._check_compatible(current, model)
+        if current is None or (current.model.fingerprint, current.model.precision) != (
+            model.fingerprint,
+            model.precision,
+        ):
+            self._remove_shards()
+            self.manifest = EmbeddingManifest(self.lang, model)
+            self._save_manifest()
+        elif current.model != model:
+            current.model = model
+            self._save_manifest()
+
+    def _check_compatible(self, current: EmbeddingManifest, model: ModelIdentity) -> None:
+        if current.model.fingerprint != model.fingerprint:
             raise BitextmineError(
                 f"{self.root}: embeddings of '{self.lang}' were made with {current.model.describe()}, "
                 f"not {model.describe()}; use another --workdir or --overwrite to re-encode"
             )
-        if current is None or current.model.fingerprint != model.fingerprint:
-            self._remove_shards()
-            self.manifest = EmbeddingManifest(self.lang, model)
-            self._save_manifest()
+        if current.shards and current.model.precision != model.precision:
+            raise BitextmineError(
+                f"{self.root}: embeddings of '{self.lang}' were made at precision {current.model.precision}, "
+                f"not {model.precision}; pass --precision {current.model.precision} to resume, or "
+                "--overwrite to re-encode"
+            )
 
     def is_complete(self, name: str, text_sha256: str, rows: int) -> bool:
         entry = self.manifest.shards.get(name) if self.manifest else None

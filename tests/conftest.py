@@ -35,6 +35,12 @@ def require_shared(relative: str) -> Path:
     return path
 
 
+@pytest.fixture(autouse=True, scope="session")
+def private_cache(tmp_path_factory) -> None:
+    """Precision self-checks are recorded in a per-session cache, never in the user's ~/.cache."""
+    os.environ["BITEXTMINE_CACHE"] = str(tmp_path_factory.mktemp("bitextmine-cache"))
+
+
 @pytest.fixture(scope="session")
 def e5_dir() -> Path:
     return require_shared("models/multilingual-e5-small-q4")

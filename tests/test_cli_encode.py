@@ -48,7 +48,7 @@ def test_encode_small_zst_end_to_end(tmp_path, tiny_model_dir):
     source = write_zst(tmp_path / "de.txt.zst", lines)
     work = tmp_path / "work"
     args = [str(source), "--lang", "de", "--model", str(tiny_model_dir("bert")), "--workdir", str(work)]
-    args += ["--shard-size", "10", "--dedup"]
+    args += ["--shard-size", "10", "--dedup", "--precision", "fp32"]
     code, output = encode(*args, "--max-tokens", "64")
     assert code == 0, output
     assert "rows kept" in output
@@ -230,3 +230,17 @@ def test_encode_real_bucc_slice_with_e5(tmp_path, e5_dir):
     assert (
         np.allclose(np.diag(similarity), 1.0, atol=2e-3) and similarity[~np.eye(30, dtype=bool)].max() < 0.99
     )
+
+
+def test_precision_is_recorded_and_a_resume_at_another_precision_is_refused(tmp_path, tiny_model_dir):
+    source = write_zst(tmp_path / "de.txt.zst", corpus_lines(12))
+    work = tmp_path / "work"
+    args = [str(source), "--lang", "de", "--model", str(tiny_model_dir("bert")), "--workdir", str(work)]
+    code, output = encode(*args, "--precision", "bf16")
+    assert code == 0 and "bf16" in output, output
+    assert json.loads((work / "emb" / "de" / "manifest.json").read_text())["model"]["precision"] == "bf16"
+    code, output = encode(*args, "--precision", "fp32")
+    assert code == 1 and "made at precision bf16, not fp32; pass --precision bf16" in output, output
+    assert len(output.strip().splitlines()) <= 3  # the shard lines, then one error line
+    code, output = encode(*args, "--precision", "fp16")
+    assert code == 1 and "unknown precision 'fp16'" in output, output

@@ -10,7 +10,9 @@ import typer
 from rich.table import Table
 
 from bitextmine.cli.common import (
+    DeviceOption,
     ModelOption,
+    PrecisionOption,
     WorkdirOption,
     app,
     err,
@@ -33,7 +35,6 @@ BuccDir = Annotated[
     Path, typer.Option("--bucc", help="Folder with PAIR.SPLIT.{x,en,gold} (BUCC 2018 format).")
 ]
 Pair = Annotated[str, typer.Option(help="Language pair, e.g. de-en.")]
-DeviceOption = Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")]
 ThreadsOption = Annotated[int | None, typer.Option(help="CPU threads for torch [default: all cores].", min=1)]
 JsonOption = Annotated[
     Path | None, typer.Option("--json", help="Also write the results as JSON to this file.")
@@ -44,12 +45,14 @@ def _cache_dir(workdir: Path) -> Path:
     return workdir / "cache" / "embeddings"
 
 
-def _mine_split(bucc: Path, pair: str, split: str, model: str, workdir: Path, device: str, settings):
+def _mine_split(
+    bucc: Path, pair: str, split: str, model: str, workdir: Path, device: str, precision: str, settings
+):
     from bitextmine.bucc import read_bucc
     from bitextmine.calibrate import mine_split
 
     data = read_bucc(bucc, pair, split)
-    encoder = load_encoder(model, device)
+    encoder = load_encoder(model, device, precision)
     total = len(data.src.sentences) + len(data.tgt.sentences)
     progress, advance = progress_bar(f"encoding {pair} {split}", total)
     with progress:
@@ -84,6 +87,7 @@ def calibrate(
     margin: Annotated[str, typer.Option(help=MARGIN_HELP)] = "ratio",
     strategy: Annotated[str, typer.Option(help=STRATEGY_HELP)] = "max",
     device: DeviceOption = "auto",
+    precision: PrecisionOption = "auto",
     threads: ThreadsOption = None,
 ) -> None:
     """Learn the margin threshold with the best F1 on a BUCC-format split and store it in the model dir.
@@ -100,7 +104,7 @@ def calibrate(
     with user_errors():
         model = require_model(model)
         encoder, mined = _mine_split(
-            bucc, pair, split, model, workdir, device, MiningSettings(k, margin, strategy)
+            bucc, pair, split, model, workdir, device, precision, MiningSettings(k, margin, strategy)
         )
         result = calibrate_threshold(mined)
         path = store_threshold(encoder.loaded.model_dir, margin, pair, result.threshold)
@@ -132,6 +136,7 @@ def eval_bucc(
     margin: Annotated[str, typer.Option(help=MARGIN_HELP)] = "ratio",
     strategy: Annotated[str, typer.Option(help=STRATEGY_HELP)] = "max",
     device: DeviceOption = "auto",
+    precision: PrecisionOption = "auto",
     threads: ThreadsOption = None,
     json_path: JsonOption = None,
 ) -> None:
@@ -153,7 +158,7 @@ def eval_bucc(
         else:
             model = require_model(model)
             encoder, run = _mine_split(
-                bucc, pair, split, model, workdir, device, MiningSettings(k, margin, strategy)
+                bucc, pair, split, model, workdir, device, precision, MiningSettings(k, margin, strategy)
             )
             if threshold == "oracle":
                 used = calibrate_threshold(run).threshold
@@ -194,10 +199,10 @@ def _report(table: Table, data: dict, json_path: Path | None) -> None:
         _write_json(json_path, data)
 
 
-def _encode_fn(model: str, device: str, workdir: Path):
+def _encode_fn(model: str, device: str, precision: str, workdir: Path):
     from bitextmine.embed_cache import embed
 
-    encoder = load_encoder(model, device)
+    encoder = load_encoder(model, device, precision)
     return lambda sentences: embed(encoder, sentences, _cache_dir(workdir))
 
 
@@ -214,6 +219,7 @@ def eval_tatoeba(
     model: ModelOption = None,
     workdir: WorkdirOption = DEFAULT_WORKDIR,
     device: DeviceOption = "auto",
+    precision: PrecisionOption = "auto",
     threads: ThreadsOption = None,
     json_path: JsonOption = None,
 ) -> None:
@@ -222,7 +228,7 @@ def eval_tatoeba(
 
     set_threads(threads)
     with user_errors():
-        encode = _encode_fn(require_model(model), device, workdir)
+        encode = _encode_fn(require_model(model), device, precision, workdir)
         result = evaluate_tatoeba(
             data,
             _languages(langs, lambda: tatoeba_languages(data)),
@@ -251,6 +257,7 @@ def eval_xsim(
     k: Annotated[int, typer.Option("--k", "-k", min=1, help="Neighbours per sentence for the margin.")] = 4,
     workdir: WorkdirOption = DEFAULT_WORKDIR,
     device: DeviceOption = "auto",
+    precision: PrecisionOption = "auto",
     threads: ThreadsOption = None,
     json_path: JsonOption = None,
 ) -> None:
@@ -259,7 +266,7 @@ def eval_xsim(
 
     set_threads(threads)
     with user_errors():
-        encode = _encode_fn(require_model(model), device, workdir)
+        encode = _encode_fn(require_model(model), device, precision, workdir)
         chosen = [lang for lang in _languages(langs, lambda: flores_languages(data, split)) if lang != target]
         result = evaluate_xsim(
             data,

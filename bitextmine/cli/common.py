@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -55,27 +56,59 @@ def require_model(model: str | None) -> str:
     return model
 
 
+PrecisionOption = Annotated[
+    str,
+    typer.Option(
+        help="fp32, bf16, int8 (CPU) or auto: bf16 where the GPU or CPU (AVX512-BF16/AMX) runs it "
+        "natively, else fp32."
+    ),
+]
+DeviceOption = Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")]
+
+
 def set_threads(threads: int | None) -> None:
+    """Intra-op threads = the cores this process may use (or `threads`); one inter-op thread, since
+    encoder layers run one after another and extra inter-op threads only compete for the cores."""
     import torch
 
     torch.set_num_threads(threads or len(os.sched_getaffinity(0)))
+    with contextlib.suppress(RuntimeError):  # already set, or parallel work has started in this process
+        torch.set_num_interop_threads(1)
+
+
+def thread_summary() -> str:
+    import torch
+
+    return f"{torch.get_num_threads()} threads + {torch.get_num_interop_threads()} inter-op"
 
 
 def load_encoder(
     model: str,
     device: str,
+    precision: str = "auto",
     overrides: dict | None = None,
     max_tokens: int | None = None,
     padded: bool = False,
 ):
-    """A SentenceEncoder for the CLI's options (torch is imported only when a command needs it)."""
+    """A SentenceEncoder for the CLI's options (torch is imported only when a command needs it).
+
+    A precision self-check run now (not read back from an earlier run) is printed."""
     from bitextmine.encoder.batching import DEFAULT_MAX_TOKENS
     from bitextmine.encoder.encoder import SentenceEncoder
 
-    return SentenceEncoder.load(
+    encoder = SentenceEncoder.load(
         model,
         device=device,
         overrides=overrides,
         max_tokens=max_tokens or DEFAULT_MAX_TOKENS,
         packed=False if padded else None,
+        precision=precision,
     )
+    check = encoder.precision_check
+    if check is not None and not check.cached:
+        err.print(
+            f"{check.precision} self-check vs fp32 on {check.sentences} built-in sentences: mean cosine "
+            f"{check.mean_cosine:.6f}, min {check.min_cosine:.6f}",
+            highlight=False,
+        )
+    return encoder

@@ -18,7 +18,9 @@ from rich.table import Table
 from rich.text import Text
 
 from bitextmine.cli.common import (
+    DeviceOption,
     ModelOption,
+    PrecisionOption,
     WorkdirOption,
     app,
     err,
@@ -26,6 +28,7 @@ from bitextmine.cli.common import (
     out,
     require_model,
     set_threads,
+    thread_summary,
     user_errors,
 )
 from bitextmine.encoder.batching import DEFAULT_MAX_TOKENS
@@ -67,9 +70,9 @@ class _RichEncodeReporter:
 
     def encoder_ready(self, encoder, rows_to_encode: int) -> None:
         err.print(
-            f"model {encoder.loaded.name} ({encoder.mode}, {encoder.device}, "
+            f"model {encoder.loaded.name} ({encoder.mode}, {encoder.device}, {encoder.precision}, "
             f"{len(os.sched_getaffinity(0))} cores, "
-            f"{_torch_threads()} threads, pooling {encoder.settings.pooling}, "
+            f"{thread_summary()}, pooling {encoder.settings.pooling}, "
             f"prefix {encoder.settings.prefix!r}, max length {encoder.max_length})",
             highlight=False,
         )
@@ -82,12 +85,6 @@ class _RichEncodeReporter:
 
     def close(self) -> None:
         self.progress.stop()
-
-
-def _torch_threads() -> int:
-    import torch
-
-    return torch.get_num_threads()
 
 
 def _summary_table(summary) -> Table:
@@ -133,7 +130,8 @@ def encode(
     shard_size: Annotated[
         int, typer.Option(help="Sentences per shard (the unit of resume).", min=1)
     ] = 100_000,
-    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
+    device: DeviceOption = "auto",
+    precision: PrecisionOption = "auto",
     dedup: Annotated[
         bool, typer.Option("--dedup", help="Drop exact duplicate sentences (after cleaning).")
     ] = False,
@@ -180,7 +178,7 @@ def encode(
                 files,
                 lang,
                 Workspace(workdir),
-                lambda: load_encoder(model, device, overrides, max_tokens, padded),
+                lambda: load_encoder(model, device, precision, overrides, max_tokens, padded),
                 EncodeOptions(shard_size=shard_size, dedup=dedup, max_chars=max_chars, overwrite=overwrite),
                 reporter,
             )

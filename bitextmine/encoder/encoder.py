@@ -13,6 +13,15 @@ from bitextmine.encoder.attention import select_attention
 from bitextmine.encoder.batching import DEFAULT_MAX_TOKENS, token_budget_batches
 from bitextmine.encoder.loading import LoadedModel, load_model, model_fingerprint
 from bitextmine.encoder.packed import PackedBertForward, supports_packing
+from bitextmine.encoder.precision import (
+    CHECK_SENTENCES,
+    PrecisionCheck,
+    compare,
+    convert_model,
+    record_check,
+    recorded_check,
+    resolve_precision,
+)
 from bitextmine.encoder.settings import EncoderSettings, resolve_settings
 from bitextmine.errors import BitextmineError
 
@@ -51,7 +60,10 @@ class SentenceEncoder:
     """Encodes sentences with a packed block-diagonal forward when the architecture allows it.
 
     ``packed=False`` forces the ordinary padded Hugging Face forward (the reference path and the
-    fallback for architectures the packed forward does not know).
+    fallback for architectures the packed forward does not know). ``precision`` (fp32, bf16, int8 or
+    auto, see precision.py) converts the model once it is loaded; the first time a precision is used
+    with a model on a device type, the built-in sample is encoded both ways and ``precision_check``
+    holds the cosines to fp32 (later runs read the recorded check).
     """
 
     def __init__(
@@ -62,6 +74,7 @@ class SentenceEncoder:
         max_tokens: int = DEFAULT_MAX_TOKENS,
         packed: bool | None = None,
         attention: str = "auto",
+        precision: str = "fp32",
     ) -> None:
         self.loaded = loaded
         self.settings = settings
@@ -77,6 +90,9 @@ class SentenceEncoder:
             PackedBertForward(loaded.model, select_attention(self.device, attention)) if self.packed else None
         )
         self.fingerprint = model_fingerprint(loaded.model_dir, settings)
+        self.precision = "fp32"
+        self.precision_check: PrecisionCheck | None = None
+        self._set_precision(resolve_precision(precision, self.device))
 
     @classmethod
     def load(
@@ -87,10 +103,23 @@ class SentenceEncoder:
         overrides: dict | None = None,
         max_tokens: int = DEFAULT_MAX_TOKENS,
         packed: bool | None = None,
+        precision: str = "fp32",
     ) -> SentenceEncoder:
         loaded = load_model(name_or_path, pick_device(device))
         settings = resolve_settings(loaded.model_dir, overrides)
-        return cls(loaded, settings, max_tokens=max_tokens, packed=packed)
+        return cls(loaded, settings, max_tokens=max_tokens, packed=packed, precision=precision)
+
+    def _set_precision(self, precision: str) -> None:
+        if precision == "fp32":
+            return
+        check = recorded_check(self.fingerprint, precision, self.device)
+        reference = None if check else self.encode(list(CHECK_SENTENCES)).vectors
+        convert_model(self.loaded.model, precision)
+        self.precision = precision
+        if check is None:
+            check = compare(precision, reference, self.encode(list(CHECK_SENTENCES)).vectors)
+            record_check(self.fingerprint, self.device, check)
+        self.precision_check = check
 
     @property
     def dim(self) -> int:
@@ -134,12 +163,12 @@ class SentenceEncoder:
         pooled = self._packed(ids) if self._packed_forward else self._padded(ids)
         if self.settings.normalize:
             pooled = F.normalize(pooled, dim=-1)
-        return pooled.float().cpu().numpy()
+        return pooled.cpu().numpy()
 
     def _packed(self, ids: list[list[int]]) -> torch.Tensor:
         seqlens = [len(x) for x in ids]
         stream = torch.tensor([t for x in ids for t in x], device=self.device)
-        hidden = self._packed_forward(stream, seqlens)
+        hidden = self._packed_forward(stream, seqlens).float()  # pool in fp32 whatever the precision
         lengths = torch.tensor(seqlens, device=self.device)
         if self.settings.pooling == "cls":
             return hidden[torch.cumsum(lengths, 0) - lengths]
@@ -149,7 +178,7 @@ class SentenceEncoder:
 
     def _padded(self, ids: list[list[int]]) -> torch.Tensor:
         batch = self.loaded.tokenizer.pad({"input_ids": ids}, return_tensors="pt").to(self.device)
-        hidden = self.loaded.model(**batch).last_hidden_state
+        hidden = self.loaded.model(**batch).last_hidden_state.float()
         if self.settings.pooling == "cls":
             return hidden[:, 0]
         mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)

@@ -82,6 +82,8 @@ class PackedBertForward:
         # One GEMM instead of three; the weights are concatenated on every call (cheap next to the
         # GEMM) so that training sees the current parameters and gradients flow to each of them.
         projections = (core.query, core.key, core.value)
+        if not all(isinstance(p, nn.Linear) for p in projections):  # int8: quantized modules
+            return torch.cat([p(hidden) for p in projections], dim=-1)
         weight = torch.cat([p.weight for p in projections])
         bias = torch.cat([p.bias for p in projections])
         return F.linear(hidden, weight, bias)

@@ -9,7 +9,7 @@ dropout, gradients and weights behave exactly as in the original model.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -56,12 +56,17 @@ class PackedBertForward:
 
     def __call__(self, input_ids: torch.Tensor, seqlens: Sequence[int]) -> torch.Tensor:
         """input_ids: [tokens] -> last hidden states [tokens, hidden]."""
-        hidden = self._embed(input_ids, seqlens)
-        for layer in self.model.encoder.layer:
+        return self.run_layers(self.model.encoder.layer, self.embed(input_ids, seqlens), seqlens)
+
+    def run_layers(
+        self, layers: Iterable[nn.Module], hidden: torch.Tensor, seqlens: Sequence[int]
+    ) -> torch.Tensor:
+        """Run BERT-style `layers` (the model's own, or heads built like them) over a packed stream."""
+        for layer in layers:
             hidden = self._layer(layer, hidden, seqlens)
         return hidden
 
-    def _embed(self, input_ids: torch.Tensor, seqlens: Sequence[int]) -> torch.Tensor:
+    def embed(self, input_ids: torch.Tensor, seqlens: Sequence[int]) -> torch.Tensor:
         emb = self.model.embeddings
         positions = packed_positions(seqlens, self.position_offset, input_ids.device)
         hidden = emb.word_embeddings(input_ids) + emb.position_embeddings(positions)
@@ -72,7 +77,7 @@ class PackedBertForward:
         attn = layer.attention
         core = attn.self
         qkv = self._fused_qkv(core, hidden).view(hidden.shape[0], 3, self.heads, self.head_dim)
-        dropout_p = core.dropout.p if self.model.training else 0.0
+        dropout_p = core.dropout.p if layer.training else 0.0
         context = self.attention(qkv, seqlens, dropout_p)
         attended = attn.output(context.reshape(hidden.shape), hidden)
         return layer.output(layer.intermediate(attended), attended)

@@ -1,14 +1,20 @@
-"""Encoding throughput on CPU: packed block-diagonal vs padded Hugging Face vs sentence-transformers.
+"""Encoding throughput on CPU: packed block-diagonal vs padded Hugging Face vs sentence-transformers,
+and bitextmine's precisions (fp32, bf16, int8) with their BUCC-format dev F1.
 
 Each variant runs in its own process (so peak RSS is its own) on the same sentences with the same
 thread count, writes its vectors, and the parent compares them with the padded input-order reference:
 
-  (a) packed     bitextmine SentenceEncoder, token-budget batches from length-sorted windows
+  (a) packed     bitextmine SentenceEncoder (fp32), token-budget batches from length-sorted windows
   (b) padded     plain HF forward, batches of 64 in input order (the model card recipe)
   (c) sorted     plain HF forward, batches of 64 after sorting all sentences by token length
   (d) st         sentence-transformers encode(batch_size=64) on the same model dir, if installed
+  (e) bf16       (a) with --precision bf16
+  (f) int8       (a) with --precision int8
 
-Usage: python examples/benchmarks/bench_encode.py [--n 20000] [--threads 2] [--out results/bench_encode.md]
+Then, per precision and in its own process, the de-en and zh-en bucc-like dev splits are encoded
+(no cache), mined exactly and the best-F1 threshold is learned on the same split (oracle F1).
+
+Usage: python examples/benchmarks/bench_encode.py [--n 10000] [--threads 2] [--no-f1] [--out FILE]
 """
 
 from __future__ import annotations
@@ -28,7 +34,10 @@ from pathlib import Path
 import numpy as np
 from benchlib import MODEL, SHARED, peak_rss_mb
 
-VARIANTS = ("packed", "padded", "sorted", "st")
+VARIANTS = ("packed", "padded", "sorted", "st", "bf16", "int8")
+PRECISION_OF = {"packed": "fp32", "bf16": "bf16", "int8": "int8"}
+F1_PAIRS = ("de-en", "zh-en")
+F1_TOLERANCE = 0.3  # F1 points a faster precision may lose against fp32
 BATCH = 64
 
 
@@ -48,9 +57,8 @@ def load_sentences(n: int) -> list[str]:
 def run_variant(variant: str, sentences: list[str], out_dir: Path) -> None:
     import torch
 
-    encode = {"packed": _packed, "padded": _hf_padded, "sorted": _hf_sorted, "st": _sentence_transformers}[
-        variant
-    ]()
+    builders = {"padded": _hf_padded, "sorted": _hf_sorted, "st": _sentence_transformers}
+    encode = builders[variant]() if variant in builders else _packed(PRECISION_OF[variant])
     with torch.inference_mode():
         encode(sentences[:BATCH])  # warm-up: first-call allocations and kernel selection
         started = time.perf_counter()
@@ -60,11 +68,34 @@ def run_variant(variant: str, sentences: list[str], out_dir: Path) -> None:
     (out_dir / f"{variant}.json").write_text(json.dumps({"seconds": seconds, "peak_rss_mb": peak_rss_mb()}))
 
 
-def _packed():
+def _packed(precision: str):
     from bitextmine.encoder.encoder import SentenceEncoder
 
-    encoder = SentenceEncoder.load(str(MODEL), device="cpu", packed=True)
+    encoder = SentenceEncoder.load(str(MODEL), device="cpu", packed=True, precision=precision)
     return lambda sentences: encoder.encode(sentences).vectors
+
+
+def run_f1(precision: str, out_dir: Path) -> None:
+    """Oracle dev F1 of each F1 pair with vectors encoded at `precision`."""
+    from bitextmine.bucc import read_bucc
+    from bitextmine.calibrate import MiningSettings, calibrate_threshold, mine_split
+    from bitextmine.encoder.encoder import SentenceEncoder
+
+    encoder = SentenceEncoder.load(str(MODEL), device="cpu", precision=precision)
+    results = {}
+    for pair in F1_PAIRS:
+        split = read_bucc(SHARED / "data" / "bucc-like" / pair, pair, "dev")
+        started = time.perf_counter()
+        result = calibrate_threshold(mine_split(split, encoder, MiningSettings()))
+        results[pair] = {
+            "f1": result.scores.f1,
+            "precision": result.scores.precision,
+            "recall": result.scores.recall,
+            "threshold": result.threshold,
+            "sentences": len(split.src.sentences) + len(split.tgt.sentences),
+            "seconds": time.perf_counter() - started,
+        }
+    (out_dir / f"f1-{precision}.json").write_text(json.dumps(results))
 
 
 def _sentence_transformers():
@@ -120,48 +151,48 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--n", type=int, default=20_000)
+    parser.add_argument("--n", type=int, default=10_000)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--only", choices=VARIANTS, action="append")
     parser.add_argument("--out", type=Path, default=Path(__file__).with_name("results") / "bench_encode.md")
+    parser.add_argument("--no-f1", action="store_true", help="skip the dev F1 per precision")
     parser.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)
+    parser.add_argument("--f1-precision", choices=sorted(set(PRECISION_OF.values())), help=argparse.SUPPRESS)
     parser.add_argument("--scratch", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if not MODEL.is_dir():
         sys.exit(f"bench_encode: {MODEL} is absent; the benchmark needs the shared e5 model and data")
-    sentences = load_sentences(args.n)
-    if args.variant:
+    if args.variant or args.f1_precision:
         import torch
 
         torch.set_num_threads(args.threads)
-        run_variant(args.variant, sentences, args.scratch)
+        if args.f1_precision:
+            run_f1(args.f1_precision, args.scratch)
+        else:
+            run_variant(args.variant, load_sentences(args.n), args.scratch)
         return
+    sentences = load_sentences(args.n)
     variants = [v for v in VARIANTS if v != "st" or _has_sentence_transformers()]
     variants = [v for v in variants if not args.only or v in args.only or v == "padded"]
     with tempfile.TemporaryDirectory() as scratch:
+        common = ["--scratch", scratch, "--n", str(args.n), "--threads", str(args.threads)]
         for variant in variants:
             print(f"running {variant} on {len(sentences)} sentences ...", flush=True)
-            subprocess.run(
-                [
-                    sys.executable,
-                    __file__,
-                    "--variant",
-                    variant,
-                    "--scratch",
-                    scratch,
-                    "--n",
-                    str(args.n),
-                    "--threads",
-                    str(args.threads),
-                ],
-                check=True,
-                env={**os.environ, "OMP_NUM_THREADS": str(args.threads)},
-            )
-        report = build_report(Path(scratch), variants, sentences, args.threads)
+            _child(["--variant", variant, *common], args.threads)
+        precisions = [] if args.no_f1 else [PRECISION_OF[v] for v in variants if v in PRECISION_OF]
+        for precision in precisions:
+            print(f"dev F1 at {precision} on {', '.join(F1_PAIRS)} ...", flush=True)
+            _child(["--f1-precision", precision, *common], args.threads)
+        report = build_report(Path(scratch), variants, precisions, sentences, args.threads)
     print(report)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(report)
     print(f"written to {args.out}")
+
+
+def _child(arguments: list[str], threads: int) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    subprocess.run([sys.executable, __file__, *arguments], check=True, env=env)
 
 
 def _has_sentence_transformers() -> bool:
@@ -180,38 +211,88 @@ def count_tokens(sentences: list[str]) -> int:
     return sum(len(x) for x in ids)
 
 
-def build_report(scratch: Path, variants: list[str], sentences: list[str], threads: int) -> str:
+LABELS = {
+    "packed": "(a) packed, fp32",
+    "padded": "(b) padded, input order",
+    "sorted": "(c) padded, length-sorted",
+    "st": "(d) sentence-transformers",
+    "bf16": "(e) packed, bf16",
+    "int8": "(f) packed, int8",
+}
+
+
+def build_report(
+    scratch: Path, variants: list[str], precisions: list[str], sentences: list[str], threads: int
+) -> str:
     tokens = count_tokens(sentences)
     reference = np.load(scratch / "padded.npy")
     stats = {v: json.loads((scratch / f"{v}.json").read_text()) for v in variants}
     rate = {v: len(sentences) / stats[v]["seconds"] for v in variants}
-    labels = {
-        "packed": "(a) packed",
-        "padded": "(b) padded, input order",
-        "sorted": "(c) padded, length-sorted",
-        "st": "(d) sentence-transformers",
-    }
     lines = [
         f"# bench_encode — {datetime.date.today().isoformat()}",
         "",
         f"Machine: {machine()}; {threads} threads; {len(sentences):,} sentences (de/en news, mixed), "
-        f"{tokens:,} tokens with the `query: ` prefix; model multilingual-e5-small-q4, float32.",
+        f"{tokens:,} tokens with the `query: ` prefix; model multilingual-e5-small-q4 (fp32 weights).",
         "",
-        "| variant | sentences/s | tokens/s | peak RSS (MB) | min cos vs (b) | mean cos vs (b) |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| variant | sentences/s | tokens/s | x (d) | peak RSS (MB) | min cos vs (b) | mean cos vs (b) |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for v in variants:
         cos = (np.load(scratch / f"{v}.npy") * reference).sum(1)
+        vs_st = f"{rate[v] / rate['st']:.2f}" if "st" in rate else "-"
         lines.append(
-            f"| {labels[v]} | {rate[v]:.1f} | {tokens / stats[v]['seconds']:,.0f} | "
+            f"| {LABELS[v]} | {rate[v]:.1f} | {tokens / stats[v]['seconds']:,.0f} | {vs_st} | "
             f"{stats[v]['peak_rss_mb']:,.0f} | {cos.min():.6f} | {cos.mean():.6f} |"
         )
     lines += ["", "| ratio | value | target |", "|---|---:|---:|"]
-    targets = {"padded": "a/b >= 2.0", "sorted": "a/c >= 1.15", "st": ""}
+    targets = {"padded": "2.0", "sorted": "1.15", "st": ""}
     for v, name in (("padded", "a/b"), ("sorted", "a/c"), ("st", "a/d")):
         if "packed" in rate and v in rate:
-            lines.append(f"| {name} | {rate['packed'] / rate[v]:.2f} | {targets[v].split('>= ')[-1]} |")
+            lines.append(f"| {name} | {rate['packed'] / rate[v]:.2f} | {targets[v]} |")
+    if precisions:
+        lines += f1_section(scratch, precisions, rate)
     return "\n".join(lines) + "\n"
+
+
+def f1_section(scratch: Path, precisions: list[str], rate: dict[str, float]) -> list[str]:
+    """Dev F1 per precision and the verdict: the fastest one within F1_TOLERANCE of fp32 on every pair."""
+    f1 = {p: json.loads((scratch / f"f1-{p}.json").read_text()) for p in precisions}
+    lines = [
+        "",
+        "BUCC-format dev F1 per precision (`../shared/data/bucc-like`, ratio margin, k = 4, exact mining, "
+        "best-F1 threshold learned on the same dev split; each precision encodes the splits afresh):",
+        "",
+        "| precision | "
+        + " | ".join(f"{pair} F1 % (threshold)" for pair in F1_PAIRS)
+        + " | splits encoded in s |",
+        "|---|" + "---:|" * (len(F1_PAIRS) + 1),
+    ]
+    for p in precisions:
+        cells = [f"{100 * f1[p][pair]['f1']:.2f} ({f1[p][pair]['threshold']:.4f})" for pair in F1_PAIRS]
+        seconds = sum(f1[p][pair]["seconds"] for pair in F1_PAIRS)
+        lines.append(f"| {p} | " + " | ".join(cells) + f" | {seconds:,.0f} |")
+    variant_of = {precision: variant for variant, precision in PRECISION_OF.items()}
+    if "fp32" not in f1:
+        return lines
+    keeps = [
+        p
+        for p in precisions
+        if all(100 * (f1["fp32"][pair]["f1"] - f1[p][pair]["f1"]) <= F1_TOLERANCE for pair in F1_PAIRS)
+    ]
+    fastest = max(keeps, key=lambda p: rate[variant_of[p]])
+    verdict = (
+        f"- Fastest precision whose dev F1 is within {F1_TOLERANCE} of fp32 on {' and '.join(F1_PAIRS)}: "
+    )
+    verdict += f"**{fastest}**, {rate[variant_of[fastest]]:.1f} sentences/s"
+    if "st" in rate:
+        ratio = rate[variant_of[fastest]] / rate["st"]
+        verdict += (
+            f" = {ratio:.2f}x sentence-transformers fp32 (target 2.0: {'met' if ratio >= 2 else 'NOT met'})"
+        )
+    dropped = [p for p in precisions if p not in keeps]
+    if dropped:
+        verdict += f"; outside the tolerance: {', '.join(dropped)}"
+    return [*lines, "", verdict + "."]
 
 
 if __name__ == "__main__":

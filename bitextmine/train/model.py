@@ -1,0 +1,95 @@
+"""The encoder being trained, run with gradients on packed token streams (or padded, as a reference).
+
+Objectives see every side of a batch as an `EncodedSide`: the packed token ids, the sentence lengths,
+the last-layer token states [tokens, hidden] and the pooled sentence vectors [sentences, hidden].
+The padded path returns the same packed layout, so the packed and padded steps can be compared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from bitextmine.encoder.attention import select_attention
+from bitextmine.encoder.packed import PackedBertForward
+
+
+@dataclass
+class EncodedSide:
+    input_ids: torch.Tensor  # long [tokens]: the sentences' ids back to back
+    seqlens: list[int]  # tokens per sentence, in stream order
+    hidden: torch.Tensor  # [tokens, hidden] last-layer states
+    pooled: torch.Tensor  # [sentences, hidden] sentence vectors (not normalised)
+    langs: torch.Tensor  # long [sentences]: language index of each sentence
+
+    @property
+    def owner(self) -> torch.Tensor:
+        """long [tokens]: the sentence each token belongs to."""
+        return sentence_of_tokens(self.seqlens, self.input_ids.device)
+
+
+@dataclass
+class ObjectiveOutput:
+    loss: torch.Tensor  # scalar, the objective's own weighting of its terms applied
+    terms: dict[str, float]  # detached components for the log
+
+
+def sentence_of_tokens(seqlens: Sequence[int], device: torch.device) -> torch.Tensor:
+    lengths = torch.as_tensor(list(seqlens), device=device)
+    return torch.repeat_interleave(torch.arange(len(lengths), device=device), lengths)
+
+
+def pool(hidden: torch.Tensor, seqlens: Sequence[int], pooling: str) -> torch.Tensor:
+    """Mean of each sentence's token states, or its first token's state (`cls`)."""
+    lengths = torch.as_tensor(list(seqlens), device=hidden.device)
+    if pooling == "cls":
+        return hidden[torch.cumsum(lengths, 0) - lengths]
+    owner = sentence_of_tokens(seqlens, hidden.device)
+    sums = hidden.new_zeros(len(lengths), hidden.shape[1]).index_add(0, owner, hidden)
+    return sums / lengths[:, None].to(hidden.dtype)
+
+
+class TrainEncoder(nn.Module):
+    """Wraps a Hugging Face BERT-family model; `packed=False` runs the ordinary padded forward."""
+
+    def __init__(self, model: nn.Module, pooling: str = "mean", packed: bool = True, attention: str = "auto"):
+        super().__init__()
+        self.model = model
+        self.pooling = pooling
+        self.packed = packed
+        device = next(model.parameters()).device
+        self.packer = PackedBertForward(model, select_attention(device, attention))
+
+    @property
+    def config(self):
+        return self.model.config
+
+    def encode(self, input_ids: torch.Tensor, seqlens: list[int], langs: torch.Tensor) -> EncodedSide:
+        hidden = self.packer(input_ids, seqlens) if self.packed else self._padded(input_ids, seqlens)
+        return EncodedSide(input_ids, seqlens, hidden, pool(hidden, seqlens, self.pooling), langs)
+
+    def _padded(self, input_ids: torch.Tensor, seqlens: list[int]) -> torch.Tensor:
+        width = max(seqlens)
+        real = (
+            torch.arange(width, device=input_ids.device)[None, :]
+            < torch.tensor(seqlens, device=input_ids.device)[:, None]
+        )
+        ids = input_ids.new_full((len(seqlens), width), self.config.pad_token_id)
+        ids[real] = input_ids
+        hidden = self.model(input_ids=ids, attention_mask=real.long()).last_hidden_state
+        return hidden[real]
+
+
+@dataclass
+class TrainContext:
+    """What objectives may use besides the encoded batch."""
+
+    encoder: TrainEncoder  # encode() more views (e.g. masked) with gradients; .packer.run_layers for heads
+    mask_token_id: int
+    special_ids: frozenset[int]  # token ids never masked or predicted (CLS, SEP, PAD, ...)
+    vocab_size: int
+    languages: list[str]  # EncodedSide.langs index this list; "en" is always present
+    generator: torch.Generator  # CPU generator for random masks; seeded and checkpointed by the loop

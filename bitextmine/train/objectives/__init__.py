@@ -1,0 +1,1 @@
+"""Training objectives: each a module with its heads, turning an encoded pair batch into a loss."""

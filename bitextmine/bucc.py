@@ -208,3 +208,26 @@ def _midpoints(values: np.ndarray, keep: np.ndarray) -> np.ndarray:
 def _above(top: np.floating) -> np.floating:
     """A threshold above every score, top + 1 where that is representable as larger."""
     return max(top + 1, np.nextafter(top, np.inf))
+
+
+def sample_split(split: BuccSplit, max_sentences: int, seed: int = 0) -> BuccSplit:
+    """A split of at most about `max_sentences` per side with the same share of gold pairs: the same
+    seeded random fraction of the gold pairs and of each side's other sentences, in file order."""
+    fraction = min(1.0, max_sentences / max(len(split.src.ids), len(split.tgt.ids), 1))
+    if fraction >= 1.0:
+        return split
+    rng = np.random.default_rng(seed)
+    gold = sorted(split.gold or ())
+    kept_gold = [gold[i] for i in np.sort(rng.permutation(len(gold))[: round(fraction * len(gold))])]
+    in_gold = (
+        {s for s, _ in gold},
+        {t for _, t in gold},
+    )
+    keep = ({s for s, _ in kept_gold}, {t for _, t in kept_gold})
+    sides = []
+    for side, gold_ids, kept in zip((split.src, split.tgt), in_gold, keep, strict=True):
+        others = [i for i in side.ids if i not in gold_ids]
+        chosen = kept | {others[i] for i in rng.permutation(len(others))[: round(fraction * len(others))]}
+        rows = [k for k, i in enumerate(side.ids) if i in chosen]
+        sides.append(BuccSide(side.lang, [side.ids[k] for k in rows], [side.sentences[k] for k in rows]))
+    return BuccSplit(split.pair, split.split, sides[0], sides[1], set(kept_gold))

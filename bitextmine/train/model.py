@@ -71,6 +71,23 @@ class TrainEncoder(nn.Module):
         hidden = self.packer(input_ids, seqlens) if self.packed else self._padded(input_ids, seqlens)
         return EncodedSide(input_ids, seqlens, hidden, pool(hidden, seqlens, self.pooling), langs)
 
+    def encode_pair(
+        self,
+        src_ids: list[list[int]],
+        tgt_ids: list[list[int]],
+        src_langs: torch.Tensor,
+        tgt_langs: torch.Tensor,
+    ) -> tuple[EncodedSide, EncodedSide]:
+        """Both sides of a batch in one forward over their concatenated streams, split back."""
+        device = next(self.model.parameters()).device
+        seqlens = [len(x) for x in src_ids] + [len(x) for x in tgt_ids]
+        stream = torch.tensor([t for x in (*src_ids, *tgt_ids) for t in x], device=device)
+        both = self.encode(stream, seqlens, torch.cat([src_langs, tgt_langs]))
+        cut, n = sum(seqlens[: len(src_ids)]), len(src_ids)
+        src = EncodedSide(stream[:cut], seqlens[:n], both.hidden[:cut], both.pooled[:n], src_langs)
+        tgt = EncodedSide(stream[cut:], seqlens[n:], both.hidden[cut:], both.pooled[n:], tgt_langs)
+        return src, tgt
+
     def _padded(self, input_ids: torch.Tensor, seqlens: list[int]) -> torch.Tensor:
         width = max(seqlens)
         real = (

@@ -1,0 +1,59 @@
+"""Training checkpoints: everything a run needs to continue exactly where it stopped.
+
+``OUT/checkpoints/step-NNNNNNNN.pt`` holds the encoder's and the objectives' weights, the optimizer and
+schedule, the random states (torch, the masking generator) and the data position; it is written to a
+temporary name and renamed, so a crash leaves the previous checkpoint intact. Older ones are pruned.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bitextmine.errors import BitextmineError
+from bitextmine.fsutil import atomic_path
+
+_NAME = re.compile(r"^step-(\d{8})\.pt$")
+
+
+def checkpoint_dir(out: Path) -> Path:
+    return Path(out) / "checkpoints"
+
+
+def latest_checkpoint(out: Path) -> Path | None:
+    found = sorted(p for p in checkpoint_dir(out).glob("step-*.pt") if _NAME.match(p.name))
+    return found[-1] if found else None
+
+
+def save_checkpoint(out: Path, step: int, state: dict[str, Any], keep: int = 2) -> Path:
+    path = checkpoint_dir(out) / f"step-{step:08d}.pt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        torch.save(state, tmp)
+    for old in sorted(checkpoint_dir(out).glob("step-*.pt"))[:-keep]:
+        old.unlink()
+    return path
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False)
+    except (OSError, RuntimeError, EOFError) as exc:
+        raise BitextmineError(f"{path}: unreadable checkpoint ({str(exc).splitlines()[0]})") from None
+
+
+def random_state(generator: torch.Generator) -> dict[str, Any]:
+    state = {"torch": torch.get_rng_state(), "generator": generator.get_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_random_state(state: dict[str, Any], generator: torch.Generator) -> None:
+    torch.set_rng_state(state["torch"])
+    generator.set_state(state["generator"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])

@@ -1,0 +1,256 @@
+"""Training pairs: discovery, aligned streaming reading, held-out exclusion, shuffling and batching.
+
+A source is a pair of line-aligned files ``X.xx`` / ``X.en`` or a TSV of ``xx<TAB>en`` lines with the
+pair in its file name (e.g. ``pairs.de-en.tsv``). Sources are read lazily and
+interleaved line by line, passed through a seeded shuffle buffer and cut into batches by a token
+budget. The stream is a pure function of (sources, seed), so a run resumes exactly by skipping the
+number of pairs it had drawn.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import itertools
+import random
+import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from bitextmine.corpus import CorpusCounts, clean_line, iter_rows, open_binary
+from bitextmine.errors import BitextmineError
+
+ENGLISH = "en"
+_PAIR_IN_NAME = re.compile(r"(?:^|[._-])([a-z]{2,3}(?:_[A-Za-z]+)?)-en(?:[._-]|$)")
+
+
+@dataclass(frozen=True)
+class PairSource:
+    lang: str  # the non-English side
+    paths: tuple[str, ...]  # (xx file, en file) or (tsv,)
+
+    def describe(self) -> str:
+        return " + ".join(self.paths)
+
+
+@dataclass(frozen=True)
+class Pair:
+    lang: str
+    src: str  # non-English sentence
+    tgt: str  # English sentence
+
+
+def find_sources(paths: Sequence[str]) -> list[PairSource]:
+    """Pair sources from files (an ``X.xx`` whose ``X.en`` exists, an ``X.en`` with one ``X.xx``
+    sibling, a TSV) and directories (every such pair below them), in a stable order."""
+    sources: list[PairSource] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            found = _pairs_in_dir(path)
+            if not found:
+                raise BitextmineError(f"{path}: no line-aligned X.xx / X.en file pairs or .tsv files in it")
+            sources += found
+        elif path.is_file():
+            sources.append(_source_of_file(path))
+        else:
+            raise BitextmineError(f"{path}: no such file or directory")
+    return list(dict.fromkeys(sources))
+
+
+def _pairs_in_dir(directory: Path) -> list[PairSource]:
+    found = [_source_of_file(p) for p in sorted(directory.rglob("*.tsv"))]
+    for english in sorted(directory.rglob(f"*.{ENGLISH}")):
+        found += [PairSource(lang, (str(other), str(english))) for lang, other in _siblings(english)]
+    return found
+
+
+def _siblings(english: Path) -> list[tuple[str, Path]]:
+    """(lang, path) of the files next to ``X.en`` named ``X.lang``."""
+    stem = english.name[: -len(ENGLISH) - 1]
+    return [
+        (p.name[len(stem) + 1 :], p)
+        for p in sorted(english.parent.glob(f"{stem}.*"))
+        if p != english and p.is_file() and re.fullmatch(r"[a-z]{2,3}(_[A-Za-z]+)?", p.name[len(stem) + 1 :])
+    ]
+
+
+def _source_of_file(path: Path) -> PairSource:
+    if path.suffix == ".tsv":
+        match = _PAIR_IN_NAME.search(path.name)
+        if not match:
+            raise BitextmineError(f"{path}: name a TSV of pairs after its languages, e.g. pairs.de-en.tsv")
+        return PairSource(match.group(1), (str(path),))
+    if path.suffix == f".{ENGLISH}":
+        siblings = _siblings(path)
+        if len(siblings) != 1:
+            raise BitextmineError(f"{path}: expected exactly one X.xx file next to it, found {len(siblings)}")
+        return PairSource(siblings[0][0], (str(siblings[0][1]), str(path)))
+    english = path.with_suffix(f".{ENGLISH}")
+    if not english.is_file():
+        raise BitextmineError(f"{path}: its English side {english} does not exist")
+    return PairSource(path.suffix[1:], (str(path), str(english)))
+
+
+def read_source(source: PairSource, max_chars: int = 2000) -> Iterator[Pair]:
+    """The non-empty aligned pairs of one source (lines empty on either side are skipped together)."""
+    if len(source.paths) == 1:
+        yield from _read_tsv(source, max_chars)
+        return
+    xx_path, en_path = source.paths
+    xx_counts, en_counts = CorpusCounts(), CorpusCounts()
+    xx_rows = iter_rows(xx_path, 0, xx_counts, max_chars=max_chars)
+    en_rows = iter_rows(en_path, 1, en_counts, max_chars=max_chars)
+    xx, en = next(xx_rows, None), next(en_rows, None)
+    while xx is not None and en is not None:
+        if xx.line == en.line:
+            yield Pair(source.lang, xx.text, en.text)
+            xx, en = next(xx_rows, None), next(en_rows, None)
+        elif xx.line < en.line:
+            xx = next(xx_rows, None)
+        else:
+            en = next(en_rows, None)
+    for _ in itertools.chain(xx_rows, en_rows):  # count the rest, to compare the files' line counts
+        pass
+    if xx_counts.lines != en_counts.lines:
+        longer, lines = max((xx_counts.lines, xx_path), (en_counts.lines, en_path))[::-1]
+        raise BitextmineError(
+            f"{longer}: {lines} lines but its counterpart has {min(xx_counts.lines, en_counts.lines)}; "
+            "the files are not aligned"
+        )
+
+
+def _read_tsv(source: PairSource, max_chars: int) -> Iterator[Pair]:
+    (path,) = source.paths
+    for number, line in _raw_lines(path):
+        fields = line.split("\t")
+        if len(fields) != 2:
+            raise BitextmineError(
+                f"{path}:{number}: expected 'xx<TAB>en' (one tab), got {len(fields)} fields"
+            )
+        src, tgt = (clean_line(f)[:max_chars] for f in fields)
+        if src and tgt:
+            yield Pair(source.lang, src, tgt)
+
+
+def _raw_lines(path: str) -> Iterator[tuple[int, str]]:
+    """(line number, line) with tabs intact (corpus cleaning would turn them into spaces)."""
+    with io.TextIOWrapper(open_binary(path), encoding="utf-8", errors="replace", newline="\n") as text:
+        for number, line in enumerate(text, start=1):
+            yield number, line.rstrip("\r\n")
+
+
+def sentence_key(text: str) -> bytes:
+    """What held-out sentences are matched by: the cleaned, case-folded text's digest."""
+    return hashlib.blake2b(clean_line(text).casefold().encode(), digest_size=12).digest()
+
+
+def read_excluded(paths: Sequence[str]) -> set[bytes]:
+    """Keys of every sentence in `paths` (plain lines, BUCC ``id<TAB>sentence`` lines, directories)."""
+    keys: set[bytes] = set()
+    for raw in paths:
+        path = Path(raw)
+        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        for file in files:
+            for _, line in _raw_lines(str(file)):
+                if line.strip():
+                    keys.add(sentence_key(line.split("\t")[-1]))
+    return keys
+
+
+def pair_stream(
+    sources: Sequence[PairSource],
+    seed: int,
+    *,
+    buffer: int = 50_000,
+    excluded: set[bytes] | None = None,
+    on_excluded: Callable[[Pair], None] | None = None,
+) -> Iterator[Pair]:
+    """Endless shuffled stream of pairs: epoch e interleaves all sources line by line and shuffles the
+    result through a buffer of `buffer` pairs with a generator seeded by (seed, e)."""
+    epoch = 0
+    while True:
+        rng = random.Random(f"{seed}:{epoch}")
+        drawn = 0
+        for pair in _shuffled(interleave(sources, excluded, on_excluded), buffer, rng):
+            drawn += 1
+            yield pair
+        if drawn == 0:
+            raise BitextmineError("no training pairs: every source is empty or excluded")
+        epoch += 1
+
+
+def interleave(
+    sources: Sequence[PairSource],
+    excluded: set[bytes] | None = None,
+    on_excluded: Callable[[Pair], None] | None = None,
+) -> Iterator[Pair]:
+    """One pass over all sources, line by line in turn, without the excluded pairs."""
+    readers = [read_source(s) for s in sources]
+    while readers:
+        for reader in list(readers):
+            pair = next(reader, None)
+            if pair is None:
+                readers.remove(reader)
+            elif excluded and (sentence_key(pair.src) in excluded or sentence_key(pair.tgt) in excluded):
+                if on_excluded:
+                    on_excluded(pair)
+            else:
+                yield pair
+
+
+def _shuffled(pairs: Iterable[Pair], size: int, rng: random.Random) -> Iterator[Pair]:
+    pool: list[Pair] = []
+    for pair in pairs:
+        if len(pool) < size:
+            pool.append(pair)
+            continue
+        i = rng.randrange(size)
+        yield pool[i]
+        pool[i] = pair
+    rng.shuffle(pool)
+    yield from pool
+
+
+@dataclass
+class PairBatch:
+    src_ids: list[list[int]]
+    tgt_ids: list[list[int]]
+    langs: list[str]
+    pairs_drawn: int  # position in the stream after this batch (what a resume skips)
+
+    @property
+    def tokens(self) -> int:
+        return sum(map(len, self.src_ids)) + sum(map(len, self.tgt_ids))
+
+
+def token_batches(
+    pairs: Iterator[Pair],
+    tokenize: Callable[[list[str]], list[list[int]]],
+    *,
+    max_tokens: int,
+    max_pairs: int = 512,
+    skip: int = 0,
+    chunk: int = 256,
+) -> Iterator[PairBatch]:
+    """Batches whose two sides hold at most `max_tokens` tokens together (and `max_pairs` pairs),
+    after skipping the first `skip` pairs of the stream. Pairs are tokenized `chunk` at a time."""
+    for _ in range(skip):
+        next(pairs)
+    drawn = skip
+    batch = PairBatch([], [], [], drawn)
+    while True:
+        chunk_pairs = [next(pairs) for _ in range(chunk)]
+        src_ids, tgt_ids = tokenize([p.src for p in chunk_pairs]), tokenize([p.tgt for p in chunk_pairs])
+        for pair, s, t in zip(chunk_pairs, src_ids, tgt_ids, strict=True):
+            drawn += 1
+            if batch.src_ids and (
+                batch.tokens + len(s) + len(t) > max_tokens or len(batch.src_ids) >= max_pairs
+            ):
+                yield batch
+                batch = PairBatch([], [], [], drawn - 1)
+            batch.src_ids.append(s)
+            batch.tgt_ids.append(t)
+            batch.langs.append(pair.lang)
+            batch.pairs_drawn = drawn

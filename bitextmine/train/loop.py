@@ -1,0 +1,400 @@
+"""The training loop: model and objectives, AdamW with warm-up and decay, accumulation, clipping, bf16
+autocast, budgets, periodic evaluation, checkpoints with exact resume, and the final model dir."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from bitextmine.encoder.encoder import pick_device
+from bitextmine.encoder.loading import load_model
+from bitextmine.encoder.precision import bf16_is_native
+from bitextmine.encoder.settings import BITEXTMINE_CONFIG, EncoderSettings, resolve_settings
+from bitextmine.errors import BitextmineError
+from bitextmine.fsutil import write_json
+from bitextmine.train.checkpoint import (
+    latest_checkpoint,
+    load_checkpoint,
+    random_state,
+    restore_random_state,
+    save_checkpoint,
+)
+from bitextmine.train.data import (
+    ENGLISH,
+    PairBatch,
+    find_sources,
+    interleave,
+    pair_stream,
+    read_excluded,
+    token_batches,
+)
+from bitextmine.train.evaluation import EvalSets, evaluate_model
+from bitextmine.train.model import TrainContext, TrainEncoder
+from bitextmine.train.objectives.registry import build_objectives
+
+LOG_FILE = "train_log.jsonl"
+
+
+@dataclass
+class TrainConfig:
+    data: list[str]
+    out: Path
+    objectives: dict[str, float]  # name -> weight
+    base: str | None = None
+    from_scratch: bool = False
+    exclude: list[str] = field(default_factory=list)
+    max_steps: int | None = None
+    max_minutes: float | None = None
+    lr: float = 2e-5
+    warmup_steps: int = 100
+    weight_decay: float = 0.01
+    grad_accum: int = 1
+    clip: float = 1.0
+    bf16: str = "auto"  # auto, on, off
+    seed: int = 0
+    max_tokens: int = 8192
+    max_pairs: int = 256
+    max_length: int = 128
+    shuffle_buffer: int = 50_000
+    checkpoint_every: int = 200
+    keep_checkpoints: int = 2
+    eval_every: int = 0  # 0: only at the end
+    eval_sets: EvalSets = field(default_factory=EvalSets)
+    packed: bool = True
+    device: str = "auto"
+    options: dict[str, Any] = field(default_factory=dict)  # per-objective settings (temperature, ...)
+    scratch: dict[str, int] = field(default_factory=dict)  # vocab_size, layers, hidden, heads
+
+    def __post_init__(self) -> None:
+        if not self.objectives:
+            raise BitextmineError(
+                "no objectives: pass --objectives, e.g. contrastive or contrastive=1,mexma=1"
+            )
+        if (self.base is None) == (not self.from_scratch):
+            raise BitextmineError("pass exactly one of --base MODEL and --from-scratch")
+        if self.max_steps is None and self.max_minutes is None:
+            raise BitextmineError("no budget: pass --max-steps N and/or --max-minutes M")
+
+    def resume_key(self) -> dict[str, Any]:
+        """What must match for a checkpoint to be continued (budgets and evaluation may change)."""
+        keep = ("data", "objectives", "base", "from_scratch", "exclude", "lr", "warmup_steps", "weight_decay")
+        keep += ("grad_accum", "seed", "max_tokens", "max_pairs", "max_length", "shuffle_buffer", "options")
+        return json.loads(json.dumps({k: getattr(self, k) for k in keep}, default=str))
+
+
+@dataclass
+class TrainSummary:
+    steps: int
+    pairs: int
+    tokens: int
+    seconds: float
+    resumed_from: int
+    final_loss: float
+    evaluation: dict[str, float]
+    out: Path
+
+
+class Reporter:
+    """What the loop tells the outside (the CLI draws a live table); the default says nothing."""
+
+    def started(self, config: TrainConfig, resumed_from: int, languages: list[str]) -> None: ...
+    def step(self, record: dict[str, Any]) -> None: ...
+    def evaluated(self, step: int, results: dict[str, float]) -> None: ...
+    def checkpoint(self, path: Path) -> None: ...
+    def note(self, message: str) -> None: ...
+
+
+@dataclass
+class _Run:
+    config: TrainConfig
+    encoder: TrainEncoder
+    objectives: nn.ModuleDict
+    tokenizer: Any
+    settings: EncoderSettings
+    model_dir: Path
+    languages: list[str]
+    ctx: TrainContext
+    optimizer: torch.optim.Optimizer
+    schedule: torch.optim.lr_scheduler.LambdaLR
+    autocast: bool
+    tokenize: Callable[[list[str]], list[list[int]]]
+    step: int = 0
+    pairs_drawn: int = 0
+    pairs: int = 0
+    tokens: int = 0
+
+
+def train(config: TrainConfig, reporter: Reporter | None = None) -> TrainSummary:
+    reporter = reporter or Reporter()
+    started = time.perf_counter()
+    torch.manual_seed(config.seed)
+    Path(config.out).mkdir(parents=True, exist_ok=True)
+    sources = find_sources(config.data)
+    run = _build_run(config, sources, reporter)
+    resumed_from = _resume(run)
+    reporter.started(config, resumed_from, run.languages)
+    excluded = read_excluded(config.exclude)
+    skipped = [0]
+    stream = pair_stream(
+        sources,
+        config.seed,
+        buffer=config.shuffle_buffer,
+        excluded=excluded,
+        on_excluded=lambda _pair: skipped.__setitem__(0, skipped[0] + 1),
+    )
+    batches = token_batches(
+        stream, run.tokenize, max_tokens=config.max_tokens, max_pairs=config.max_pairs, skip=run.pairs_drawn
+    )
+    loss = float("nan")
+    evaluation: dict[str, float] = {}
+    while not _budget_spent(run, started):
+        loss = _optimizer_step(run, batches, reporter, started)
+        if config.checkpoint_every and run.step % config.checkpoint_every == 0:
+            reporter.checkpoint(save_checkpoint(config.out, run.step, _state(run), config.keep_checkpoints))
+        if config.eval_every and run.step % config.eval_every == 0:
+            evaluation = _evaluate(run, reporter)
+    if run.step > resumed_from:
+        reporter.checkpoint(save_checkpoint(config.out, run.step, _state(run), config.keep_checkpoints))
+    if not evaluation or (config.eval_every and run.step % config.eval_every):
+        evaluation = _evaluate(run, reporter)
+    save_model(run, evaluation, excluded_pairs=skipped[0])
+    return TrainSummary(
+        run.step,
+        run.pairs,
+        run.tokens,
+        time.perf_counter() - started,
+        resumed_from,
+        loss,
+        evaluation,
+        config.out,
+    )
+
+
+def _build_run(config: TrainConfig, sources, reporter: Reporter) -> _Run:
+    device = pick_device(config.device)
+    model, tokenizer, settings, model_dir = _starting_model(config, sources, device)
+    model.train()
+    languages = sorted({s.lang for s in sources} | {ENGLISH})
+    encoder = TrainEncoder(model, pooling=settings.pooling, packed=config.packed)
+    special = frozenset(tokenizer.all_special_ids)
+    generator = torch.Generator().manual_seed(config.seed)
+    ctx = TrainContext(encoder, tokenizer.mask_token_id, special, len(tokenizer), languages, generator)
+    objectives = build_objectives(config.objectives, encoder, ctx, config.options).to(device)
+    params = [p for p in [*encoder.parameters(), *objectives.parameters()] if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_factor(config))
+    autocast = config.bf16 == "on" or (config.bf16 == "auto" and bf16_is_native(device))
+    return _Run(
+        config,
+        encoder,
+        objectives,
+        tokenizer,
+        settings,
+        model_dir,
+        languages,
+        ctx,
+        optimizer,
+        schedule,
+        autocast,
+        _tokenizer_fn(tokenizer, settings.prefix, config.max_length),
+    )
+
+
+def _tokenizer_fn(tokenizer, prefix: str, max_length: int) -> Callable[[list[str]], list[list[int]]]:
+    return lambda texts: tokenizer([prefix + t for t in texts], truncation=True, max_length=max_length)[
+        "input_ids"
+    ]
+
+
+def _starting_model(config: TrainConfig, sources, device: torch.device):
+    if config.from_scratch:
+        from bitextmine.train.scratch import build_scratch_model
+
+        excluded = read_excluded(config.exclude)
+        texts = (text for pair in interleave(sources, excluded) for text in (pair.src, pair.tgt))
+        vocab_dir = Path(config.out) / "vocabulary"
+        model, tokenizer = build_scratch_model(texts, vocab_dir, seed=config.seed, **config.scratch)
+        settings = EncoderSettings(pooling="mean", prefix="", max_length=config.max_length)
+        return model.to(device), tokenizer, settings, vocab_dir
+    loaded = load_model(config.base, device)
+    return loaded.model, loaded.tokenizer, resolve_settings(loaded.model_dir), loaded.model_dir
+
+
+def _lr_factor(config: TrainConfig) -> Callable[[int], float]:
+    """Linear warm-up, then linear decay to 0 at max_steps (constant when only minutes bound the run)."""
+    warmup = max(config.warmup_steps, 1)
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        if config.max_steps is None:
+            return 1.0
+        return max(0.0, (config.max_steps - step) / max(config.max_steps - warmup, 1))
+
+    return factor
+
+
+def _budget_spent(run: _Run, started: float) -> bool:
+    config = run.config
+    if config.max_steps is not None and run.step >= config.max_steps:
+        return True
+    return config.max_minutes is not None and time.perf_counter() - started >= 60 * config.max_minutes
+
+
+def _optimizer_step(run: _Run, batches, reporter: Reporter, started: float) -> float:
+    """One optimizer step over grad_accum batches; returns the mean loss."""
+    step_started = time.perf_counter()
+    total, terms, pairs, tokens = 0.0, {}, 0, 0
+    for _ in range(run.config.grad_accum):
+        batch = next(batches)
+        loss, batch_terms = batch_loss(
+            run.encoder, run.objectives, run.config.objectives, batch, run.ctx, run.autocast
+        )
+        (loss / run.config.grad_accum).backward()
+        total += loss.item() / run.config.grad_accum
+        for name, value in batch_terms.items():
+            terms[name] = terms.get(name, 0.0) + value / run.config.grad_accum
+        pairs, tokens = pairs + len(batch.src_ids), tokens + batch.tokens
+        run.pairs_drawn = batch.pairs_drawn
+    params = [p for group in run.optimizer.param_groups for p in group["params"]]
+    grad_norm = (
+        float(torch.nn.utils.clip_grad_norm_(params, run.config.clip)) if run.config.clip else float("nan")
+    )
+    run.optimizer.step()
+    run.schedule.step()
+    run.optimizer.zero_grad(set_to_none=True)
+    run.step += 1
+    run.pairs, run.tokens = run.pairs + pairs, run.tokens + tokens
+    seconds = time.perf_counter() - step_started
+    record = {
+        "step": run.step,
+        "loss": total,
+        **terms,
+        "lr": run.schedule.get_last_lr()[0],
+        "grad_norm": grad_norm,
+        "pairs": pairs,
+        "tokens": tokens,
+        "pairs_per_s": pairs / seconds,
+        "elapsed_s": time.perf_counter() - started,
+    }
+    _log(run.config.out, record)
+    reporter.step(record)
+    return total
+
+
+def batch_loss(
+    encoder: TrainEncoder,
+    objectives: nn.ModuleDict,
+    weights: dict[str, float],
+    batch: PairBatch,
+    ctx: TrainContext,
+    autocast: bool = False,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Weighted sum of the objectives' losses on one batch, and their logged terms."""
+    device = next(encoder.parameters()).device
+    index = {lang: i for i, lang in enumerate(ctx.languages)}
+    src_langs = torch.tensor([index[lang] for lang in batch.langs], device=device)
+    tgt_langs = torch.full_like(src_langs, index[ENGLISH])
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+        src, tgt = encoder.encode_pair(batch.src_ids, batch.tgt_ids, src_langs, tgt_langs)
+        total = torch.zeros((), device=device)
+        terms: dict[str, float] = {}
+        for name, objective in objectives.items():
+            output = objective(src, tgt, ctx)
+            total = total + weights[name] * output.loss.float()
+            terms.update({f"{name}/{key}": value for key, value in output.terms.items()})
+    return total, terms
+
+
+def _log(out: Path, record: dict[str, Any]) -> None:
+    with open(Path(out) / LOG_FILE, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(record) + "\n")
+
+
+def _state(run: _Run) -> dict[str, Any]:
+    return {
+        "config": run.config.resume_key(),
+        "step": run.step,
+        "pairs_drawn": run.pairs_drawn,
+        "pairs": run.pairs,
+        "tokens": run.tokens,
+        "encoder": run.encoder.state_dict(),
+        "objectives": run.objectives.state_dict(),
+        "optimizer": run.optimizer.state_dict(),
+        "schedule": run.schedule.state_dict(),
+        "random": random_state(run.ctx.generator),
+    }
+
+
+def _resume(run: _Run) -> int:
+    path = latest_checkpoint(run.config.out)
+    if path is None:
+        return 0
+    state = load_checkpoint(path)
+    if state["config"] != run.config.resume_key():
+        raise BitextmineError(
+            f"{path} was written by a run with other settings (data, objectives, optimizer or batching); "
+            "use another --out or delete its checkpoints/ to start over"
+        )
+    run.encoder.load_state_dict(state["encoder"])
+    run.objectives.load_state_dict(state["objectives"])
+    run.optimizer.load_state_dict(state["optimizer"])
+    run.schedule.load_state_dict(state["schedule"])
+    restore_random_state(state["random"], run.ctx.generator)
+    run.step, run.pairs_drawn, run.pairs, run.tokens = (
+        state["step"],
+        state["pairs_drawn"],
+        state["pairs"],
+        state["tokens"],
+    )
+    return run.step
+
+
+def _evaluate(run: _Run, reporter: Reporter) -> dict[str, float]:
+    if run.config.eval_sets.empty:
+        return {}
+    run.encoder.eval()
+    try:
+        results = evaluate_model(
+            run.encoder.model, run.tokenizer, run.settings, run.model_dir, run.config.eval_sets
+        )
+    finally:
+        run.encoder.train()
+    _log(run.config.out, {"step": run.step, "eval": results})
+    reporter.evaluated(run.step, results)
+    return results
+
+
+def save_model(run: _Run, evaluation: dict[str, float], excluded_pairs: int) -> None:
+    """The final model dir: weights, tokenizer and bitextmine.json (encoder settings, training summary)."""
+    out = Path(run.config.out)
+    run.encoder.model.save_pretrained(out)
+    run.tokenizer.save_pretrained(out)
+    settings = asdict(run.settings)
+    write_json(
+        out / BITEXTMINE_CONFIG,
+        {
+            "encoder": settings,
+            "training": {
+                "base": run.config.base,
+                "from_scratch": run.config.from_scratch,
+                "objectives": run.config.objectives,
+                "options": run.config.options,
+                "data": run.config.data,
+                "excluded": run.config.exclude,
+                "excluded_pairs_seen": excluded_pairs,
+                "languages": run.languages,
+                "steps": run.step,
+                "pairs": run.pairs,
+                "tokens": run.tokens,
+                "evaluation": evaluation,
+            },
+        },
+    )

@@ -1,0 +1,58 @@
+"""Symmetric in-batch contrastive loss (translation ranking), as in DAP, LaBSE (AMS) and EMS.
+
+For a batch of B pairs with sentence vectors u_i (non-English) and v_i (English), the similarity
+matrix S_ij = cos(h(u_i), h(v_j)) is scaled by 1/temperature; the loss is the mean over the batch of
+the cross-entropy of each row and of each column against its diagonal, averaged over the two
+directions (EMS eq. 8 sums them; halving keeps its scale comparable to one direction). ``margin`` > 0
+subtracts an additive margin from the diagonal before scaling (LaBSE's AMS, m = 0.3 in EMS's
+LaBSE-EMS runs). ``projection`` puts EMS's two-layer MLP h(x) = W1 ReLU(W2 x + b2) + b1 (eq. 10-11,
+d_cntrs = PROJECTION_DIM < d) before the cosine; without it h is the identity.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bitextmine.train.model import EncodedSide, ObjectiveOutput, TrainContext
+
+PROJECTION_DIM = 128
+
+
+class Contrastive(nn.Module):
+    name = "contrastive"
+
+    def __init__(
+        self, hidden_size: int, temperature: float = 0.05, margin: float = 0.0, projection: bool = False
+    ) -> None:
+        super().__init__()
+        self.temperature = temperature
+        self.margin = margin
+        self.projection = (
+            nn.Sequential(
+                nn.Linear(hidden_size, hidden_size),
+                nn.ReLU(),
+                nn.Linear(hidden_size, min(PROJECTION_DIM, hidden_size)),
+            )
+            if projection
+            else None
+        )
+
+    def forward(self, src: EncodedSide, tgt: EncodedSide, ctx: TrainContext | None = None) -> ObjectiveOutput:
+        loss, accuracy = self.loss(src.pooled, tgt.pooled)
+        return ObjectiveOutput(loss, {"contrastive": loss.item(), "in_batch_accuracy": accuracy})
+
+    def loss(self, u: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, float]:
+        """(loss, share of rows and columns whose best match is their own pair)."""
+        if self.projection is not None:
+            u, v = self.projection(u), self.projection(v)
+        sims = F.normalize(u.float(), dim=-1) @ F.normalize(v.float(), dim=-1).T
+        logits = (sims - self.margin * torch.eye(len(sims), device=sims.device)) / self.temperature
+        target = torch.arange(len(sims), device=sims.device)
+        loss = (F.cross_entropy(logits, target) + F.cross_entropy(logits.T, target)) / 2
+        with torch.no_grad():
+            accuracy = (
+                (sims.argmax(1) == target).float().mean() + (sims.argmax(0) == target).float().mean()
+            ) / 2
+        return loss, float(accuracy)

@@ -9,7 +9,7 @@ MODEL  ?= $(SHARED)/models/multilingual-e5-small-q4
 BUCC   ?= $(SHARED)/data/bucc-like
 WORK   ?= bitextmine-work/demo
 
-.PHONY: install test demo bench bench-encode bench-mine lint format clean
+.PHONY: install test demo bench bench-encode bench-mine bench-train lint format clean
 
 install: $(VENV)/.installed
 
@@ -49,6 +49,13 @@ bench-encode: install
 # $(WORK)/cache).
 bench-mine: install
 	$(BIN)/python examples/benchmarks/bench_mine.py
+
+# Training objectives: each row trains for TRAIN_MINUTES then evaluates (~3 min); rows accumulate in
+# examples/benchmarks/results/bench_train.{json,md}, so a subset can be run at a time: make bench-train TRAIN_ROWS=mexma
+TRAIN_ROWS ?= base speed contrastive contrastive+mexma mexma contrastive+rtl contrastive+xtr scratch-ems
+TRAIN_MINUTES ?= 10
+bench-train: install
+	for row in $(TRAIN_ROWS); do $(BIN)/python examples/benchmarks/bench_train.py --only $$row --minutes $(TRAIN_MINUTES) || exit 1; done
 
 lint: install
 	$(BIN)/ruff check .

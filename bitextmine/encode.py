@@ -98,8 +98,10 @@ def encode_corpus(
     identity = ModelIdentity(
         encoder.loaded.name, encoder.fingerprint, encoder.dim, encoder.settings.as_dict(), encoder.precision
     )
-    store.bind(identity, overwrite=options.overwrite)
-    pending = [s for s in corpus.shards if not store.is_complete(_stem(s.name), s.sha256, s.rows)]
+    if options.overwrite or _pending(store, corpus) or not _same_model(store, identity):
+        # an up-to-date language is left as it is, whatever precision encoded it
+        store.bind(identity, overwrite=options.overwrite)
+    pending = _pending(store, corpus)
     reporter.encoder_ready(encoder, sum(s.rows for s in pending))
     sentences = tokens = 0
     corpus_dir = workspace.corpus_dir(lang)
@@ -128,6 +130,14 @@ def encode_corpus(
         encode_seconds=encode_seconds,
         embedding_dir=store.root,
     )
+
+
+def _pending(store: EmbeddingStore, corpus: CorpusManifest) -> list:
+    return [s for s in corpus.shards if not store.is_complete(_stem(s.name), s.sha256, s.rows)]
+
+
+def _same_model(store: EmbeddingStore, identity: ModelIdentity) -> bool:
+    return store.manifest is not None and store.manifest.model.fingerprint == identity.fingerprint
 
 
 def _stem(shard_file: str) -> str:

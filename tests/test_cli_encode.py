@@ -240,6 +240,9 @@ def test_precision_is_recorded_and_a_resume_at_another_precision_is_refused(tmp_
     assert code == 0 and "bf16" in output, output
     assert json.loads((work / "emb" / "de" / "manifest.json").read_text())["model"]["precision"] == "bf16"
     code, output = encode(*args, "--precision", "fp32")
+    assert code == 0, output  # nothing left to encode: the bf16 vectors stand
+    more = write_zst(tmp_path / "more.txt.zst", corpus_lines(14))
+    code, output = encode(*args, str(more), "--precision", "fp32")
     assert code == 1 and "made at precision bf16, not fp32; pass --precision bf16" in output, output
     assert len(output.strip().splitlines()) <= 3  # the shard lines, then one error line
     code, output = encode(*args, "--precision", "fp16")

@@ -18,7 +18,7 @@ from bitextmine.encoder.loading import load_model
 from bitextmine.encoder.precision import bf16_is_native
 from bitextmine.encoder.settings import BITEXTMINE_CONFIG, EncoderSettings, resolve_settings
 from bitextmine.errors import BitextmineError
-from bitextmine.fsutil import write_json
+from bitextmine.fsutil import atomic_open, write_json
 from bitextmine.train.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
@@ -354,7 +354,20 @@ def _resume(run: _Run) -> int:
         state["pairs"],
         state["tokens"],
     )
+    _truncate_log(run.config.out, run.step)
     return run.step
+
+
+def _truncate_log(out: Path, step: int) -> None:
+    """Drop the records of steps after the checkpoint: the resumed run logs them again."""
+    path = Path(out) / LOG_FILE
+    if not path.is_file():
+        return
+    kept = [
+        line for line in path.read_text(encoding="utf-8").splitlines() if json.loads(line)["step"] <= step
+    ]
+    with atomic_open(path, "w") as fh:
+        fh.write("".join(line + "\n" for line in kept))
 
 
 def _evaluate(run: _Run, reporter: Reporter) -> dict[str, float]:

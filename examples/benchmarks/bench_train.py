@@ -1,0 +1,256 @@
+"""Training objectives under the same CPU budget: dev F1 and Tatoeba accuracy of the trained encoders.
+
+Every row fine-tunes the shared multilingual-e5-small (or trains a small model from scratch) on
+../shared/data/parallel for the same wall-clock budget, skipping every pair that contains a sentence of
+the evaluation sets (bucc-like dev splits, Tatoeba files), then evaluates the saved model:
+BUCC-format dev F1 (ratio margin, exact mining, threshold learned on the same dev split) and Tatoeba
+accuracy (mean of both directions). Rows are run one at a time with --only ROW; results accumulate in
+results/bench_train.json and the table results/bench_train.md is rebuilt from it after every row.
+Section `speed` times packed against padded training steps on the same batches.
+
+Usage: python examples/benchmarks/bench_train.py --only contrastive [--minutes 10] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchlib import MODEL, SHARED, peak_rss_mb
+
+RESULTS = Path(__file__).with_name("results")
+BUCC_PAIRS = ("de-en", "zh-en")
+TATOEBA_LANGS = ("deu", "fra", "rus", "cmn", "ces")
+ROWS = {
+    "base": None,
+    "contrastive": {"objectives": {"contrastive": 1.0}},
+    "contrastive+mexma": {"objectives": {"contrastive": 1.0, "mexma": 1.0}},
+    "mexma": {"objectives": {"mexma": 1.0}},
+    "contrastive+rtl": {"objectives": {"contrastive": 1.0, "rtl": 1.0}},
+    "contrastive+xtr": {"objectives": {"contrastive": 1.0, "xtr": 1.0}},
+    "scratch-ems": {
+        "objectives": {"contrastive": 1.0, "xtr": 1.0},
+        "from_scratch": True,
+        "lr": 5e-4,
+        "options": {"temperature": 0.1, "projection": True},
+        "scratch": {"vocab_size": 16000, "layers": 4, "hidden": 256, "heads": 4},
+    },
+}
+FINE_TUNE = {"lr": 2e-5, "warmup_steps": 20, "max_tokens": 6144, "max_pairs": 128, "max_length": 96}
+
+
+def held_out() -> list[str]:
+    bucc = [str(SHARED / "data" / "bucc-like")]
+    tatoeba = [str(p) for lang in TATOEBA_LANGS for p in (SHARED / "data" / "tatoeba").glob(f"*{lang}*")]
+    return bucc + tatoeba
+
+
+def train_row(row: str, minutes: float, out: Path) -> dict:
+    from bitextmine.train.loop import TrainConfig, train
+
+    spec = dict(ROWS[row])
+    settings = {**FINE_TUNE, **{k: spec.pop(k) for k in ("lr",) if k in spec}}
+    config = TrainConfig(
+        data=[str(SHARED / "data" / "parallel")],
+        out=out,
+        base=None if spec.get("from_scratch") else str(MODEL),
+        exclude=held_out(),
+        max_minutes=minutes,
+        checkpoint_every=0,
+        **settings,
+        **spec,
+    )
+    summary = train(config)
+    records = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+    steps = [r for r in records if "loss" in r]
+    return {
+        "steps": summary.steps,
+        "pairs": summary.pairs,
+        "train_minutes": round(summary.seconds / 60, 1),
+        "pairs_per_s": round(summary.pairs / sum(r["pairs"] / r["pairs_per_s"] for r in steps), 1),
+        "first_loss": round(statistics.mean(r["loss"] for r in steps[:10]), 4),
+        "last_loss": round(statistics.mean(r["loss"] for r in steps[-10:]), 4),
+        "peak_rss_mb": round(peak_rss_mb()),
+    }
+
+
+def evaluate(model_dir: Path) -> dict:
+    from bitextmine.bucc import read_bucc
+    from bitextmine.calibrate import MiningSettings, calibrate_threshold, mine_split
+    from bitextmine.encoder.encoder import SentenceEncoder
+    from bitextmine.evaluate import evaluate_tatoeba
+
+    encoder = SentenceEncoder.load(str(model_dir), device="cpu", precision="bf16")
+    results = {}
+    for pair in BUCC_PAIRS:
+        split = read_bucc(SHARED / "data" / "bucc-like" / pair, pair, "dev")
+        results[f"bucc/{pair}"] = round(
+            100 * calibrate_threshold(mine_split(split, encoder, MiningSettings())).scores.f1, 2
+        )
+    tatoeba = evaluate_tatoeba(
+        SHARED / "data" / "tatoeba", TATOEBA_LANGS, lambda s: encoder.encode(s).vectors
+    )
+    for r in tatoeba.rows:
+        results[f"tatoeba/{r.lang}"] = round((r.xx_to_eng + r.eng_to_xx) / 2, 2)
+    return results
+
+
+def speed(minutes_each: float = 1.0) -> dict:
+    """Pairs/s of packed and padded training steps (contrastive, e5, bf16 autocast) on the same batches."""
+    import torch
+
+    from bitextmine.encoder.loading import load_model
+    from bitextmine.train.data import find_sources, pair_stream, token_batches
+    from bitextmine.train.loop import batch_loss
+    from bitextmine.train.model import TrainContext, TrainEncoder
+    from bitextmine.train.objectives.registry import build_objectives
+
+    loaded = load_model(str(MODEL), torch.device("cpu"))
+    tok = loaded.tokenizer
+    stream = pair_stream(find_sources([str(SHARED / "data" / "parallel")]), seed=0)
+    batches = token_batches(
+        stream,
+        lambda t: tok(["query: " + x for x in t], truncation=True, max_length=FINE_TUNE["max_length"])[
+            "input_ids"
+        ],
+        max_tokens=FINE_TUNE["max_tokens"],
+        max_pairs=FINE_TUNE["max_pairs"],
+    )
+    fixed = [next(batches) for _ in range(6)]
+    rates = {}
+    for packed in (True, False):
+        encoder = TrainEncoder(loaded.model.train(), packed=packed)
+        ctx = TrainContext(
+            encoder, tok.mask_token_id, frozenset(tok.all_special_ids), len(tok), ["en"], torch.Generator()
+        )
+        objectives = build_objectives({"contrastive": 1.0}, encoder, ctx, {})
+        batch_loss(encoder, objectives, {"contrastive": 1.0}, fixed[0], ctx, autocast=True)[
+            0
+        ].backward()  # warm-up
+        started, pairs = time.perf_counter(), 0
+        for batch in fixed[1:]:
+            loss, _ = batch_loss(encoder, objectives, {"contrastive": 1.0}, batch, ctx, autocast=True)
+            loss.backward()
+            encoder.zero_grad(set_to_none=True)
+            pairs += len(batch.src_ids)
+        rates["packed" if packed else "padded"] = pairs / (time.perf_counter() - started)
+    return {
+        "packed_pairs_per_s": round(rates["packed"], 1),
+        "padded_pairs_per_s": round(rates["padded"], 1),
+        "batches": len(fixed) - 1,
+        "pairs_per_batch": round(statistics.mean(len(b.src_ids) for b in fixed[1:]), 1),
+    }
+
+
+def machine() -> str:
+    import torch
+
+    with open("/proc/cpuinfo") as fh:
+        cpu = next((line.split(":", 1)[1].strip() for line in fh if "model name" in line), "?")
+    return f"{cpu}, {os.cpu_count()} cores, python {platform.python_version()}, torch {torch.__version__}"
+
+
+def report(results: dict) -> str:
+    lines = [
+        "# bench_train",
+        "",
+        "Produced by `examples/benchmarks/bench_train.py` (`make bench-train`); rows are run one at a "
+        "time and accumulate. Training data: `../shared/data/parallel` (all pairs, minus every pair "
+        "containing a sentence of the bucc-like splits or of the Tatoeba files of the evaluated "
+        "languages). Base: multilingual-e5-small-q4. Evaluation of the saved model, encoded in bf16: "
+        "BUCC-format dev F1 (`../shared/data/bucc-like`, ratio margin k = 4, exact mining, best-F1 "
+        "threshold on the same dev split) and Tatoeba accuracy (mean of xx->eng and eng->xx).",
+        "",
+        "| row | minutes | steps | pairs | pairs/s | loss first -> last 10 | "
+        + " | ".join(f"{p} F1" for p in BUCC_PAIRS)
+        + " | "
+        + " | ".join(TATOEBA_LANGS)
+        + " | Tatoeba avg | run |",
+        "|---|" + "---:|" * (7 + len(BUCC_PAIRS) + len(TATOEBA_LANGS)) + "---|",
+    ]
+    for row in ROWS:
+        if row not in results:
+            continue
+        r = results[row]
+        t = r.get("train", {})
+        ev = r["eval"]
+        tat = [ev[f"tatoeba/{lang}"] for lang in TATOEBA_LANGS]
+        cells = [
+            row,
+            str(t.get("train_minutes", "-")),
+            f"{t['steps']:,}" if t else "-",
+            f"{t['pairs']:,}" if t else "-",
+            str(t.get("pairs_per_s", "-")),
+            f"{t['first_loss']} -> {t['last_loss']}" if t else "-",
+            *[f"{ev[f'bucc/{p}']:.2f}" for p in BUCC_PAIRS],
+            *[f"{x:.2f}" for x in tat],
+            f"{statistics.mean(tat):.2f}",
+            r["when"],
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    if "base" in results:
+        base = results["base"]["eval"]
+        lines += ["", "Differences to the base model (F1 points; Tatoeba: worst language):", ""]
+        for row in ROWS:
+            if row == "base" or row not in results:
+                continue
+            ev = results[row]["eval"]
+            f1 = statistics.mean(ev[f"bucc/{p}"] - base[f"bucc/{p}"] for p in BUCC_PAIRS)
+            worst = min(ev[f"tatoeba/{lang}"] - base[f"tatoeba/{lang}"] for lang in TATOEBA_LANGS)
+            lines.append(f"- {row}: average dev F1 {f1:+.2f}, worst Tatoeba language {worst:+.2f}")
+    if "speed" in results:
+        s = results["speed"]
+        lines += [
+            "",
+            f"Packed vs padded training steps (contrastive, e5, bf16 autocast, {s['batches']} identical "
+            f"batches of ~{s['pairs_per_batch']} pairs): packed {s['packed_pairs_per_s']} pairs/s, padded "
+            f"{s['padded_pairs_per_s']} pairs/s, ratio "
+            f"{s['packed_pairs_per_s'] / s['padded_pairs_per_s']:.2f} (target 1.5); {s['when']}.",
+        ]
+    lines += ["", f"Machine: {results.get('machine', '?')}."]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--only", choices=[*ROWS, "speed"], action="append", required=True)
+    parser.add_argument("--minutes", type=float, default=10.0)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    if not MODEL.is_dir():
+        sys.exit(f"bench_train: {MODEL} is absent; the benchmark needs the shared model and data")
+    import torch
+
+    torch.set_num_threads(args.threads)
+    store = RESULTS / "bench_train.json"
+    results = json.loads(store.read_text()) if store.is_file() else {}
+    for row in args.only:
+        when = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+        print(f"bench_train: {row} ...", flush=True)
+        if row == "speed":
+            results["speed"] = {**speed(), "when": when}
+        elif ROWS[row] is None:
+            results[row] = {"eval": evaluate(MODEL), "when": when}
+        else:
+            with tempfile.TemporaryDirectory() as scratch:
+                out = Path(scratch) / row
+                trained = train_row(row, args.minutes, out)
+                results[row] = {"train": trained, "eval": evaluate(out), "when": when}
+        results["machine"] = machine()
+        store.write_text(json.dumps(results, indent=1) + "\n")
+        (RESULTS / "bench_train.md").write_text(report(results))
+        print(report(results), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -99,8 +99,9 @@ def encode_corpus(
         encoder.loaded.name, encoder.fingerprint, encoder.dim, encoder.settings.as_dict(), encoder.precision
     )
     if options.overwrite or _pending(store, corpus) or not _same_model(store, identity):
-        # an up-to-date language is left as it is, whatever precision encoded it
         store.bind(identity, overwrite=options.overwrite)
+    else:  # up to date, whatever precision encoded it; the model's latest path is what `mine` reads
+        store.rename_model(identity.name)
     pending = _pending(store, corpus)
     reporter.encoder_ready(encoder, sum(s.rows for s in pending))
     sentences = tokens = 0

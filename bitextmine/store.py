@@ -7,7 +7,7 @@ checksum of the text shard it encodes, so a rerun can tell finished work from st
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +86,13 @@ class EmbeddingStore:
             self._save_manifest()
         elif current.model != model:
             current.model = model
+            self._save_manifest()
+
+    def rename_model(self, name: str) -> None:
+        """Record another path or name for the same model (what `mine --threshold auto` reads)."""
+        manifest = self._bound()
+        if manifest.model.name != name:
+            manifest.model = replace(manifest.model, name=name)
             self._save_manifest()
 
     def _check_compatible(self, current: EmbeddingManifest, model: ModelIdentity) -> None:

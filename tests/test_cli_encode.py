@@ -6,6 +6,7 @@ import gzip
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -239,8 +240,11 @@ def test_precision_is_recorded_and_a_resume_at_another_precision_is_refused(tmp_
     code, output = encode(*args, "--precision", "bf16")
     assert code == 0 and "bf16" in output, output
     assert json.loads((work / "emb" / "de" / "manifest.json").read_text())["model"]["precision"] == "bf16"
-    code, output = encode(*args, "--precision", "fp32")
-    assert code == 0, output  # nothing left to encode: the bf16 vectors stand
+    copy = shutil.copytree(tiny_model_dir("bert"), tmp_path / "model-copy")
+    code, output = encode(*args[:-4], "--model", str(copy), "--workdir", str(work), "--precision", "fp32")
+    assert code == 0, output  # nothing left to encode: the bf16 vectors stand, the new path is recorded
+    manifest = json.loads((work / "emb" / "de" / "manifest.json").read_text())["model"]
+    assert (manifest["precision"], manifest["name"]) == ("bf16", str(copy))
     more = write_zst(tmp_path / "more.txt.zst", corpus_lines(14))
     code, output = encode(*args, str(more), "--precision", "fp32")
     assert code == 1 and "made at precision bf16, not fp32; pass --precision bf16" in output, output

@@ -14,6 +14,8 @@ thread count, writes its vectors, and the parent compares them with the padded i
 Then, per precision and in its own process, the de-en and zh-en bucc-like dev splits are encoded
 (no cache), mined exactly and the best-F1 threshold is learned on the same split (oracle F1).
 
+The F1 results are kept in results/bench_encode_f1.json: `--no-f1` re-times the variants and reuses them.
+
 Usage: python examples/benchmarks/bench_encode.py [--n 10000] [--threads 2] [--no-f1] [--out FILE]
 """
 
@@ -36,9 +38,11 @@ from benchlib import MODEL, SHARED, peak_rss_mb
 
 VARIANTS = ("packed", "padded", "sorted", "st", "bf16", "int8")
 PRECISION_OF = {"packed": "fp32", "bf16": "bf16", "int8": "int8"}
+PRECISION_VARIANT = {precision: variant for variant, precision in PRECISION_OF.items()}
 F1_PAIRS = ("de-en", "zh-en")
 F1_TOLERANCE = 0.3  # F1 points a faster precision may lose against fp32
 BATCH = 64
+F1_STORE = Path(__file__).with_name("results") / "bench_encode_f1.json"
 
 
 def load_sentences(n: int) -> list[str]:
@@ -179,11 +183,17 @@ def main() -> None:
         for variant in variants:
             print(f"running {variant} on {len(sentences)} sentences ...", flush=True)
             _child(["--variant", variant, *common], args.threads)
-        precisions = [] if args.no_f1 else [PRECISION_OF[v] for v in variants if v in PRECISION_OF]
-        for precision in precisions:
-            print(f"dev F1 at {precision} on {', '.join(F1_PAIRS)} ...", flush=True)
-            _child(["--f1-precision", precision, *common], args.threads)
-        report = build_report(Path(scratch), variants, precisions, sentences, args.threads)
+        if not args.no_f1:
+            precisions = [PRECISION_OF[v] for v in variants if v in PRECISION_OF]
+            for precision in precisions:
+                print(f"dev F1 at {precision} on {', '.join(F1_PAIRS)} ...", flush=True)
+                _child(["--f1-precision", precision, *common], args.threads)
+            f1 = {p: json.loads((Path(scratch) / f"f1-{p}.json").read_text()) for p in precisions}
+            F1_STORE.write_text(
+                json.dumps({"when": datetime.date.today().isoformat(), "f1": f1}, indent=1) + "\n"
+            )
+        f1_store = json.loads(F1_STORE.read_text()) if F1_STORE.is_file() else None
+        report = build_report(Path(scratch), variants, f1_store, sentences, args.threads)
     print(report)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(report)
@@ -222,7 +232,7 @@ LABELS = {
 
 
 def build_report(
-    scratch: Path, variants: list[str], precisions: list[str], sentences: list[str], threads: int
+    scratch: Path, variants: list[str], f1_store: dict | None, sentences: list[str], threads: int
 ) -> str:
     tokens = count_tokens(sentences)
     reference = np.load(scratch / "padded.npy")
@@ -249,18 +259,20 @@ def build_report(
     for v, name in (("padded", "a/b"), ("sorted", "a/c"), ("st", "a/d")):
         if "packed" in rate and v in rate:
             lines.append(f"| {name} | {rate['packed'] / rate[v]:.2f} | {targets[v]} |")
-    if precisions:
-        lines += f1_section(scratch, precisions, rate)
+    if f1_store:
+        lines += f1_section(f1_store, rate)
     return "\n".join(lines) + "\n"
 
 
-def f1_section(scratch: Path, precisions: list[str], rate: dict[str, float]) -> list[str]:
+def f1_section(f1_store: dict, rate: dict[str, float]) -> list[str]:
     """Dev F1 per precision and the verdict: the fastest one within F1_TOLERANCE of fp32 on every pair."""
-    f1 = {p: json.loads((scratch / f"f1-{p}.json").read_text()) for p in precisions}
+    f1 = f1_store["f1"]
+    precisions = [p for p in f1 if PRECISION_VARIANT[p] in rate]
     lines = [
         "",
         "BUCC-format dev F1 per precision (`../shared/data/bucc-like`, ratio margin, k = 4, exact mining, "
-        "best-F1 threshold learned on the same dev split; each precision encodes the splits afresh):",
+        "best-F1 threshold learned on the same dev split; each precision encodes the splits afresh; "
+        f"run {f1_store['when']}):",
         "",
         "| precision | "
         + " | ".join(f"{pair} F1 % (threshold)" for pair in F1_PAIRS)
@@ -271,7 +283,6 @@ def f1_section(scratch: Path, precisions: list[str], rate: dict[str, float]) -> 
         cells = [f"{100 * f1[p][pair]['f1']:.2f} ({f1[p][pair]['threshold']:.4f})" for pair in F1_PAIRS]
         seconds = sum(f1[p][pair]["seconds"] for pair in F1_PAIRS)
         lines.append(f"| {p} | " + " | ".join(cells) + f" | {seconds:,.0f} |")
-    variant_of = {precision: variant for variant, precision in PRECISION_OF.items()}
     if "fp32" not in f1:
         return lines
     keeps = [
@@ -279,13 +290,13 @@ def f1_section(scratch: Path, precisions: list[str], rate: dict[str, float]) -> 
         for p in precisions
         if all(100 * (f1["fp32"][pair]["f1"] - f1[p][pair]["f1"]) <= F1_TOLERANCE for pair in F1_PAIRS)
     ]
-    fastest = max(keeps, key=lambda p: rate[variant_of[p]])
+    fastest = max(keeps, key=lambda p: rate[PRECISION_VARIANT[p]])
     verdict = (
         f"- Fastest precision whose dev F1 is within {F1_TOLERANCE} of fp32 on {' and '.join(F1_PAIRS)}: "
     )
-    verdict += f"**{fastest}**, {rate[variant_of[fastest]]:.1f} sentences/s"
+    verdict += f"**{fastest}**, {rate[PRECISION_VARIANT[fastest]]:.1f} sentences/s"
     if "st" in rate:
-        ratio = rate[variant_of[fastest]] / rate["st"]
+        ratio = rate[PRECISION_VARIANT[fastest]] / rate["st"]
         verdict += (
             f" = {ratio:.2f}x sentence-transformers fp32 (target 2.0: {'met' if ratio >= 2 else 'NOT met'})"
         )

@@ -115,7 +115,9 @@ def speed(minutes_each: float = 1.0) -> dict:
 
     loaded = load_model(str(MODEL), torch.device("cpu"))
     tok = loaded.tokenizer
-    stream = pair_stream(find_sources([str(SHARED / "data" / "parallel")]), seed=0)
+    sources = find_sources([str(SHARED / "data" / "parallel")])
+    languages = sorted({s.lang for s in sources} | {"en"})
+    stream = pair_stream(sources, seed=0)
     batches = token_batches(
         stream,
         lambda t: tok(["query: " + x for x in t], truncation=True, max_length=FINE_TUNE["max_length"])[
@@ -128,13 +130,11 @@ def speed(minutes_each: float = 1.0) -> dict:
     rates = {}
     for packed in (True, False):
         encoder = TrainEncoder(loaded.model.train(), packed=packed)
-        ctx = TrainContext(
-            encoder, tok.mask_token_id, frozenset(tok.all_special_ids), len(tok), ["en"], torch.Generator()
-        )
+        specials = frozenset(tok.all_special_ids)
+        ctx = TrainContext(encoder, tok.mask_token_id, specials, len(tok), languages, torch.Generator())
         objectives = build_objectives({"contrastive": 1.0}, encoder, ctx, {})
-        batch_loss(encoder, objectives, {"contrastive": 1.0}, fixed[0], ctx, autocast=True)[
-            0
-        ].backward()  # warm-up
+        warm_up, _ = batch_loss(encoder, objectives, {"contrastive": 1.0}, fixed[0], ctx, autocast=True)
+        warm_up.backward()
         started, pairs = time.perf_counter(), 0
         for batch in fixed[1:]:
             loss, _ = batch_loss(encoder, objectives, {"contrastive": 1.0}, batch, ctx, autocast=True)

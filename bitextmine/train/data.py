@@ -30,9 +30,6 @@ class PairSource:
     lang: str  # the non-English side
     paths: tuple[str, ...]  # (xx file, en file) or (tsv,)
 
-    def describe(self) -> str:
-        return " + ".join(self.paths)
-
 
 @dataclass(frozen=True)
 class Pair:

@@ -4,13 +4,16 @@ For unit vectors x, y with cos(x, y), let fwd(x) be the mean cosine of x to its 
 in the target set and bwd(y) the mean cosine of y to its k nearest neighbours in the source set. The
 denominator is sum_{NN_k(x)} cos/2k + sum_{NN_k(y)} cos/2k = (fwd(x) + bwd(y)) / 2, so that ratio
 thresholds read like LASER's (about 1.04-1.10).
+
+CSLS (Conneau et al. 2018, used by Gaschi et al. for word retrieval) is 2 cos(x, y) - fwd(x) - bwd(y):
+twice the distance margin, so both rank candidates identically; its thresholds sit on twice the scale.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-MARGINS = ("ratio", "distance", "absolute")
+MARGINS = ("ratio", "distance", "csls", "absolute")
 
 
 def check_margin(margin: str) -> str:
@@ -23,5 +26,7 @@ def margin_scores(cos: np.ndarray, fwd_mean: np.ndarray, bwd_mean: np.ndarray, m
     """Score of each (x, y) whose cosine is `cos`; fwd_mean/bwd_mean broadcast against it."""
     if check_margin(margin) == "absolute":
         return cos
+    if margin == "csls":
+        return 2 * cos - fwd_mean - bwd_mean
     denominator = (fwd_mean + bwd_mean) / 2
     return cos / denominator if margin == "ratio" else cos - denominator

@@ -36,9 +36,12 @@ def brute_force(src, tgt, k, margin, strategy):
 
     def score(i, j):
         denominator = fwd_mean[i] / 2 + bwd_mean[j] / 2  # sum/2k + sum/2k
-        return {"ratio": sim[i, j] / denominator, "distance": sim[i, j] - denominator, "absolute": sim[i, j]}[
-            margin
-        ]
+        return {
+            "ratio": sim[i, j] / denominator,
+            "distance": sim[i, j] - denominator,
+            "csls": 2 * sim[i, j] - fwd_mean[i] - bwd_mean[j],
+            "absolute": sim[i, j],
+        }[margin]
 
     fwd = []
     for i in range(sim.shape[0]):

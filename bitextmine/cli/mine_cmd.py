@@ -13,7 +13,10 @@ from bitextmine.cli.common import ModelOption, WorkdirOption, app, err, out, use
 from bitextmine.errors import BitextmineError
 from bitextmine.workspace import DEFAULT_WORKDIR, Workspace
 
-MARGIN_HELP = "ratio (default, LASER's), distance (cos minus the neighbourhood mean) or absolute (cosine)."
+MARGIN_HELP = (
+    "ratio (default, LASER's), distance (cos minus the neighbourhood mean), csls (2 cos minus both "
+    "neighbourhood means) or absolute (cosine)."
+)
 STRATEGY_HELP = "max (best of both directions), intersect (mutual best), fwd or bwd."
 
 

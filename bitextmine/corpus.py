@@ -85,8 +85,14 @@ def display_name(path: str) -> str:
 
 
 def open_binary(path: str) -> BinaryIO:
-    """Open a corpus for binary reading, decompressing gzip or zstd (detected by magic bytes)."""
-    return _open(path)[0]
+    """Open a corpus for binary reading, decompressing gzip or zstd (detected by magic bytes).
+
+    Corrupt or truncated compressed data raises a CorpusError naming the file and the last whole line.
+    """
+    fh, kind = _open(path)
+    if kind == "plain":
+        return fh
+    return cast(BinaryIO, io.BufferedReader(_CheckedStream(fh, display_name(path), kind)))
 
 
 def _open(path: str) -> tuple[BinaryIO, str]:
@@ -237,6 +243,31 @@ class _ZstdRaw(io.RawIOBase):
     def close(self) -> None:
         if not self.closed:
             self._reader.close()  # closes the source too when we own it (closefd)
+        super().close()
+
+
+class _CheckedStream(io.RawIOBase):
+    """A decompressed stream whose decompression errors become CorpusErrors naming the file and line."""
+
+    def __init__(self, fh: BinaryIO, name: str, kind: str) -> None:
+        super().__init__()
+        self._fh, self._name, self._kind = fh, name, kind
+        self._lines = 0  # complete lines delivered so far
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        try:
+            n = self._fh.readinto(buffer)
+        except _DECOMPRESS_ERRORS as e:
+            raise _read_error(self._name, self._kind, self._lines, e) from e
+        self._lines += memoryview(buffer)[:n].tobytes().count(b"\n")
+        return n
+
+    def close(self) -> None:
+        if not self.closed:
+            self._fh.close()
         super().close()
 
 
@@ -676,7 +707,10 @@ def build_corpus(
     warn: Warn = _no_warn,
     on_shard: Callable[[TextShard], None] | None = None,
 ) -> CorpusManifest:
-    """Read, clean (and dedup) `paths` into text shards in `out_dir`, then write its manifest."""
+    """Read, clean (and dedup) `paths` into text shards in `out_dir`, then write its manifest.
+
+    Any error (bad input, a failed write, an interrupt) leaves `out_dir` without shards or manifest.
+    """
     if not paths:
         raise CorpusError("no input files")
     out_dir = Path(out_dir)
@@ -685,12 +719,16 @@ def build_corpus(
     _remove_stale(out_dir)
     counts = CorpusCounts()
     rows = iter_corpus(paths, counts, dedup=dedup, max_chars=max_chars, warn=warn)
-    shards = write_text_shards(rows, out_dir, shard_size, on_shard)
-    if not shards:
-        names = ", ".join(display_name(p) for p in paths)
-        raise CorpusError(f"no sentences in {names}: every line is empty")
-    manifest = CorpusManifest(lang, sources, shard_size, dedup, max_chars, shards, counts, complete=True)
-    write_json(out_dir / MANIFEST_NAME, manifest.to_json())
+    try:
+        shards = write_text_shards(rows, out_dir, shard_size, on_shard)
+        if not shards:
+            names = ", ".join(display_name(p) for p in paths)
+            raise CorpusError(f"no sentences in {names}: every line is empty")
+        manifest = CorpusManifest(lang, sources, shard_size, dedup, max_chars, shards, counts, complete=True)
+        write_json(out_dir / MANIFEST_NAME, manifest.to_json())
+    except BaseException:
+        _remove_stale(out_dir)  # bad input or a failed write leaves no shards of a half-read corpus
+        raise
     return manifest
 
 

@@ -1,8 +1,29 @@
 """The one exception type that the CLI turns into a one-line message instead of a traceback."""
 
+from __future__ import annotations
+
+import errno
+import os
+
 
 class BitextmineError(Exception):
     """A user-facing error: bad input, a mismatched workspace, a missing model.
 
     The message is complete on its own (it names the file and, when it applies, the line).
     """
+
+
+_DISK_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+
+
+def os_error_message(exc: OSError, path: str | os.PathLike[str] | None = None, action: str = "") -> str:
+    """``FILE: [ACTION: ]REASON`` for an OSError about `path` (default: the file the error names).
+
+    A full disk gets a hint to free space and rerun (encode and train resume where they stopped).
+    """
+    where = path if path is not None else exc.filename
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    message = f"{action}: {reason}" if action else reason
+    if exc.errno in _DISK_FULL:
+        message += "; free some space and rerun"
+    return message if where is None else f"{os.fsdecode(where)}: {message}"

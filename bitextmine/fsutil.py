@@ -9,6 +9,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
+from bitextmine.errors import BitextmineError, os_error_message
+from bitextmine.faults import crash_point
+
+
+class WriteError(BitextmineError):
+    """A file could not be written (disk full, no permission, ...); nothing partial was left behind."""
+
+    def __init__(self, path: Path, exc: OSError, action: str = "cannot write") -> None:
+        super().__init__(os_error_message(exc, path, action))
+
 
 @contextmanager
 def atomic_path(path: Path) -> Iterator[Path]:
@@ -16,15 +26,26 @@ def atomic_path(path: Path) -> Iterator[Path]:
 
     A crash leaves either the old file or nothing at `path`, never a partial file; the leftover
     temporary (``.NAME.tmp-PID``) is removed by the next successful write of the same name.
+    An OSError naming no file or the temporary (a failed write, a full disk) becomes a `WriteError`
+    naming `path`, after the temporary is removed.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise WriteError(path, exc, "cannot create its folder") from exc
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         yield tmp
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
+        crash_point("before-rename")
         os.replace(tmp, path)
+        crash_point("after-rename")
+    except OSError as exc:
+        if exc.filename is not None and os.fsdecode(exc.filename) != str(tmp):
+            raise
+        raise WriteError(path, exc) from exc
     finally:
         tmp.unlink(missing_ok=True)
     for stale in path.parent.glob(f".{path.name}.tmp-*"):

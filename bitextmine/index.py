@@ -12,7 +12,7 @@ import math
 import re
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,8 @@ import numpy as np
 
 from bitextmine.errors import BitextmineError
 from bitextmine.fsutil import atomic_path, read_json, write_json
+from bitextmine.index_shards import ShardedIndex, ShardFile, plan_id, populate_shard, read_index_cached
+from bitextmine.launcher import ShardJob
 from bitextmine.neighbors import rerank
 from bitextmine.store import ShardedVectors
 
@@ -60,6 +62,8 @@ class IndexInfo:
     search_ms_per_1000: float | None = None  # at nprobe and fetch, on the recall queries
     exact_ms_per_1000: float | None = None  # exact search of the same queries
     note: str = ""
+    plan: str = ""  # sharded indexes: the digest in their file names (see index_shards.py)
+    shards: list[dict[str, Any]] = field(default_factory=list)  # [{file, start, stop}]; [] = LANG.faiss
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -189,12 +193,27 @@ def build_index(
         factory, nprobe, train_rows, fetch = "Flat", None, 0, recall_k
         index, _ = _build(factory, dim, vectors, False, rng, chunk_rows, None)
         measured = (1.0, probe.exact_seconds)
+    info = _make_info(lang, factory, vectors, nprobe, train_rows, recall_k, probe, measured, build_seconds)
+    return index, replace(info, gpu=gpu, fetch=fetch, note=note)
+
+
+def _make_info(
+    lang: str,
+    factory: str,
+    vectors: ShardedVectors,
+    nprobe: int | None,
+    train_rows: int,
+    recall_k: int,
+    probe: RecallProbe | None,
+    measured: tuple[float, float] | None,
+    build_seconds: float,
+) -> IndexInfo:
     per_1000 = (lambda seconds: round(1000 * seconds / len(probe.queries) * 1000, 1)) if probe else None
-    info = IndexInfo(
+    return IndexInfo(
         lang=lang,
         factory=factory,
-        dim=dim,
-        count=n,
+        dim=vectors.dim,
+        count=len(vectors),
         nprobe=nprobe,
         fingerprint=vectors.model.fingerprint,
         train_rows=train_rows,
@@ -202,14 +221,84 @@ def build_index(
         recall_queries=len(probe.queries) if probe else 0,
         recall=measured[0] if measured else None,
         build_seconds=round(build_seconds, 3),
-        gpu=gpu,
-        fetch=fetch,
+        gpu=False,
         recall_source=probe.source if probe else "self",
         search_ms_per_1000=per_1000(measured[1]) if measured else None,
         exact_ms_per_1000=per_1000(probe.exact_seconds) if probe else None,
-        note=note,
     )
-    return index, info
+
+
+def build_index_in_shards(
+    vectors: ShardedVectors,
+    lang: str,
+    index_dir: Path,
+    ranges: list[tuple[int, int]],
+    run_jobs: Callable[[list[ShardJob]], None],
+    *,
+    factory: str | None = None,
+    nprobe: int | None = None,
+    fetch: int | None = None,
+    queries: tuple[str, np.ndarray] | None = None,
+    target_recall: float | None = None,
+    seed: int = 0,
+    recall_k: int = 4,
+    recall_queries: int = 1000,
+) -> tuple[ShardedIndex, IndexInfo]:
+    """Train one template, populate a copy per row range with `run_jobs` (shards already saved by an
+    earlier run of the same plan are kept), then measure recall and tune nprobe as `build_index` does.
+    The shards are written to `index_dir`; `save_index` then writes LANG.json."""
+    n, dim = len(vectors), vectors.dim
+    factory = factory or choose_factory(n, dim)
+    rng = np.random.default_rng(seed)
+    started = time.perf_counter()
+    plan = plan_id(vectors.model.fingerprint, n, factory, ranges, seed)
+    template_path = index_dir / f"{lang}.{plan}.template.faiss"
+    template, train_rows = _template(template_path, factory, dim, vectors, rng)
+    shards = [ShardFile(f"{lang}.{plan}.{i:03d}.faiss", a, b) for i, (a, b) in enumerate(ranges)]
+    emb_dir = vectors.store.root
+    run_jobs(
+        [
+            ShardJob(
+                f"index {lang} shard {i + 1}/{len(shards)}",
+                populate_shard,
+                (
+                    index_dir / f"{lang}.{plan}.template.faiss",
+                    emb_dir,
+                    lang,
+                    s.start,
+                    s.stop,
+                    index_dir / s.file,
+                ),
+            )
+            for i, s in enumerate(shards)
+            if not (index_dir / s.file).is_file()
+        ]
+    )
+    build_seconds = time.perf_counter() - started
+    index = ShardedIndex(index_dir, shards, template)
+    probe = _probe(vectors, queries, recall_k, recall_queries, rng, 100_000)
+    fetch = fetch or default_fetch(template, recall_k)
+    target = TARGET_RECALL if target_recall is None else target_recall
+    nprobe, note = _choose_nprobe(index, factory, nprobe, probe, vectors, recall_k, fetch, target)
+    measured = _measure(index, probe, vectors, recall_k, fetch) if probe else None
+    info = _make_info(lang, factory, vectors, nprobe, train_rows, recall_k, probe, measured, build_seconds)
+    return index, replace(info, fetch=fetch, note=note, plan=plan, shards=[asdict(s) for s in shards])
+
+
+def _template(
+    path: Path, factory: str, dim: int, vectors: ShardedVectors, rng: np.random.Generator
+) -> tuple[faiss.Index, int]:
+    """The trained empty index of a sharded build, read back if an earlier run of the plan saved it."""
+    template = _new_index(factory, dim)
+    rows = 0 if template.is_trained else training_rows(factory, len(vectors))
+    sample = np.sort(rng.choice(len(vectors), size=rows, replace=False)) if rows else None
+    if path.is_file():
+        return faiss.read_index(str(path)), rows
+    if sample is not None:
+        _train_on(template, vectors.take(sample), factory)
+    with atomic_path(path) as tmp:
+        faiss.write_index(template, str(tmp))
+    return template, rows
 
 
 def default_fetch(index: faiss.Index, k: int) -> int:
@@ -271,7 +360,7 @@ def _choose_nprobe(
     target: float,
 ) -> tuple[int | None, str]:
     """(nprobe, note): the given one, the fewest reaching `target` on other-language queries, or the rule."""
-    ivf = faiss.try_extract_index_ivf(index)
+    ivf = _ivf(index)
     if ivf is None:
         return None, ""
     if nprobe is None and probe is not None and probe.source != "self":
@@ -334,46 +423,67 @@ def _check_gpu() -> None:
 
 def _train(index: faiss.Index, vectors: ShardedVectors, factory: str, rng: np.random.Generator) -> int:
     rows = np.sort(rng.choice(len(vectors), size=training_rows(factory, len(vectors)), replace=False))
-    try:
-        index.train(vectors.take(rows))
-    except RuntimeError as exc:
-        raise BitextmineError(
-            f"cannot train FAISS index '{factory}' on {len(rows):,} rows: {_faiss_message(exc)}"
-        ) from None
+    _train_on(index, vectors.take(rows), factory)
     return len(rows)
 
 
-def set_nprobe(index: faiss.Index, nprobe: int) -> None:
+def _train_on(index: faiss.Index, sample: np.ndarray, factory: str) -> None:
+    try:
+        index.train(sample)
+    except RuntimeError as exc:
+        raise BitextmineError(
+            f"cannot train FAISS index '{factory}' on {len(sample):,} rows: {_faiss_message(exc)}"
+        ) from None
+
+
+def set_nprobe(index: faiss.Index | ShardedIndex, nprobe: int) -> None:
     """Lists to probe per query, also inside an OPQ pre-transform; no-op for non-IVF indexes."""
+    if isinstance(index, ShardedIndex):
+        index.nprobe = nprobe
+        return
     ivf = faiss.try_extract_index_ivf(index)
     if ivf is not None:
         ivf.nprobe = nprobe
 
 
-def save_index(index: faiss.Index, info: IndexInfo, index_dir: Path) -> None:
-    """Write ``LANG.faiss`` then ``LANG.json``, each atomically.
+def _ivf(index: faiss.Index | ShardedIndex) -> faiss.IndexIVF | None:
+    return faiss.try_extract_index_ivf(index.template if isinstance(index, ShardedIndex) else index)
+
+
+def save_index(index: faiss.Index | ShardedIndex, info: IndexInfo, index_dir: Path) -> None:
+    """Write ``LANG.faiss`` (an unsharded index; a sharded one saved its shards) then ``LANG.json``, each
+    atomically, and remove the files of other builds.
 
     The old json goes first, so a crash part way leaves no index rather than a mismatched pair.
     """
     index_dir = Path(index_dir)
     (index_dir / f"{info.lang}.json").unlink(missing_ok=True)
-    with atomic_path(index_dir / f"{info.lang}.faiss") as tmp:
-        faiss.write_index(index, str(tmp))
+    if isinstance(index, ShardedIndex):
+        (index_dir / f"{info.lang}.faiss").unlink(missing_ok=True)
+    else:
+        with atomic_path(index_dir / f"{info.lang}.faiss") as tmp:
+            faiss.write_index(index, str(tmp))
+    keep = {s["file"] for s in info.shards} | {f"{info.lang}.{info.plan}.template.faiss"}
+    for other in index_dir.glob(f"{info.lang}.*.faiss"):
+        if other.name not in keep and other.name != f"{info.lang}.faiss":
+            other.unlink()
     write_json(index_dir / f"{info.lang}.json", info.to_json())
 
 
 def load_index(
     index_dir: Path, lang: str, vectors: ShardedVectors, *, nprobe: int | None = None
-) -> tuple[faiss.Index, IndexInfo]:
-    """The saved index of `lang`, checked against the embeddings it must cover; `nprobe` overrides."""
+) -> tuple[faiss.Index | ShardedIndex, IndexInfo]:
+    """The saved index of `lang`, checked against the embeddings it must cover; `nprobe` overrides.
+
+    A sharded index is returned unloaded: its shards are read one at a time as they are searched."""
     index_dir = Path(index_dir)
-    index_path, info_path = index_dir / f"{lang}.faiss", index_dir / f"{lang}.json"
-    if not (index_path.is_file() and info_path.is_file()):
-        raise BitextmineError(f"no index for '{lang}' in {index_dir}: run `bitextmine index {lang}`")
-    info = IndexInfo.from_json(read_json(info_path))
-    if info.fingerprint != vectors.model.fingerprint or info.count != len(vectors):
-        raise _stale(lang)
-    index = faiss.read_index(str(index_path))
+    info = load_index_info(index_dir, lang, vectors)
+    files = [s["file"] for s in info.shards] or [f"{lang}.faiss"]
+    if info.shards:
+        template = faiss.read_index(str(index_dir / f"{lang}.{info.plan}.template.faiss"))
+        index = ShardedIndex(index_dir, [ShardFile(**s) for s in info.shards], template)
+    else:
+        index = read_index_cached(index_dir / files[0])
     if index.ntotal != len(vectors):
         raise _stale(lang)
     if nprobe is not None and info.nprobe is not None:
@@ -381,6 +491,18 @@ def load_index(
     if info.nprobe is not None:
         set_nprobe(index, info.nprobe)
     return index, info
+
+
+def load_index_info(index_dir: Path, lang: str, vectors: ShardedVectors) -> IndexInfo:
+    """LANG.json of a complete index that covers `vectors` (else an error naming the command to run)."""
+    info_path = Path(index_dir) / f"{lang}.json"
+    info = IndexInfo.from_json(read_json(info_path)) if info_path.is_file() else None
+    files = ([s["file"] for s in info.shards] or [f"{lang}.faiss"]) if info else []
+    if info is None or not all((Path(index_dir) / f).is_file() for f in files):
+        raise BitextmineError(f"no index for '{lang}' in {index_dir}: run `bitextmine index {lang}`")
+    if info.fingerprint != vectors.model.fingerprint or info.count != len(vectors):
+        raise _stale(lang)
+    return info
 
 
 def _stale(lang: str) -> BitextmineError:

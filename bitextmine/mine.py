@@ -8,7 +8,7 @@ recomputed from the stored vectors, never taken from a compressed index.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,27 +54,53 @@ class Candidates:
         return Candidates(self.src[keep], self.tgt[keep], self.score[keep], self.cosine[keep])
 
 
+@dataclass
+class SearchShard:
+    """Rows `offset`.. of the searched set behind one search function (a FAISS index, exact search)."""
+
+    search: SearchFn  # ids it returns are local to the shard
+    offset: int = 0
+
+
 def find_neighbours(
-    query_blocks: Iterable[tuple[int, np.ndarray]],
+    query_blocks: Callable[[], Iterable[tuple[int, np.ndarray]]],
     n_queries: int,
-    search: SearchFn,
+    shards: Sequence[SearchShard],
     take: TakeFn,
     k: int,
     progress: Callable[[int], None] | None = None,
     fetch: int | None = None,
 ) -> Neighbours:
-    """kNN of every query, block by block: `fetch` (>= k) hits re-ranked by exact cosines from `take`."""
-    sims = np.full((n_queries, k), np.nan, dtype=np.float32)
-    ids = np.full((n_queries, k), -1, dtype=np.int64)
-    for start, block in query_blocks:
-        _, found = search(block, max(k, fetch or k))
-        cos, found = rerank(block, found, take, k)
-        width = found.shape[1]
-        ids[start : start + len(block), :width] = found
-        sims[start : start + len(block), :width] = cos
-        if progress:
-            progress(len(block))
-    return Neighbours(sims, ids)
+    """kNN of every query: `fetch` (>= k) hits per shard re-ranked by exact cosines from `take`, merged
+    over the shards. Shards are the outer loop, so each is searched once for all query blocks."""
+    found = Neighbours(np.full((n_queries, k), np.nan, np.float32), np.full((n_queries, k), -1, np.int64))
+    for number, shard in enumerate(shards):
+        for start, block in query_blocks():
+            _, ids = shard.search(block, max(k, fetch or k))
+            cos, ids = rerank(block, np.where(ids >= 0, ids + shard.offset, -1), take, k)
+            rows = slice(start, start + len(block))
+            found.sims[rows], found.ids[rows] = merge_top_k(
+                (found.sims[rows], found.ids[rows]), (cos, ids), k
+            )
+            if progress and number == len(shards) - 1:
+                progress(len(block))
+    return found
+
+
+def merge_top_k(
+    first: tuple[np.ndarray, np.ndarray], second: tuple[np.ndarray, np.ndarray], k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The k best (cosine, id) of two exact-cosine neighbour lists per row (NaN / -1 = none), best
+    first; on ties the first list's hit comes first."""
+    cos = np.concatenate([first[0], second[0]], axis=1)
+    ids = np.concatenate([first[1], second[1]], axis=1)
+    order = np.argsort(-np.nan_to_num(cos, nan=-np.inf), axis=1, kind="stable")[:, :k]
+    cos, ids = np.take_along_axis(cos, order, 1), np.take_along_axis(ids, order, 1)
+    width = ids.shape[1]
+    if width < k:
+        pad = ((0, 0), (0, k - width))
+        cos, ids = np.pad(cos, pad, constant_values=np.nan), np.pad(ids, pad, constant_values=-1)
+    return cos, ids
 
 
 def select_candidates(fwd: Neighbours, bwd: Neighbours, margin: str, strategy: str) -> Candidates:
@@ -146,10 +172,11 @@ def mine_arrays(
     src: np.ndarray, tgt: np.ndarray, *, k: int = 4, margin: str = "ratio", strategy: str = "max"
 ) -> Candidates:
     """Exact mining of two in-memory sets of unit vectors (BUCC splits, tests)."""
-    fwd = find_neighbours(
-        [(0, src)], len(src), lambda q, n: exact_knn(q, tgt, n), lambda i: tgt[i], min(k, len(tgt))
-    )
-    bwd = find_neighbours(
-        [(0, tgt)], len(tgt), lambda q, n: exact_knn(q, src, n), lambda i: src[i], min(k, len(src))
-    )
-    return select_candidates(fwd, bwd, margin, strategy)
+
+    def neighbours(queries: np.ndarray, base: np.ndarray) -> Neighbours:
+        shard = SearchShard(lambda q, n: exact_knn(q, base, n))
+        return find_neighbours(
+            lambda: [(0, queries)], len(queries), [shard], lambda i: base[i], min(k, len(base))
+        )
+
+    return select_candidates(neighbours(src, tgt), neighbours(tgt, src), margin, strategy)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -13,14 +16,19 @@ import zstandard
 from bitextmine.corpus import CorpusManifest, load_manifest, lookup_rows
 from bitextmine.encoder.loading import resolve_model_dir
 from bitextmine.errors import BitextmineError
+from bitextmine.faults import crash_point
 from bitextmine.fsutil import atomic_open, write_json
-from bitextmine.index import load_index, search
-from bitextmine.mine import Candidates, Neighbours, find_neighbours, select_candidates
+from bitextmine.index import IndexInfo, load_index, load_index_info, search
+from bitextmine.index_shards import ShardedIndex, release_index
+from bitextmine.launcher import ShardJob
+from bitextmine.lock import workspace_locks
+from bitextmine.mine import Candidates, Neighbours, SearchShard, find_neighbours, select_candidates
 from bitextmine.store import EmbeddingStore, ShardedVectors
 from bitextmine.thresholds import calibrated_threshold
 from bitextmine.workspace import Workspace
 
 HISTOGRAM_BINS = 50
+NEIGHBOURS_DIR = ".neighbours"
 
 
 @dataclass
@@ -32,7 +40,8 @@ class MineOptions:
         None  # a number, "auto" (calibrated, from the model dir) or None (keep all)
     )
     nprobe: int | None = None
-    block_rows: int = 16_384
+    block_rows: int = 16_384  # queries searched at once
+    job_rows: int = 1_000_000  # queries per neighbour job (the unit of resume and of cluster jobs)
     model: str | None = None  # where "auto" looks for thresholds; default: the model that made the embeddings
 
 
@@ -119,8 +128,29 @@ def mine_workspace(
     tgt_lang: str,
     options: MineOptions,
     progress: Callable[[int], None] | None = None,
+    run_jobs: Callable[[list[ShardJob]], object] | None = None,
 ) -> MineSummary:
-    """Mine SRC against TGT with their indexes and write WORK/mined/SRC-TGT.tsv.zst and its stats."""
+    """Mine SRC against TGT with their indexes and write WORK/mined/SRC-TGT.tsv.zst and its stats.
+
+    The k-NN searches are shard jobs over blocks of `options.job_rows` queries, each saving its
+    neighbour lists under WORK/mined/.neighbours/ (kept, so an interrupted run resumes block by block
+    and a rerun with another margin, strategy or threshold searches nothing); `run_jobs` runs them
+    (default: here, one after another, with `progress`). Then candidates are scored and selected.
+    """
+    pair = f"{src_lang}-{tgt_lang}"
+    reads = [f"{part}-{lang}" for part in ("lang", "index") for lang in (src_lang, tgt_lang)]
+    with workspace_locks(workspace.root, write=[f"mine-{pair}"], read=reads):
+        return _mine(workspace, src_lang, tgt_lang, options, progress, run_jobs)
+
+
+def _mine(
+    workspace: Workspace,
+    src_lang: str,
+    tgt_lang: str,
+    options: MineOptions,
+    progress: Callable[[int], None] | None,
+    run_jobs: Callable[[list[ShardJob]], object] | None,
+) -> MineSummary:
     started = time.perf_counter()
     pair = f"{src_lang}-{tgt_lang}"
     src, tgt = open_language(workspace, src_lang), open_language(workspace, tgt_lang)
@@ -130,22 +160,25 @@ def mine_workspace(
             f"{tgt.vectors.model.describe()}: encode both with the same model"
         )
     threshold = resolve_threshold(options, src, pair)
-    src_index, src_info = load_index(workspace.index_dir(), src_lang, src.vectors, nprobe=options.nprobe)
-    tgt_index, tgt_info = load_index(workspace.index_dir(), tgt_lang, tgt.vectors, nprobe=options.nprobe)
-
-    def neighbours(query: Language, base: Language, base_index, base_info) -> Neighbours:
-        search_base = lambda q, k: search(base_index, q, k)  # noqa: E731
-        blocks = query.vectors.blocks(options.block_rows)
-        return find_neighbours(
-            blocks, len(query.vectors), search_base, base.vectors.take, options.k, progress, base_info.fetch
-        )
-
-    fwd = neighbours(src, tgt, tgt_index, tgt_info)
-    bwd = neighbours(tgt, src, src_index, src_info)
+    src_info = load_index_info(workspace.index_dir(), src_lang, src.vectors)
+    tgt_info = load_index_info(workspace.index_dir(), tgt_lang, tgt.vectors)
+    work = _neighbour_dir(workspace, pair, options, src_info, tgt_info)
+    jobs = [
+        *_neighbour_jobs(workspace, work, "fwd", src, tgt, options),
+        *_neighbour_jobs(workspace, work, "bwd", tgt, src, options),
+    ]
+    if run_jobs is None:
+        _run_here(jobs, progress)
+    else:
+        run_jobs([job for job in jobs if not job.kwargs["out"].is_file()])
+    fwd = _load_neighbours(work, "fwd", len(src.vectors))
+    bwd = _load_neighbours(work, "bwd", len(tgt.vectors))
     candidates = select_candidates(fwd, bwd, options.margin, options.strategy)
+    del fwd, bwd
     kept = candidates if threshold is None else candidates.above(threshold)
     output = workspace.mined_dir() / f"{pair}.tsv.zst"
     preview = write_mined(output, kept, src, tgt)
+    _remove_other_plans(work)
     stats_path = workspace.mined_dir() / f"{pair}.stats.json"
     seconds = time.perf_counter() - started
     write_json(
@@ -179,20 +212,115 @@ def mine_workspace(
     )
 
 
-def write_mined(path: Path, pairs: Candidates, src: Language, tgt: Language, preview: int = 10) -> list:
-    """Write `score<TAB>src<TAB>tgt<TAB>src id<TAB>tgt id` lines by decreasing score, zstd-compressed.
+def _neighbour_dir(
+    workspace: Workspace, pair: str, options: MineOptions, src_info: IndexInfo, tgt_info: IndexInfo
+) -> Path:
+    """WORK/mined/.neighbours/PAIR-PLAN: PLAN digests what the neighbour lists depend on."""
+    key = [src_info.to_json(), tgt_info.to_json(), options.k, options.nprobe, options.job_rows]
+    plan = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+    return workspace.mined_dir() / NEIGHBOURS_DIR / f"{pair}-{plan}"
+
+
+def _neighbour_jobs(
+    workspace: Workspace, work: Path, direction: str, query: Language, base: Language, options: MineOptions
+) -> list[ShardJob]:
+    rows = len(query.vectors)
+    ranges = [(a, min(a + options.job_rows, rows)) for a in range(0, rows, options.job_rows)]
+    return [
+        ShardJob(
+            f"mine {query.lang}->{base.lang} rows {a:,}-{b:,}",
+            neighbours_job,
+            (workspace.root, query.lang, base.lang, a, b, options.k, options.nprobe, options.block_rows),
+            {"out": work / f"{direction}-{a:012d}-{b:012d}.npz"},
+        )
+        for a, b in ranges
+    ]
+
+
+def _run_here(jobs: list[ShardJob], progress: Callable[[int], None] | None) -> None:
+    """The jobs in this process; finished blocks only advance the progress bar."""
+    for job in jobs:
+        if job.kwargs["out"].is_file():
+            if progress:
+                progress(job.args[4] - job.args[3])
+            continue
+        job.fn(*job.args, **job.kwargs, progress=progress)
+    release_index()
+
+
+def neighbours_job(
+    root: Path,
+    query_lang: str,
+    base_lang: str,
+    start: int,
+    stop: int,
+    k: int,
+    nprobe: int | None,
+    block_rows: int,
+    *,
+    out: Path,
+    progress: Callable[[int], None] | None = None,
+) -> int:
+    """Shard job: the k nearest `base_lang` rows of `query_lang` rows [start, stop), saved to `out`."""
+    workspace = Workspace(root)
+    queries = open_language(workspace, query_lang).vectors
+    base = open_language(workspace, base_lang).vectors
+    index, info = load_index(workspace.index_dir(), base_lang, base, nprobe=nprobe)
+    if isinstance(index, ShardedIndex):
+        shards = index.search_shards()
+    else:
+        shards = [SearchShard(lambda q, n: search(index, q, n))]
+
+    def blocks() -> Iterator[tuple[int, np.ndarray]]:
+        for first in range(start, stop, block_rows):
+            yield first - start, queries.take(np.arange(first, min(first + block_rows, stop)))
+
+    found = find_neighbours(blocks, stop - start, shards, base.take, k, progress, info.fetch)
+    with atomic_open(out, "wb") as fh:
+        np.savez(fh, sims=found.sims, ids=found.ids)
+    return stop - start
+
+
+def _load_neighbours(work: Path, direction: str, rows: int) -> Neighbours:
+    parts = sorted(work.glob(f"{direction}-*.npz"))
+    loaded = [np.load(part) for part in parts]
+    found = Neighbours(
+        np.concatenate([part["sims"] for part in loaded]), np.concatenate([part["ids"] for part in loaded])
+    )
+    if len(found.ids) != rows:
+        raise BitextmineError(f"{work}: neighbour lists cover {len(found.ids)} of {rows} rows; rerun mine")
+    return found
+
+
+def _remove_other_plans(work: Path) -> None:
+    pair = work.name.rsplit("-", 1)[0]
+    for other in work.parent.glob(f"{pair}-*"):
+        if other != work and other.name.rsplit("-", 1)[0] == pair:
+            shutil.rmtree(other, ignore_errors=True)
+
+
+def write_mined(
+    path: Path, pairs: Candidates, src: Language, tgt: Language, preview: int = 10, chunk: int = 500_000
+) -> list:
+    """Write `score<TAB>src<TAB>tgt<TAB>src id<TAB>tgt id` lines by decreasing score, zstd-compressed,
+    looking sentences up `chunk` pairs at a time.
 
     Ids are ``SOURCE:LINE``: the index of the input file given to `encode` and its 1-based line number.
     """
-    src_rows = lookup_rows(src.corpus_dir, src.corpus, pairs.src)
-    tgt_rows = lookup_rows(tgt.corpus_dir, tgt.corpus, pairs.tgt)
+    shown = []
     with atomic_open(path, "wb") as raw, zstandard.ZstdCompressor().stream_writer(raw) as out:
-        for score, s, t in zip(pairs.score.tolist(), src_rows, tgt_rows, strict=True):
-            out.write(f"{score:.6f}\t{s.text}\t{t.text}\t{s.source}:{s.line}\t{t.source}:{t.line}\n".encode())
-    return [
-        (score, s.text, t.text)
-        for score, s, t in zip(pairs.score[:preview].tolist(), src_rows, tgt_rows, strict=False)
-    ]
+        for first in range(0, len(pairs), chunk):
+            part = slice(first, first + chunk)
+            src_rows = lookup_rows(src.corpus_dir, src.corpus, pairs.src[part])
+            tgt_rows = lookup_rows(tgt.corpus_dir, tgt.corpus, pairs.tgt[part])
+            for score, s, t in zip(pairs.score[part].tolist(), src_rows, tgt_rows, strict=True):
+                out.write(
+                    f"{score:.6f}\t{s.text}\t{t.text}\t{s.source}:{s.line}\t{t.source}:{t.line}\n".encode()
+                )
+                if len(shown) < preview:
+                    shown.append((score, s.text, t.text))
+            crash_point("mine.write-chunk")
+    return shown
 
 
 def _histogram(scores: np.ndarray) -> dict[str, list[float]]:

@@ -1,7 +1,10 @@
 """Embedding shards on disk: L2-normalized float16 ``.npy`` files plus a per-language manifest.
 
-A shard file appears only when complete (atomic rename), and its manifest entry records the
-checksum of the text shard it encodes, so a rerun can tell finished work from stale work.
+The manifest names the model; each shard ``shard-N.npy`` has a record ``shard-N.json`` with the
+checksum of the text shard it encodes, written (atomically) after the vectors, so the record is
+the proof that the shard is complete. Shards are written independently of each other and of the
+manifest, which lets cluster jobs encode shards in parallel and a rerun tell finished work from
+stale work.
 """
 
 from __future__ import annotations
@@ -48,14 +51,11 @@ class EmbeddingManifest:
     shards: dict[str, EmbeddingShard] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["shards"] = [asdict(s) for s in self.shards.values()]
-        return data
+        return {"lang": self.lang, "model": asdict(self.model), "dtype": self.dtype}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> EmbeddingManifest:
-        shards = {s["name"]: EmbeddingShard(**s) for s in data["shards"]}
-        return cls(data["lang"], ModelIdentity(**data["model"]), data["dtype"], shards)
+        return cls(data["lang"], ModelIdentity(**data["model"]), data["dtype"])
 
 
 class EmbeddingStore:
@@ -67,6 +67,7 @@ class EmbeddingStore:
         self.manifest: EmbeddingManifest | None = None
         if (self.root / MANIFEST).is_file():
             self.manifest = EmbeddingManifest.from_json(read_json(self.root / MANIFEST))
+            self.manifest.shards = self._completed_shards()
 
     def bind(self, model: ModelIdentity, *, overwrite: bool = False) -> None:
         """Attach the model that writes here; refuse to mix models, dims or precisions unless overwriting.
@@ -125,16 +126,16 @@ class EmbeddingStore:
             )
         with atomic_open(self.root / f"{shard.name}.npy", "wb") as fh:
             np.save(fh, vectors.astype(np.float16))
+        write_json(self.root / f"{shard.name}.json", asdict(shard))
         manifest.shards[shard.name] = shard
-        self._save_manifest()
 
     def retain(self, names: set[str]) -> None:
         """Drop shards that no longer belong to the corpus (a rebuilt, smaller corpus)."""
         manifest = self._bound()
         for name in set(manifest.shards) - names:
             del manifest.shards[name]
+            (self.root / f"{name}.json").unlink(missing_ok=True)
             (self.root / f"{name}.npy").unlink(missing_ok=True)
-        self._save_manifest()
 
     def load(self, name: str) -> np.ndarray:
         """A shard memory-mapped read-only."""
@@ -156,8 +157,16 @@ class EmbeddingStore:
             raise BitextmineError(f"{self.root}: no embeddings for '{self.lang}' yet; run bitextmine encode")
         return self.manifest
 
+    def _completed_shards(self) -> dict[str, EmbeddingShard]:
+        shards = {}
+        for record in sorted(self.root.glob("shard-*.json")):
+            if record.with_suffix(".npy").is_file():
+                shard = EmbeddingShard(**read_json(record))
+                shards[shard.name] = shard
+        return shards
+
     def _remove_shards(self) -> None:
-        for path in self.root.glob("shard-*.npy"):
+        for path in [*self.root.glob("shard-*.json"), *self.root.glob("shard-*.npy")]:
             path.unlink()
 
     def _save_manifest(self) -> None:

@@ -13,6 +13,7 @@ from bitextmine.index import (
     RERANK_FETCH,
     IndexInfo,
     build_index,
+    build_index_in_shards,
     choose_factory,
     default_nprobe,
     load_index,
@@ -21,6 +22,7 @@ from bitextmine.index import (
     set_nprobe,
     training_rows,
 )
+from bitextmine.index_shards import bytes_per_vector, plan_ranges
 from bitextmine.neighbors import rerank
 from bitextmine.store import EmbeddingShard, EmbeddingStore, ModelIdentity, ShardedVectors
 
@@ -281,3 +283,60 @@ def test_pq_indexes_fetch_more_and_rerank_exactly(tmp_path):
     _, reranked = build_index(vectors, "de", factory="OPQ4,IVF16,PQ4np", nprobe=16, recall_queries=300)
     assert plain.fetch == 4 and reranked.fetch == RERANK_FETCH
     assert reranked.recall > plain.recall and reranked.recall >= 0.95
+
+
+def run_here(jobs) -> list:
+    return [job.fn(*job.args, **job.kwargs) for job in jobs]
+
+
+@pytest.mark.parametrize("factory", ["Flat", "IVF32,Flat"])
+def test_index_in_row_shards_searches_like_one_index(tmp_path, factory):
+    """Shards populated from one trained template, searched one at a time and merged, find what the
+    unsharded index finds (IVF: the same lists are probed in every shard)."""
+    vectors = store_vectors(tmp_path / "emb", clustered_unit(3000, 16), shard_rows=1000)
+    ranges = plan_ranges(3000, factory, 16, max_bytes=3000 * bytes_per_vector(factory, 16) / 3)
+    assert ranges == [(0, 1000), (1000, 2000), (2000, 3000)]
+    sharded, info = build_index_in_shards(
+        vectors, "de", tmp_path / "index", ranges, run_here, factory=factory, nprobe=4
+    )
+    whole, _ = build_index(vectors, "de", factory=factory, nprobe=4)
+    queries = random_unit(40, 16, seed=8)
+    got_sims, got_ids = search(sharded, queries, 6)
+    want_sims, want_ids = search(whole, queries, 6)
+    np.testing.assert_array_equal(got_ids, want_ids)
+    np.testing.assert_allclose(got_sims, want_sims, atol=1e-6)
+    assert [s["stop"] for s in info.shards] == [1000, 2000, 3000] and info.count == 3000
+
+    save_index(sharded, info, tmp_path / "index")
+    loaded, loaded_info = load_index(tmp_path / "index", "de", vectors)
+    assert loaded_info == info and loaded.ntotal == 3000
+    np.testing.assert_array_equal(search(loaded, queries, 6)[1], want_ids)
+
+
+def test_sharded_build_resumes_with_the_missing_shards_only(tmp_path):
+    vectors = store_vectors(tmp_path / "emb", clustered_unit(3000, 16), shard_rows=1000)
+    ranges = [(0, 1200), (1200, 3000)]
+    index_dir = tmp_path / "index"
+    _, info = build_index_in_shards(vectors, "de", index_dir, ranges, run_here, factory="IVF32,Flat")
+    first = {p.name: p.read_bytes() for p in index_dir.iterdir()}
+    (index_dir / info.shards[1]["file"]).unlink()
+    ran: list[str] = []
+    build_index_in_shards(
+        vectors,
+        "de",
+        index_dir,
+        ranges,
+        lambda jobs: ran.extend(j.name for j in jobs) or run_here(jobs),
+        factory="IVF32,Flat",
+    )
+    assert ran == ["index de shard 2/2"]
+    assert {p.name: p.read_bytes() for p in index_dir.iterdir()} == first
+
+
+def test_plan_ranges_fit_the_memory_budget():
+    assert plan_ranges(10, "Flat", 4, None) == [(0, 10)]
+    ranges = plan_ranges(1_000_000, "IVF1024,Flat", 384, max_bytes=400e6)
+    per_row = bytes_per_vector("IVF1024,Flat", 384)
+    assert per_row == 4 * 384 + 8 and len(ranges) == 4
+    assert all((b - a) * per_row <= 400e6 for a, b in ranges) and ranges[-1][1] == 1_000_000
+    assert bytes_per_vector("OPQ48,IVF4096,PQ48np", 384) == 56 and bytes_per_vector("IVF64,SQ8", 384) == 392

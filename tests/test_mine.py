@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bitextmine.margin import MARGINS
-from bitextmine.mine import STRATEGIES, find_neighbours, mine_arrays
+from bitextmine.mine import STRATEGIES, SearchShard, find_neighbours, merge_top_k, mine_arrays
 from bitextmine.neighbors import exact_knn
 
 
@@ -144,9 +146,39 @@ def test_fetching_more_than_k_reranks_a_lossy_search_to_the_exact_neighbours():
         _, ids = exact_knn(queries, tgt, 12)
         return None, rng.permuted(ids, axis=1)[:, :n]
 
-    exact = find_neighbours([(0, src)], len(src), lambda q, n: exact_knn(q, tgt, n), lambda i: tgt[i], 4)
-    repaired = find_neighbours([(0, src)], len(src), scrambled, lambda i: tgt[i], 4, fetch=12)
+    blocks = lambda: [(0, src)]  # noqa: E731
+    exact = find_neighbours(
+        blocks, len(src), [SearchShard(lambda q, n: exact_knn(q, tgt, n))], tgt.__getitem__, 4
+    )
+    repaired = find_neighbours(blocks, len(src), [SearchShard(scrambled)], tgt.__getitem__, 4, fetch=12)
     np.testing.assert_array_equal(repaired.ids, exact.ids)
     np.testing.assert_allclose(repaired.sims, exact.sims, atol=1e-6)
-    unrepaired = find_neighbours([(0, src)], len(src), scrambled, lambda i: tgt[i], 4, fetch=4)
+    unrepaired = find_neighbours(blocks, len(src), [SearchShard(scrambled)], tgt.__getitem__, 4, fetch=4)
     assert not np.array_equal(np.sort(unrepaired.ids, 1), np.sort(exact.ids, 1))
+
+
+@pytest.mark.parametrize("cuts", [[0, 50], [0, 17, 50], [0, 1, 2, 30, 49, 50]])
+def test_neighbours_merged_over_row_shards_equal_one_search(cuts):
+    """Searching row ranges one by one and merging the re-ranked top-k gives the whole set's top-k."""
+    src, tgt = bitext(40, 50, pairs=10, dim=16, seed=9)
+    blocks = lambda: [(0, src[:15]), (15, src[15:])]  # noqa: E731
+    shards = [
+        SearchShard(lambda q, n, a=a, b=b: exact_knn(q, tgt[a:b], n), offset=a)
+        for a, b in itertools.pairwise(cuts)
+    ]
+    merged = find_neighbours(blocks, len(src), shards, tgt.__getitem__, 4)
+    whole_set = [SearchShard(lambda q, n: exact_knn(q, tgt, n))]
+    whole = find_neighbours(blocks, len(src), whole_set, tgt.__getitem__, 4)
+    np.testing.assert_array_equal(merged.ids, whole.ids)
+    np.testing.assert_allclose(merged.sims, whole.sims, atol=1e-6)
+
+
+def test_merge_top_k_pads_missing_hits_and_keeps_first_list_on_ties():
+    nan = np.nan
+    first = (np.array([[0.9, nan]], np.float32), np.array([[7, -1]]))
+    second = (np.array([[0.9, 0.95]], np.float32), np.array([[3, 4]]))
+    cos, ids = merge_top_k(first, second, 3)
+    assert ids.tolist() == [[4, 7, 3]]
+    np.testing.assert_allclose(cos, [[0.95, 0.9, 0.9]])
+    cos, ids = merge_top_k((np.zeros((1, 0), np.float32), np.zeros((1, 0), np.int64)), second, 3)
+    assert ids.tolist() == [[4, 3, -1]] and np.isnan(cos[0, 2])

@@ -12,7 +12,7 @@ from typing import Annotated, NoReturn
 import typer
 from rich.console import Console
 
-from bitextmine.errors import BitextmineError
+from bitextmine.errors import BitextmineError, os_error_message
 from bitextmine.workspace import DEFAULT_WORKDIR
 
 app = typer.Typer(
@@ -43,11 +43,14 @@ def fail(exc: BitextmineError) -> NoReturn:
 
 @contextmanager
 def user_errors() -> Iterator[None]:
-    """Turn BitextmineError into a one-line message and exit status 1."""
+    """Turn BitextmineError, and an OSError (unreadable or unwritable file, full disk), into a one-line
+    message naming the file, and exit status 1."""
     try:
         yield
     except BitextmineError as exc:
         fail(exc)
+    except OSError as exc:
+        fail(BitextmineError(os_error_message(exc)))
 
 
 def require_model(model: str | None) -> str:

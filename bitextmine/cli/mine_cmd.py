@@ -10,6 +10,19 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from bitextmine.cli.common import ModelOption, WorkdirOption, app, err, out, user_errors
+from bitextmine.cli.launcher_options import (
+    ArrayParallelismOption,
+    CpusOption,
+    GpusOption,
+    LauncherConfigOption,
+    LauncherOption,
+    MemOption,
+    PartitionOption,
+    RetriesOption,
+    TimeOption,
+    job_runner,
+    launcher_config_from_options,
+)
 from bitextmine.errors import BitextmineError
 from bitextmine.workspace import DEFAULT_WORKDIR, Workspace
 
@@ -60,6 +73,23 @@ def index(
     ] = None,
     gpu: Annotated[bool, typer.Option("--gpu", help="Train and populate on GPU (needs faiss GPU).")] = False,
     seed: Annotated[int, typer.Option(help="Seed of the training and query samples.")] = 0,
+    max_memory: Annotated[
+        float | None,
+        typer.Option(
+            help="GB one index shard may take in RAM: a larger index is split into row-range shards, "
+            "built and searched one at a time [default: one index].",
+            min=1e-9,
+        ),
+    ] = None,
+    launcher: LauncherOption = None,
+    launcher_config: LauncherConfigOption = None,
+    partition: PartitionOption = None,
+    gpus_per_job: GpusOption = None,
+    cpus_per_job: CpusOption = None,
+    mem_gb: MemOption = None,
+    timeout_min: TimeOption = None,
+    retries: RetriesOption = None,
+    array_parallelism: ArrayParallelismOption = None,
 ) -> None:
     """Build a FAISS inner-product index over LANG's embedding shards.
 
@@ -69,31 +99,65 @@ def index(
     largest OPQ+IVF+PQ with exact re-ranking. Recall is measured with another encoded language's
     vectors, as mining searches, and IVF nprobe is tuned on them.
     """
-    from bitextmine.index import build_index, save_index
+    from bitextmine.index import build_index, build_index_in_shards, choose_factory, save_index
+    from bitextmine.index_shards import plan_ranges
+    from bitextmine.lock import workspace_locks
     from bitextmine.mine_workspace import open_language, recall_queries
 
     workspace = Workspace(workdir)
     with user_errors():
-        language = open_language(workspace, lang)
-        queries = recall_queries(workspace, lang, queries_from, 1000, seed)
-        progress, advance = progress_bar(f"indexing {lang}", len(language.vectors))
-        with progress:
-            built, info = build_index(
-                language.vectors,
-                lang,
+        config = launcher_config_from_options(
+            "index",
+            workspace.root / "logs" / "index",
+            launcher=launcher,
+            config_file=launcher_config,
+            partition=partition,
+            gpus_per_job=gpus_per_job,
+            cpus_per_job=cpus_per_job,
+            mem_gb=mem_gb,
+            timeout_min=timeout_min,
+            retries=retries,
+            array_parallelism=array_parallelism,
+        )
+        reads = [f"lang-{lang}"] + ([f"lang-{queries_from}"] if queries_from not in (None, "self") else [])
+        with workspace_locks(workspace.root, write=[f"index-{lang}"], read=reads):
+            language = open_language(workspace, lang)
+            queries = recall_queries(workspace, lang, queries_from, 1000, seed)
+            vectors = language.vectors
+            chosen = factory or choose_factory(len(vectors), vectors.dim)
+            ranges = plan_ranges(len(vectors), chosen, vectors.dim, max_memory and max_memory * 1e9)
+            options = dict(
                 factory=factory,
                 nprobe=nprobe,
                 fetch=fetch,
                 queries=queries,
                 target_recall=target_recall,
-                gpu=gpu,
                 seed=seed,
-                progress=advance,
             )
-        save_index(built, info, workspace.index_dir())
+            if len(ranges) > 1 or config.launcher != "local":
+                progress, advance = progress_bar(f"indexing {lang} ({len(ranges)} shards)", len(ranges))
+                run = job_runner(config, "index", lambda job: advance(1)) or _run_jobs_here(advance)
+                with progress:
+                    built, info = build_index_in_shards(
+                        vectors, lang, workspace.index_dir(), ranges, run, **options
+                    )
+            else:
+                progress, advance = progress_bar(f"indexing {lang}", len(vectors))
+                with progress:
+                    built, info = build_index(vectors, lang, gpu=gpu, progress=advance, **options)
+            save_index(built, info, workspace.index_dir())
     out.print(_index_line(info, workspace), highlight=False)
     if info.note:
         err.print(f"note: {info.note}", highlight=False)
+
+
+def _run_jobs_here(advance: Callable[[int], None]) -> Callable[[list], None]:
+    def run(jobs: list) -> None:
+        for job in jobs:
+            job.fn(*job.args, **job.kwargs)
+            advance(1)
+
+    return run
 
 
 def _index_line(info, workspace: Workspace) -> str:
@@ -103,10 +167,15 @@ def _index_line(info, workspace: Workspace) -> str:
         if info.search_ms_per_1000 is None
         else f", {info.search_ms_per_1000:,.0f} ms per 1000 queries (exact {info.exact_ms_per_1000:,.0f})"
     )
+    where = (
+        f"{len(info.shards)} shards {workspace.index_dir() / info.lang}.{info.plan}.*.faiss"
+        if info.shards
+        else workspace.index_dir() / f"{info.lang}.faiss"
+    )
     return (
         f"index {info.lang}: {info.factory}, {info.count:,} vectors, nprobe {info.nprobe}, "
         f"fetch {info.fetch}, recall@{info.recall_k} {recall} with {info.recall_source} queries{speed}, "
-        f"built in {info.build_seconds:.1f} s -> {workspace.index_dir() / (info.lang + '.faiss')}"
+        f"built in {info.build_seconds:.1f} s -> {where}"
     )
 
 
@@ -127,6 +196,19 @@ def mine(
     ] = None,
     nprobe: Annotated[int | None, typer.Option(help="Override the indexes' stored nprobe.", min=1)] = None,
     model: ModelOption = None,
+    job_rows: Annotated[
+        int,
+        typer.Option(help="Query sentences per search job (the unit of resume and of cluster jobs).", min=1),
+    ] = 1_000_000,
+    launcher: LauncherOption = None,
+    launcher_config: LauncherConfigOption = None,
+    partition: PartitionOption = None,
+    gpus_per_job: GpusOption = None,
+    cpus_per_job: CpusOption = None,
+    mem_gb: MemOption = None,
+    timeout_min: TimeOption = None,
+    retries: RetriesOption = None,
+    array_parallelism: ArrayParallelismOption = None,
 ) -> None:
     """Mine translation pairs between two encoded and indexed languages.
 
@@ -141,13 +223,33 @@ def mine(
 
     workspace = Workspace(workdir)
     with user_errors():
+        config = launcher_config_from_options(
+            "mine",
+            workspace.root / "logs" / "mine",
+            launcher=launcher,
+            config_file=launcher_config,
+            partition=partition,
+            gpus_per_job=gpus_per_job,
+            cpus_per_job=cpus_per_job,
+            mem_gb=mem_gb,
+            timeout_min=timeout_min,
+            retries=retries,
+            array_parallelism=array_parallelism,
+        )
         options = MineOptions(
-            k=k, margin=margin, strategy=strategy, threshold=_threshold(threshold), nprobe=nprobe, model=model
+            k=k,
+            margin=margin,
+            strategy=strategy,
+            threshold=_threshold(threshold),
+            nprobe=nprobe,
+            model=model,
+            job_rows=job_rows,
         )
         queries = sum(len(open_language(workspace, lang).vectors) for lang in (src, tgt))
         progress, advance = progress_bar(f"mining {src}-{tgt}", queries)
+        run = job_runner(config, "mine", lambda job: advance(job.args[4] - job.args[3]))
         with progress:
-            summary = mine_workspace(workspace, src, tgt, options, advance)
+            summary = mine_workspace(workspace, src, tgt, options, advance, run)
     out.print(_preview_table(summary))
     kept = f"{summary.kept:,} pairs" + (
         "" if summary.threshold is None else f" with score >= {summary.threshold:.4f}"

@@ -20,8 +20,15 @@ import faiss
 import numpy as np
 
 from bitextmine.errors import BitextmineError
-from bitextmine.fsutil import atomic_path, read_json, write_json
-from bitextmine.index_shards import ShardedIndex, ShardFile, plan_id, populate_shard, read_index_cached
+from bitextmine.fsutil import read_json, write_json
+from bitextmine.index_shards import (
+    ShardedIndex,
+    ShardFile,
+    plan_id,
+    populate_shard,
+    read_index_cached,
+    write_index,
+)
 from bitextmine.launcher import ShardJob
 from bitextmine.neighbors import rerank
 from bitextmine.store import ShardedVectors
@@ -64,6 +71,7 @@ class IndexInfo:
     note: str = ""
     plan: str = ""  # sharded indexes: the digest in their file names (see index_shards.py)
     shards: list[dict[str, Any]] = field(default_factory=list)  # [{file, start, stop}]; [] = LANG.faiss
+    vectors: str = ""  # ShardedVectors.digest() of the embeddings indexed
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -222,6 +230,7 @@ def _make_info(
         recall=measured[0] if measured else None,
         build_seconds=round(build_seconds, 3),
         gpu=False,
+        vectors=vectors.digest(),
         recall_source=probe.source if probe else "self",
         search_ms_per_1000=per_1000(measured[1]) if measured else None,
         exact_ms_per_1000=per_1000(probe.exact_seconds) if probe else None,
@@ -296,8 +305,7 @@ def _template(
         return faiss.read_index(str(path)), rows
     if sample is not None:
         _train_on(template, vectors.take(sample), factory)
-    with atomic_path(path) as tmp:
-        faiss.write_index(template, str(tmp))
+    write_index(template, path)
     return template, rows
 
 
@@ -461,8 +469,7 @@ def save_index(index: faiss.Index | ShardedIndex, info: IndexInfo, index_dir: Pa
     if isinstance(index, ShardedIndex):
         (index_dir / f"{info.lang}.faiss").unlink(missing_ok=True)
     else:
-        with atomic_path(index_dir / f"{info.lang}.faiss") as tmp:
-            faiss.write_index(index, str(tmp))
+        write_index(index, index_dir / f"{info.lang}.faiss")
     keep = {s["file"] for s in info.shards} | {f"{info.lang}.{info.plan}.template.faiss"}
     for other in index_dir.glob(f"{info.lang}.*.faiss"):
         if other.name not in keep and other.name != f"{info.lang}.faiss":
@@ -500,14 +507,15 @@ def load_index_info(index_dir: Path, lang: str, vectors: ShardedVectors) -> Inde
     files = ([s["file"] for s in info.shards] or [f"{lang}.faiss"]) if info else []
     if info is None or not all((Path(index_dir) / f).is_file() for f in files):
         raise BitextmineError(f"no index for '{lang}' in {index_dir}: run `bitextmine index {lang}`")
-    if info.fingerprint != vectors.model.fingerprint or info.count != len(vectors):
+    if info.vectors != vectors.digest():
         raise _stale(lang)
     return info
 
 
 def _stale(lang: str) -> BitextmineError:
     return BitextmineError(
-        f"index of '{lang}' is stale (built from other embeddings): rerun `bitextmine index {lang}`"
+        f"index of '{lang}' is stale (built from other embeddings, or by an older bitextmine): "
+        f"rerun `bitextmine index {lang}`"
     )
 
 

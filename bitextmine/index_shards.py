@@ -21,6 +21,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 
+from bitextmine.errors import BitextmineError
 from bitextmine.fsutil import atomic_path
 from bitextmine.mine import SearchShard, merge_top_k
 from bitextmine.store import EmbeddingStore
@@ -71,9 +72,17 @@ def populate_shard(
     vectors = EmbeddingStore(emb_dir, lang).vectors()
     for first in range(start, stop, chunk_rows):
         index.add(vectors.take(np.arange(first, min(first + chunk_rows, stop))))
-    with atomic_path(out) as tmp:
-        faiss.write_index(index, str(tmp))
+    write_index(index, out)
     return stop - start
+
+
+def write_index(index: faiss.Index, path: Path) -> None:
+    """Save atomically; a failed write (full disk) is a one-line error naming the file."""
+    with atomic_path(path) as tmp:
+        try:
+            faiss.write_index(index, str(tmp))
+        except RuntimeError as exc:
+            raise BitextmineError(f"{path}: cannot write the index: {str(exc).splitlines()[-1]}") from None
 
 
 class ShardedIndex:

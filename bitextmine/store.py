@@ -9,6 +9,8 @@ stale work.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -188,6 +190,13 @@ class ShardedVectors:
 
     def __len__(self) -> int:
         return int(self._starts[-1])
+
+    def digest(self) -> str:
+        """Identifies these exact vectors: the model, its precision and every shard's text checksum."""
+        shards = self.store.manifest.shards if self.store.manifest else {}
+        key = [self.model.fingerprint, self.model.precision]
+        key += [[name, shards[name].text_sha256, shards[name].rows] for name in sorted(shards)]
+        return hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]
 
     @property
     def dim(self) -> int:

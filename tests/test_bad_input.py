@@ -289,7 +289,6 @@ def test_disk_full_while_writing_mined_pairs_keeps_the_old_file(indexed, tmp_pat
     assert mined.read_bytes() == before
 
 
-@pytest.mark.xfail(strict=True, reason="bitextmine/index.py save_index lets faiss' RuntimeError through")
 def test_disk_full_while_writing_an_index(indexed, tmp_path, monkeypatch):
     work = copy_of(indexed, tmp_path)
 
@@ -318,7 +317,6 @@ def test_index_of_older_embeddings_is_refused(indexed, tmp_path, model):
     assert not (work / "mined").exists()
 
 
-@pytest.mark.xfail(strict=True, reason="bitextmine/index.py: IndexInfo records fingerprint and count only")
 def test_index_of_other_embeddings_of_the_same_size_is_refused(indexed, tmp_path, model):
     work = copy_of(indexed, tmp_path)
     other = write_lines(tmp_path / "other.txt", sentences(14, seed=5))

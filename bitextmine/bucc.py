@@ -94,6 +94,8 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
                 line = raw.removesuffix(b"\n").removesuffix(b"\r").decode("utf-8")
             except UnicodeDecodeError:
                 raise BuccError(f"{path}:{number}: invalid UTF-8") from None
+            if "\x00" in line:
+                raise BuccError(f"{path}:{number}: binary data (NUL byte); not a BUCC file")
             yield number, line
 
 

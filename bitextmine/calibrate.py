@@ -7,10 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import zstandard
 
 from bitextmine.bucc import BuccError, BuccSplit, Scores, SweepResult, score_pairs, sweep_threshold
-from bitextmine.corpus import clean_line
+from bitextmine.corpus import clean_line, open_binary
 from bitextmine.embed_cache import embed
 from bitextmine.encoder.encoder import ProgressCallback, SentenceEncoder
 from bitextmine.mine import Candidates, mine_arrays
@@ -79,11 +78,11 @@ def score_mined_file(path: Path, split: BuccSplit) -> Scores:
 
 
 def _read_zst_lines(path: Path) -> list[str]:
+    """The lines of a mined file; corrupt or truncated compressed data is a CorpusError naming it."""
+    if not path.exists():
+        raise BuccError(f"{path}: no such file (run `bitextmine mine` first)")
     try:
-        with open(path, "rb") as fh:
-            text = io.TextIOWrapper(zstandard.ZstdDecompressor().stream_reader(fh), encoding="utf-8")
+        with io.TextIOWrapper(open_binary(str(path)), encoding="utf-8") as text:
             return [line.rstrip("\n") for line in text]
-    except FileNotFoundError:
-        raise BuccError(f"{path}: no such file (run `bitextmine mine` first)") from None
-    except (zstandard.ZstdError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:
         raise BuccError(f"{path}: not a mined .tsv.zst file ({exc})") from None

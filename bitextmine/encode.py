@@ -12,11 +12,16 @@ from bitextmine.corpus import (
     CorpusCounts,
     CorpusManifest,
     SourceInfo,
+    TextShard,
     build_corpus,
     load_manifest,
     read_text_shard,
 )
+from bitextmine.encoder.batching import DEFAULT_MAX_TOKENS
 from bitextmine.encoder.encoder import SentenceEncoder
+from bitextmine.errors import BitextmineError
+from bitextmine.launcher import ShardJob
+from bitextmine.lock import workspace_locks
 from bitextmine.store import EmbeddingShard, EmbeddingStore, ModelIdentity
 from bitextmine.workspace import Workspace
 
@@ -81,41 +86,76 @@ def prepare_corpus(
     return manifest, True
 
 
+@dataclass(frozen=True)
+class EncoderSpec:
+    """How to load the encoder: what a shard job on another machine needs to rebuild it."""
+
+    model: str
+    device: str = "auto"
+    precision: str = "fp32"
+    overrides: tuple[tuple[str, object], ...] = ()
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    packed: bool | None = None
+
+    def load(self) -> SentenceEncoder:
+        return SentenceEncoder.load(
+            self.model,
+            device=self.device,
+            overrides=dict(self.overrides),
+            max_tokens=self.max_tokens,
+            packed=self.packed,
+            precision=self.precision,
+        )
+
+
 def encode_corpus(
     paths: Sequence[str],
     lang: str,
     workspace: Workspace,
-    load_encoder: Callable[[], SentenceEncoder],
+    spec: EncoderSpec,
     options: EncodeOptions,
     reporter: EncodeReporter,
+    run_jobs: Callable[[list[ShardJob]], object] | None = None,
 ) -> EncodeSummary:
-    """Build (or reuse) the text shards of `lang`, then encode every shard not already encoded."""
+    """Build (or reuse) the text shards of `lang`, then encode every shard not already encoded: here,
+    or as shard jobs handed to `run_jobs` (each loads the encoder from `spec`)."""
+    with workspace_locks(workspace.root, write=[f"lang-{lang}"]):
+        return _encode_corpus(paths, lang, workspace, spec, options, reporter, run_jobs)
+
+
+def _encode_corpus(
+    paths: Sequence[str],
+    lang: str,
+    workspace: Workspace,
+    spec: EncoderSpec,
+    options: EncodeOptions,
+    reporter: EncodeReporter,
+    run_jobs: Callable[[list[ShardJob]], object] | None,
+) -> EncodeSummary:
     started = time.perf_counter()
     corpus, rebuilt = prepare_corpus(paths, lang, workspace, options, reporter.warn)
     reporter.corpus_ready(corpus, rebuilt)
-    encoder = load_encoder()
+    encoder = spec.load()
     store = EmbeddingStore(workspace.embedding_dir(lang), lang)
-    identity = ModelIdentity(
-        encoder.loaded.name, encoder.fingerprint, encoder.dim, encoder.settings.as_dict(), encoder.precision
-    )
+    identity = model_identity(encoder)
     if options.overwrite or _pending(store, corpus) or not _same_model(store, identity):
         store.bind(identity, overwrite=options.overwrite)
     else:  # up to date, whatever precision encoded it; the model's latest path is what `mine` reads
         store.rename_model(identity.name)
     pending = _pending(store, corpus)
     reporter.encoder_ready(encoder, sum(s.rows for s in pending))
-    sentences = tokens = 0
     corpus_dir = workspace.corpus_dir(lang)
     encoding_started = time.perf_counter()
-    for shard in pending:
-        texts, _, _ = read_text_shard(corpus_dir / shard.name)
-        encoded = encoder.encode(texts, progress=reporter.advance)
-        store.write_shard(
-            EmbeddingShard(_stem(shard.name), shard.rows, shard.sha256, encoded.tokens, encoded.truncated),
-            encoded.vectors,
-        )
-        sentences += shard.rows
-        tokens += encoded.tokens
+    if run_jobs is None:
+        tokens = sum(encode_shard(encoder, corpus_dir, shard, store, reporter.advance) for shard in pending)
+    else:
+        del encoder  # the jobs load their own
+        jobs = [
+            ShardJob(f"encode {lang} {s.name}", encode_shard_job, (spec, workspace.root, lang, s))
+            for s in pending
+        ]
+        tokens = sum(run_jobs(jobs) or [])
+        store = EmbeddingStore(workspace.embedding_dir(lang), lang)
     encode_seconds = time.perf_counter() - encoding_started
     store.retain({_stem(s.name) for s in corpus.shards})
     return EncodeSummary(
@@ -124,13 +164,49 @@ def encode_corpus(
         rows=corpus.rows,
         shards=len(corpus.shards),
         shards_encoded=len(pending),
-        sentences_encoded=sentences,
+        sentences_encoded=sum(s.rows for s in pending),
         tokens_encoded=tokens,
         truncated=sum(s.truncated for s in store.manifest.shards.values()),
         seconds=time.perf_counter() - started,
         encode_seconds=encode_seconds,
         embedding_dir=store.root,
     )
+
+
+def model_identity(encoder: SentenceEncoder) -> ModelIdentity:
+    return ModelIdentity(
+        encoder.loaded.name, encoder.fingerprint, encoder.dim, encoder.settings.as_dict(), encoder.precision
+    )
+
+
+def encode_shard(
+    encoder: SentenceEncoder,
+    corpus_dir: Path,
+    shard: TextShard,
+    store: EmbeddingStore,
+    progress: Callable[[int, int], None] | None = None,
+) -> int:
+    """Encode one text shard into the store (vectors, then the shard's record); returns its tokens."""
+    texts, _, _ = read_text_shard(corpus_dir / shard.name)
+    encoded = encoder.encode(texts, progress=progress)
+    store.write_shard(
+        EmbeddingShard(_stem(shard.name), shard.rows, shard.sha256, encoded.tokens, encoded.truncated),
+        encoded.vectors,
+    )
+    return encoded.tokens
+
+
+def encode_shard_job(spec: EncoderSpec, root: Path, lang: str, shard: TextShard) -> int:
+    """Shard job: load the encoder and encode one text shard of `lang` in the workspace at `root`."""
+    workspace = Workspace(root)
+    encoder = spec.load()
+    store = EmbeddingStore(workspace.embedding_dir(lang), lang)
+    if model_identity(encoder).fingerprint != store.model.fingerprint:
+        raise BitextmineError(
+            f"{store.root}: the encoder loaded from {spec.model} is not {store.model.describe()} "
+            "that the submitting run bound here (the model changed since?)"
+        )
+    return encode_shard(encoder, workspace.corpus_dir(lang), shard, store)
 
 
 def _pending(store: EmbeddingStore, corpus: CorpusManifest) -> list:

@@ -29,6 +29,7 @@ from bitextmine.workspace import Workspace
 
 HISTOGRAM_BINS = 50
 NEIGHBOURS_DIR = ".neighbours"
+NEIGHBOUR_DTYPE = np.dtype([("id", "<i8"), ("cos", "<f4")])
 
 
 @dataclass
@@ -216,7 +217,8 @@ def _neighbour_dir(
     workspace: Workspace, pair: str, options: MineOptions, src_info: IndexInfo, tgt_info: IndexInfo
 ) -> Path:
     """WORK/mined/.neighbours/PAIR-PLAN: PLAN digests what the neighbour lists depend on."""
-    key = [src_info.to_json(), tgt_info.to_json(), options.k, options.nprobe, options.job_rows]
+    built = [[i.factory, i.nprobe, i.fetch, i.vectors, i.plan] for i in (src_info, tgt_info)]
+    key = [built, options.k, options.nprobe, options.job_rows]
     plan = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
     return workspace.mined_dir() / NEIGHBOURS_DIR / f"{pair}-{plan}"
 
@@ -231,7 +233,7 @@ def _neighbour_jobs(
             f"mine {query.lang}->{base.lang} rows {a:,}-{b:,}",
             neighbours_job,
             (workspace.root, query.lang, base.lang, a, b, options.k, options.nprobe, options.block_rows),
-            {"out": work / f"{direction}-{a:012d}-{b:012d}.npz"},
+            {"out": work / f"{direction}-{a:012d}-{b:012d}.npy"},
         )
         for a, b in ranges
     ]
@@ -276,16 +278,17 @@ def neighbours_job(
             yield first - start, queries.take(np.arange(first, min(first + block_rows, stop)))
 
     found = find_neighbours(blocks, stop - start, shards, base.take, k, progress, info.fetch)
+    lists = np.empty(found.ids.shape, dtype=NEIGHBOUR_DTYPE)  # one .npy: byte-identical when rerun
+    lists["id"], lists["cos"] = found.ids, found.sims
     with atomic_open(out, "wb") as fh:
-        np.savez(fh, sims=found.sims, ids=found.ids)
+        np.save(fh, lists)
     return stop - start
 
 
 def _load_neighbours(work: Path, direction: str, rows: int) -> Neighbours:
-    parts = sorted(work.glob(f"{direction}-*.npz"))
-    loaded = [np.load(part) for part in parts]
+    lists = [np.load(part) for part in sorted(work.glob(f"{direction}-*.npy"))]
     found = Neighbours(
-        np.concatenate([part["sims"] for part in loaded]), np.concatenate([part["ids"] for part in loaded])
+        np.concatenate([part["cos"] for part in lists]), np.concatenate([part["id"] for part in lists])
     )
     if len(found.ids) != rows:
         raise BitextmineError(f"{work}: neighbour lists cover {len(found.ids)} of {rows} rows; rerun mine")

@@ -361,15 +361,7 @@ BUCC_CASES = {
 }
 
 
-@pytest.mark.parametrize(
-    "case",
-    [
-        *[c for c in BUCC_CASES if c != "binary"],
-        pytest.param(
-            "binary", marks=pytest.mark.xfail(strict=True, reason="bitextmine/bucc.py accepts NUL bytes")
-        ),
-    ],
-)
+@pytest.mark.parametrize("case", list(BUCC_CASES))
 def test_bad_bucc_file_is_one_line_error(tmp_path, model, monkeypatch, case):
     bucc = write_bucc(tmp_path / "bucc")
     content, message = BUCC_CASES[case]
@@ -399,16 +391,7 @@ def test_unreadable_and_invalid_tatoeba_files_are_one_line_errors(tmp_path, mode
     assert_one_line_error(cli(*args), f"{eng}: cannot read: permission denied")
 
 
-@pytest.mark.parametrize(
-    "case",
-    [
-        "garbage",
-        pytest.param(
-            "truncated",
-            marks=pytest.mark.xfail(strict=True, reason="bitextmine/calibrate.py reads it silently"),
-        ),
-    ],
-)
+@pytest.mark.parametrize("case", ["garbage", "truncated"])
 def test_corrupt_mined_file_given_to_eval_is_one_line_error(tmp_path, case):
     bucc = write_bucc(tmp_path / "bucc")
     blob = zst("".join(f"1.0\ta{i}\tb{i}\t0:{i}\t0:{i}\n" for i in range(2000)).encode())
@@ -418,7 +401,6 @@ def test_corrupt_mined_file_given_to_eval_is_one_line_error(tmp_path, case):
     assert_one_line_error(result, str(mined))
 
 
-@pytest.mark.xfail(strict=True, reason="bitextmine/cli/bucc_cmd.py writes --json outside user_errors")
 def test_unwritable_eval_json_is_one_line_error(tmp_path, model):
     data = tmp_path / "tatoeba"
     data.mkdir()
@@ -461,12 +443,8 @@ def _bad_training_data(tmp: Path) -> dict[str, tuple[Path, str]]:
     }
 
 
-def _gap(case: str) -> Any:
-    return pytest.param(case, marks=pytest.mark.xfail(strict=True, reason="bitextmine/train/data.py"))
-
-
 @pytest.mark.parametrize(
-    "case", ["missing", "unreadable", "truncated zst", "NUL in X.xx", _gap("NUL in TSV"), _gap("empty")]
+    "case", ["missing", "unreadable", "truncated zst", "NUL in X.xx", "NUL in TSV", "empty"]
 )
 def test_bad_training_data_is_one_line_error(tmp_path, model, monkeypatch, case):
     path, message = _bad_training_data(tmp_path)[case]
@@ -478,10 +456,54 @@ def test_bad_training_data_is_one_line_error(tmp_path, model, monkeypatch, case)
     assert not list(out.rglob("*.pt")) and not (out / "config.json").exists()
 
 
-@pytest.mark.xfail(strict=True, reason="bitextmine/train/data.py replaces invalid UTF-8 silently")
 def test_invalid_utf8_in_training_data_is_warned(tmp_path, model):
     (tmp_path / "u.de").write_bytes(b"ein Satz\nkaput \xff\n")
     write_lines(tmp_path / "u.en", ["a sentence", "broken"])
     result = train(tmp_path / "u.de", tmp_path / "out", model)
     assert result.exit_code == 0, result.output
     assert f"{tmp_path / 'u.de'}:2: invalid UTF-8" in " ".join(result.output.split())
+
+
+def _training_pairs(tmp: Path) -> Path:
+    write_lines(tmp / "p.en", sentences(8, seed=12))
+    return write_lines(tmp / "p.de", sentences(8, seed=11))
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)),
+        RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598"),
+    ],
+    ids=["OSError", "torch RuntimeError"],
+)
+def test_disk_full_while_saving_a_checkpoint(tmp_path, model, monkeypatch, failure):
+    import torch
+
+    def full_disk(state: Any, file: Any, *args: Any, **kwargs: Any) -> None:
+        Path(file).write_bytes(b"partial")
+        raise failure
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    out = tmp_path / "out"
+    result = train(_training_pairs(tmp_path), out, model)
+    checkpoint = out / "checkpoints" / "step-00000001.pt"
+    line = assert_one_line_error(result, f"{checkpoint}: cannot write")
+    assert ("No space left on device" if isinstance(failure, OSError) else "unexpected pos 704") in line
+    assert not temporaries(out) and not list(out.rglob("*.pt"))
+
+
+def test_disk_full_while_appending_to_the_training_log(tmp_path, model, monkeypatch):
+    from bitextmine.train import loop
+
+    def full_disk_open(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        fh = builtins.open(file, mode, *args, **kwargs)  # noqa: SIM115 - the caller closes it
+        return _FullDisk(fh) if Path(file).name == loop.LOG_FILE and "a" in mode else fh
+
+    monkeypatch.setattr(loop, "open", full_disk_open, raising=False)
+    out = tmp_path / "out"
+    result = train(_training_pairs(tmp_path), out, model)
+    log = out / loop.LOG_FILE
+    assert_one_line_error(result, f"{log}: cannot write: No space left on device")
+    assert log.read_bytes() == b""  # the half record written is cut off again
+    assert not list(out.rglob("*.pt"))

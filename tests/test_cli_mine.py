@@ -241,7 +241,7 @@ def test_sharded_indexes_small_jobs_and_submitit_jobs_mine_the_same_pairs(worksp
     code, output = run("mine", "de", "en", "-w", str(work), "--job-rows", "6")
     assert code == 0, output
     assert (work / "mined" / "de-en.tsv.zst").read_bytes() == reference
-    blocks = list((work / "mined" / ".neighbours").glob("de-en-*/*.npz"))
+    blocks = list((work / "mined" / ".neighbours").glob("de-en-*/*.npy"))
     assert len(blocks) == 5 + 4  # 25 de rows and 22 en rows in blocks of 6
 
     code, output = run(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 from collections import Counter
 
 import pytest
@@ -107,7 +108,7 @@ def test_token_batches_respect_the_budget_and_resume_exactly():
     import bitextmine.train.data as data
 
     original = data.read_source
-    data.read_source = lambda s, max_chars=2000: iter(pairs)
+    data.read_source = lambda s, max_chars=2000, warn=None: iter(pairs)
     try:
         batches = list(itertools.islice(token_batches(stream(), tokenize, max_tokens=40, max_pairs=5), 30))
         assert all(b.tokens <= 40 and len(b.src_ids) <= 5 for b in batches)
@@ -116,3 +117,47 @@ def test_token_batches_respect_the_budget_and_resume_exactly():
         assert list(itertools.islice(resumed, 20)) == batches[10:]
     finally:
         data.read_source = original
+
+
+def test_bad_bytes_in_tsv_and_exclude_files(tmp_path):
+    tsv = tmp_path / "p.de-en.tsv"
+    tsv.write_bytes(b"gut\tgood\nkaput \xff\tbroken\nok\tok\n\xc3(\tx\n")
+    warnings: list[str] = []
+    pairs = list(read_source(find_sources([str(tsv)])[0], warn=warnings.append))
+    assert [p.src for p in pairs] == ["gut", "kaput \ufffd", "ok", "\ufffd("]
+    assert warnings == [f"{tsv}:2: invalid UTF-8 replaced by U+FFFD (2 lines in this file)"]
+    held_out = tmp_path / "held-out.txt"
+    held_out.write_bytes(b"a\n\xff b\n")
+    warnings.clear()
+    assert len(read_excluded([str(held_out)], warn=warnings.append)) == 2
+    assert warnings == [f"{held_out}:2: invalid UTF-8 replaced by U+FFFD (1 lines in this file)"]
+    for path in (tsv, held_out):
+        path.write_bytes(b"a\tb\nbin\x00ary\tb\n")
+    with pytest.raises(BitextmineError, match=r"p\.de-en\.tsv:2: binary data \(NUL byte\)"):
+        list(read_source(find_sources([str(tsv)])[0]))
+    with pytest.raises(BitextmineError, match=r"held-out\.txt:2: binary data \(NUL byte\)"):
+        read_excluded([str(held_out)])
+
+
+def test_bad_bytes_in_aligned_files_are_warned_in_the_first_epoch_only(tmp_path):
+    (tmp_path / "u.de").write_bytes(b"ein Satz\nkaput \xff\n")
+    write(tmp_path / "u.en", ["a sentence", "broken"])
+    warnings: list[str] = []
+    stream = pair_stream(find_sources([str(tmp_path / "u.de")]), seed=0, buffer=4, warn=warnings.append)
+    assert len(list(itertools.islice(stream, 6))) == 6  # three epochs
+    assert warnings == [f"{tmp_path / 'u.de'}:2: invalid UTF-8 replaced by U+FFFD (1 lines in this file)"]
+
+
+def test_no_training_pairs_names_the_files(corpus, tmp_path):
+    empty = tmp_path / "empty.de-en.tsv"
+    empty.write_bytes(b"")
+    warnings: list[str] = []
+    with pytest.raises(
+        BitextmineError, match=rf"no training pairs in {re.escape(str(empty))}: they are empty"
+    ):
+        next(pair_stream(find_sources([str(empty)]), seed=0, warn=warnings.append))
+    assert warnings == [f"{empty}: no pairs (the file is empty or every line has an empty side)"]
+    sources = find_sources([str(corpus / "news.de")])
+    excluded = read_excluded([str(corpus / "news.de")])
+    with pytest.raises(BitextmineError, match=r"news\.de, .*news\.en: .* \(6 pairs excluded by --exclude\)"):
+        next(pair_stream(sources, seed=0, excluded=excluded))

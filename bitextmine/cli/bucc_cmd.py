@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -24,6 +23,7 @@ from bitextmine.cli.common import (
 )
 from bitextmine.cli.mine_cmd import MARGIN_HELP, STRATEGY_HELP, progress_bar
 from bitextmine.errors import BitextmineError
+from bitextmine.fsutil import write_json
 from bitextmine.workspace import DEFAULT_WORKDIR
 
 eval_app = typer.Typer(
@@ -188,8 +188,8 @@ def _number(value: str) -> float:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2) + "\n")
+    with user_errors():
+        write_json(path, data)
     err.print(f"results written to {path}", highlight=False)
 
 

@@ -85,7 +85,7 @@ def thread_summary() -> str:
     return f"{torch.get_num_threads()} threads + {torch.get_num_interop_threads()} inter-op"
 
 
-def load_encoder(
+def encoder_spec(
     model: str,
     device: str,
     precision: str = "auto",
@@ -93,20 +93,29 @@ def load_encoder(
     max_tokens: int | None = None,
     padded: bool = False,
 ):
-    """A SentenceEncoder for the CLI's options (torch is imported only when a command needs it).
-
-    A precision self-check run now (not read back from an earlier run) is printed."""
+    """How the CLI's options load the encoder (an EncoderSpec: shard jobs elsewhere load it too)."""
+    from bitextmine.encode import EncoderSpec
     from bitextmine.encoder.batching import DEFAULT_MAX_TOKENS
-    from bitextmine.encoder.encoder import SentenceEncoder
 
-    encoder = SentenceEncoder.load(
+    return EncoderSpec(
         model,
-        device=device,
-        overrides=overrides,
-        max_tokens=max_tokens or DEFAULT_MAX_TOKENS,
-        packed=False if padded else None,
-        precision=precision,
+        device,
+        precision,
+        tuple((overrides or {}).items()),
+        max_tokens or DEFAULT_MAX_TOKENS,
+        False if padded else None,
     )
+
+
+def load_encoder(model: str, device: str, precision: str = "auto"):
+    """A SentenceEncoder for the CLI's options (torch is imported only when a command needs it)."""
+    encoder = encoder_spec(model, device, precision).load()
+    print_precision_check(encoder)
+    return encoder
+
+
+def print_precision_check(encoder) -> None:
+    """Print a precision self-check run now (not one read back from an earlier run)."""
     check = encoder.precision_check
     if check is not None and not check.cached:
         err.print(
@@ -114,4 +123,3 @@ def load_encoder(
             f"{check.mean_cosine:.6f}, min {check.min_cosine:.6f}",
             highlight=False,
         )
-    return encoder

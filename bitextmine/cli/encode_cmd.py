@@ -23,13 +23,27 @@ from bitextmine.cli.common import (
     PrecisionOption,
     WorkdirOption,
     app,
+    encoder_spec,
     err,
-    load_encoder,
     out,
+    print_precision_check,
     require_model,
     set_threads,
     thread_summary,
     user_errors,
+)
+from bitextmine.cli.launcher_options import (
+    ArrayParallelismOption,
+    CpusOption,
+    GpusOption,
+    LauncherConfigOption,
+    LauncherOption,
+    MemOption,
+    PartitionOption,
+    RetriesOption,
+    TimeOption,
+    job_runner,
+    launcher_config_from_options,
 )
 from bitextmine.encoder.batching import DEFAULT_MAX_TOKENS
 from bitextmine.workspace import DEFAULT_WORKDIR, Workspace
@@ -69,6 +83,7 @@ class _RichEncodeReporter:
         )
 
     def encoder_ready(self, encoder, rows_to_encode: int) -> None:
+        print_precision_check(encoder)
         err.print(
             f"model {encoder.loaded.name} ({encoder.mode}, {encoder.device}, {encoder.precision}, "
             f"{len(os.sched_getaffinity(0))} cores, "
@@ -157,6 +172,15 @@ def encode(
             "--overwrite", help="Rebuild this language even if it exists with other inputs or another model."
         ),
     ] = False,
+    launcher: LauncherOption = None,
+    launcher_config: LauncherConfigOption = None,
+    partition: PartitionOption = None,
+    gpus_per_job: GpusOption = None,
+    cpus_per_job: CpusOption = None,
+    mem_gb: MemOption = None,
+    timeout_min: TimeOption = None,
+    retries: RetriesOption = None,
+    array_parallelism: ArrayParallelismOption = None,
 ) -> None:
     """Encode corpora of one language into the workspace.
 
@@ -173,14 +197,28 @@ def encode(
     overrides = {"pooling": pooling, "prefix": prefix, "max_length": max_length}
     reporter = _RichEncodeReporter()
     with user_errors():
+        config = launcher_config_from_options(
+            "encode",
+            workdir / "logs" / "encode",
+            launcher=launcher,
+            config_file=launcher_config,
+            partition=partition,
+            gpus_per_job=gpus_per_job,
+            cpus_per_job=cpus_per_job,
+            mem_gb=mem_gb,
+            timeout_min=timeout_min,
+            retries=retries,
+            array_parallelism=array_parallelism,
+        )
         try:
             summary = encode_corpus(
                 files,
                 lang,
                 Workspace(workdir),
-                lambda: load_encoder(model, device, precision, overrides, max_tokens, padded),
+                encoder_spec(model, device, precision, overrides, max_tokens, padded),
                 EncodeOptions(shard_size=shard_size, dedup=dedup, max_chars=max_chars, overwrite=overwrite),
                 reporter,
+                job_runner(config, "encode", lambda job: reporter.advance(job.args[3].rows, 0)),
             )
         finally:
             reporter.close()

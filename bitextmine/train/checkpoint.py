@@ -17,6 +17,7 @@ from bitextmine.errors import BitextmineError
 from bitextmine.fsutil import atomic_path
 
 _NAME = re.compile(r"^step-(\d{8})\.pt$")
+_ENFORCE = re.compile(r"^\[enforce fail at [^\]]*\]\s*\.?\s*")
 
 
 def checkpoint_dir(out: Path) -> Path:
@@ -32,10 +33,22 @@ def save_checkpoint(out: Path, step: int, state: dict[str, Any], keep: int = 2) 
     path = checkpoint_dir(out) / f"step-{step:08d}.pt"
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp:
-        torch.save(state, tmp)
+        try:
+            torch.save(state, tmp)
+        except RuntimeError as exc:  # torch's own file writer failed (a full disk, ...); tmp is removed
+            raise BitextmineError(
+                f"{path}: cannot write the checkpoint (torch: {_reason(exc)}); "
+                "if the disk is full, free some space and rerun"
+            ) from None
     for old in sorted(checkpoint_dir(out).glob("step-*.pt"))[:-keep]:
         old.unlink()
     return path
+
+
+def _reason(exc: BaseException) -> str:
+    """The first line of a torch error without its ``[enforce fail at FILE:LINE] .`` prefix."""
+    lines = str(exc).strip().splitlines()
+    return _ENFORCE.sub("", lines[0]) if lines else type(exc).__name__
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:

@@ -10,7 +10,6 @@ number of pairs it had drawn.
 from __future__ import annotations
 
 import hashlib
-import io
 import itertools
 import random
 import re
@@ -18,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bitextmine.corpus import CorpusCounts, clean_line, iter_rows, open_binary
+from bitextmine.corpus import CorpusCounts, Warn, clean_line, iter_rows, open_binary
 from bitextmine.errors import BitextmineError
 
 ENGLISH = "en"
@@ -90,15 +89,23 @@ def _source_of_file(path: Path) -> PairSource:
     return PairSource(path.suffix[1:], (str(path), str(english)))
 
 
-def read_source(source: PairSource, max_chars: int = 2000) -> Iterator[Pair]:
-    """The non-empty aligned pairs of one source (lines empty on either side are skipped together)."""
+def _no_warn(message: str) -> None:
+    """Default warning sink: stays silent (`train` passes the reporter's)."""
+
+
+def read_source(source: PairSource, max_chars: int = 2000, warn: Warn = _no_warn) -> Iterator[Pair]:
+    """The non-empty aligned pairs of one source (lines empty on either side are skipped together).
+
+    Invalid UTF-8 (replaced), cut lines and empty files are reported through `warn` once a file has
+    been read to its end; a NUL byte is an error naming the file and line.
+    """
     if len(source.paths) == 1:
-        yield from _read_tsv(source, max_chars)
+        yield from _read_tsv(source, max_chars, warn)
         return
     xx_path, en_path = source.paths
     xx_counts, en_counts = CorpusCounts(), CorpusCounts()
-    xx_rows = iter_rows(xx_path, 0, xx_counts, max_chars=max_chars)
-    en_rows = iter_rows(en_path, 1, en_counts, max_chars=max_chars)
+    xx_rows = iter_rows(xx_path, 0, xx_counts, max_chars=max_chars, warn=warn)
+    en_rows = iter_rows(en_path, 1, en_counts, max_chars=max_chars, warn=warn)
     xx, en = next(xx_rows, None), next(en_rows, None)
     while xx is not None and en is not None:
         if xx.line == en.line:
@@ -118,9 +125,10 @@ def read_source(source: PairSource, max_chars: int = 2000) -> Iterator[Pair]:
         )
 
 
-def _read_tsv(source: PairSource, max_chars: int) -> Iterator[Pair]:
+def _read_tsv(source: PairSource, max_chars: int, warn: Warn = _no_warn) -> Iterator[Pair]:
     (path,) = source.paths
-    for number, line in _raw_lines(path):
+    kept = 0
+    for number, line in _raw_lines(path, warn):
         fields = line.split("\t")
         if len(fields) != 2:
             raise BitextmineError(
@@ -128,14 +136,31 @@ def _read_tsv(source: PairSource, max_chars: int) -> Iterator[Pair]:
             )
         src, tgt = (clean_line(f)[:max_chars] for f in fields)
         if src and tgt:
+            kept += 1
             yield Pair(source.lang, src, tgt)
+    if not kept:
+        warn(f"{path}: no pairs (the file is empty or every line has an empty side)")
 
 
-def _raw_lines(path: str) -> Iterator[tuple[int, str]]:
-    """(line number, line) with tabs intact (corpus cleaning would turn them into spaces)."""
-    with io.TextIOWrapper(open_binary(path), encoding="utf-8", errors="replace", newline="\n") as text:
-        for number, line in enumerate(text, start=1):
+def _raw_lines(path: str, warn: Warn = _no_warn) -> Iterator[tuple[int, str]]:
+    """(line number, line) with tabs intact (corpus cleaning would turn them into spaces).
+
+    A NUL byte is an error naming the file and line; invalid UTF-8 is replaced by U+FFFD, counted, and
+    reported through `warn` (first line and count, like `corpus.iter_rows`) once the file is read.
+    """
+    first_invalid, invalid = 0, 0
+    with open_binary(path) as fh:
+        for number, raw in enumerate(fh, start=1):
+            if b"\0" in raw:
+                raise BitextmineError(f"{path}:{number}: binary data (NUL byte); not a text file")
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                line = raw.decode("utf-8", errors="replace")
+                first_invalid, invalid = first_invalid or number, invalid + 1
             yield number, line.rstrip("\r\n")
+    if invalid:
+        warn(f"{path}:{first_invalid}: invalid UTF-8 replaced by U+FFFD ({invalid} lines in this file)")
 
 
 def sentence_key(text: str) -> bytes:
@@ -143,14 +168,14 @@ def sentence_key(text: str) -> bytes:
     return hashlib.blake2b(clean_line(text).casefold().encode(), digest_size=12).digest()
 
 
-def read_excluded(paths: Sequence[str]) -> set[bytes]:
+def read_excluded(paths: Sequence[str], warn: Warn = _no_warn) -> set[bytes]:
     """Keys of every sentence in `paths` (plain lines, BUCC ``id<TAB>sentence`` lines, directories)."""
     keys: set[bytes] = set()
     for raw in paths:
         path = Path(raw)
         files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
         for file in files:
-            for _, line in _raw_lines(str(file)):
+            for _, line in _raw_lines(str(file), warn):
                 if line.strip():
                     keys.add(sentence_key(line.split("\t")[-1]))
     return keys
@@ -163,28 +188,50 @@ def pair_stream(
     buffer: int = 50_000,
     excluded: set[bytes] | None = None,
     on_excluded: Callable[[Pair], None] | None = None,
+    warn: Warn = _no_warn,
 ) -> Iterator[Pair]:
     """Endless shuffled stream of pairs: epoch e interleaves all sources line by line and shuffles the
-    result through a buffer of `buffer` pairs with a generator seeded by (seed, e)."""
+    result through a buffer of `buffer` pairs with a generator seeded by (seed, e).
+
+    Problems in the files (invalid UTF-8, cut lines, empty files) go to `warn` in the first epoch only.
+    """
     epoch = 0
+    dropped = [0]
+
+    def count_excluded(pair: Pair) -> None:
+        dropped[0] += 1
+        if on_excluded:
+            on_excluded(pair)
+
     while True:
         rng = random.Random(f"{seed}:{epoch}")
         drawn = 0
-        for pair in _shuffled(interleave(sources, excluded, on_excluded), buffer, rng):
+        pairs = interleave(sources, excluded, count_excluded, warn=warn if epoch == 0 else _no_warn)
+        for pair in _shuffled(pairs, buffer, rng):
             drawn += 1
             yield pair
         if drawn == 0:
-            raise BitextmineError("no training pairs: every source is empty or excluded")
+            raise _no_pairs(sources, dropped[0])
         epoch += 1
+
+
+def _no_pairs(sources: Sequence[PairSource], excluded: int) -> BitextmineError:
+    files = ", ".join(path for source in sources for path in source.paths)
+    why = "they are empty or every line has an empty side"
+    if excluded:
+        why = f"they are empty or excluded ({excluded:,} pairs excluded by --exclude)"
+    return BitextmineError(f"no training pairs in {files}: {why}")
 
 
 def interleave(
     sources: Sequence[PairSource],
     excluded: set[bytes] | None = None,
     on_excluded: Callable[[Pair], None] | None = None,
+    *,
+    warn: Warn = _no_warn,
 ) -> Iterator[Pair]:
     """One pass over all sources, line by line in turn, without the excluded pairs."""
-    readers = [read_source(s) for s in sources]
+    readers = [read_source(s, warn=warn) for s in sources]
     while readers:
         for reader in list(readers):
             pair = next(reader, None)

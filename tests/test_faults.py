@@ -1,0 +1,139 @@
+"""Fault injection: each command is killed with SIGKILL at named points (bitextmine/faults.py) early,
+in the middle and during its final write; the rerun's outputs must be byte-identical to an
+uninterrupted run's, so no row is lost or duplicated. JSON records are compared without their timings.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bitextmine.faults import FAULT_ENV
+from tests.test_cli_mine import sentences
+
+TIMINGS = {"build_seconds", "search_ms_per_1000", "exact_ms_per_1000", "seconds"}
+SKIPPED = {"locks", "logs"}  # lock files and job logs are not outputs
+
+
+def cli(work: Path, *args: str, fault: str | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != FAULT_ENV}
+    if fault:
+        env[FAULT_ENV] = fault
+    command = [sys.executable, "-m", "bitextmine", *args, "--workdir", str(work)]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+
+
+def outputs(work: Path) -> dict[str, object]:
+    """Every output file of the workspace: bytes, or JSON without timing fields."""
+    found: dict[str, object] = {}
+    for path in sorted(work.rglob("*")):
+        relative = path.relative_to(work)
+        if path.is_dir() or relative.parts[0] in SKIPPED:
+            continue
+        found[str(relative)] = (
+            _without_timings(json.loads(path.read_text())) if path.suffix == ".json" else path.read_bytes()
+        )
+    return found
+
+
+def _without_timings(data: object) -> object:
+    if isinstance(data, dict):
+        return {k: _without_timings(v) for k, v in data.items() if k not in TIMINGS}
+    if isinstance(data, list):
+        return [_without_timings(v) for v in data]
+    return data
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory, tiny_model_dir):
+    """Inputs, the commands of a small pipeline, and the workspace after each uninterrupted step."""
+    root = tmp_path_factory.mktemp("faults")
+    model = str(tiny_model_dir("bert"))
+    shared = sentences(20, seed=0)
+    inputs = {"de": shared + sentences(40, seed=1), "en": sentences(35, seed=2) + shared}
+    steps = []
+    for lang, lines in inputs.items():
+        path = root / f"{lang}.txt"
+        path.write_text("\n".join(lines) + "\n")
+        steps.append(
+            (
+                f"encode-{lang}",
+                [
+                    "encode",
+                    str(path),
+                    "-l",
+                    lang,
+                    "-m",
+                    model,
+                    "--shard-size",
+                    "10",
+                    "--precision",
+                    "fp32",
+                    "--threads",
+                    "1",
+                ],
+            )
+        )
+    steps += [
+        ("index-de", ["index", "de", "--max-memory", "0.000002"]),  # 32-d Flat: 3 shards of 20 rows
+        ("index-en", ["index", "en"]),
+        ("mine", ["mine", "de", "en", "--job-rows", "16"]),
+    ]
+    snapshots, after = {}, {}
+    work = root / "reference"
+    work.mkdir()
+    for name, args in steps:
+        snapshots[name] = root / f"before-{name}"
+        shutil.copytree(work, snapshots[name])
+        done = cli(work, *args)
+        assert done.returncode == 0, done.stderr
+        after[name] = outputs(work)
+    return dict(steps), snapshots, after
+
+
+# (step, fault point): early, middle, and during the final write of each command. Encode writes 6
+# text shards, the corpus manifest, the embeddings manifest, then per shard its vectors and record
+# (20 writes for de); index-de writes a template, 3 shards and its json; mine writes 4 + 4 neighbour
+# blocks (60 and 55 queries in blocks of 16), the mined file and the stats.
+FAULTS = [
+    ("encode-de", "before-rename@1"),
+    ("encode-de", "after-rename@13"),
+    ("encode-de", "before-rename@20"),
+    ("index-de", "after-rename@2"),
+    ("mine", "after-rename@1"),
+    ("mine", "after-rename@6"),
+    ("mine", "before-rename@9"),
+]
+
+
+@pytest.mark.parametrize(("step", "fault"), FAULTS)
+def test_killed_step_resumes_to_identical_outputs(pipeline, tmp_path, step, fault):
+    steps, snapshots, after = pipeline
+    work = tmp_path / "work"
+    shutil.copytree(snapshots[step], work)
+    killed = cli(work, *steps[step], fault=fault)
+    assert killed.returncode == -signal.SIGKILL, f"{fault} was not reached: {killed.stderr}"
+    rerun = cli(work, *steps[step])
+    assert rerun.returncode == 0, rerun.stderr
+    got, want = outputs(work), after[step]
+    assert sorted(got) == sorted(want)
+    for name, content in want.items():
+        assert got[name] == content, name
+    assert not list(work.rglob(".*.tmp-*")), "a temporary file was left behind"
+
+
+def test_no_row_lost_or_duplicated_in_the_reference(pipeline):
+    _, _, after = pipeline
+    reference = after["mine"]
+    vectors = [k for k in reference if k.startswith("emb/de/") and k.endswith(".npy")]
+    rows = sum(np.load(io.BytesIO(reference[k])).shape[0] for k in vectors)
+    assert rows == 60

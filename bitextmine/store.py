@@ -68,8 +68,9 @@ class EmbeddingStore:
         self.lang = lang
         self.manifest: EmbeddingManifest | None = None
         if (self.root / MANIFEST).is_file():
-            self.manifest = EmbeddingManifest.from_json(read_json(self.root / MANIFEST))
-            self.manifest.shards = self._completed_shards()
+            data = read_json(self.root / MANIFEST)
+            self.manifest = EmbeddingManifest.from_json(data)
+            self.manifest.shards = self._completed_shards(data.get("shards", []))
 
     def bind(self, model: ModelIdentity, *, overwrite: bool = False) -> None:
         """Attach the model that writes here; refuse to mix models, dims or precisions unless overwriting.
@@ -159,8 +160,11 @@ class EmbeddingStore:
             raise BitextmineError(f"{self.root}: no embeddings for '{self.lang}' yet; run bitextmine encode")
         return self.manifest
 
-    def _completed_shards(self) -> dict[str, EmbeddingShard]:
-        shards = {}
+    def _completed_shards(self, listed: list[dict[str, Any]]) -> dict[str, EmbeddingShard]:
+        """Shards with vectors and a record (`listed`: records kept in manifest.json by bitextmine 0.1)."""
+        shards = {
+            s["name"]: EmbeddingShard(**s) for s in listed if (self.root / f"{s['name']}.npy").is_file()
+        }
         for record in sorted(self.root.glob("shard-*.json")):
             if record.with_suffix(".npy").is_file():
                 shard = EmbeddingShard(**read_json(record))

@@ -127,7 +127,7 @@ def test_a_checkpoint_from_other_settings_is_refused(tiny_model_dir, toy_pairs, 
 
 
 @pytest.mark.parametrize("kind", ["bert", "xlm-roberta"])
-@pytest.mark.parametrize("objective", ["contrastive", "mexma", "rtl", "xtr"])
+@pytest.mark.parametrize("objective", ["contrastive", "mexma", "rtl", "vmsst", "xtr"])
 def test_packed_step_equals_padded_step(tiny_model_dir, kind, objective):
     model_dir = tiny_model_dir(kind)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)

@@ -42,8 +42,13 @@ class _LiveReporter:
     def note(self, message: str) -> None:
         self.live.console.print(message, highlight=False)
 
+    def warning(self, message: str) -> None:
+        err.print(f"[yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
+
     def close(self) -> None:
         self.live.stop()
+        if (self.record or self.evaluation) and not err.is_terminal:
+            err.line()  # in a file rich ends the last frame without a line end; errors start a line
 
     def _draw(self) -> None:
         table = Table(title="training", title_justify="left", show_header=False)
@@ -76,7 +81,7 @@ def train(
     objectives: Annotated[
         str,
         typer.Option(
-            help="Objectives with weights: contrastive, mexma, rtl, xtr, e.g. 'contrastive,mexma=0.5'."
+            help="Objectives with weights: contrastive, mexma, rtl, vmsst, xtr, e.g. 'contrastive,mexma=0.5'."
         ),
     ] = "contrastive",
     base: Annotated[str | None, typer.Option(help="Hugging Face model dir or hub id to fine-tune.")] = None,
@@ -123,6 +128,15 @@ def train(
         bool, typer.Option(help="MEXMA: let token-level losses update the encoder.")
     ] = True,
     mexma_alignment: Annotated[str, typer.Option(help="MEXMA alignment: mse or contrastive.")] = "mse",
+    vmsst_lambda: Annotated[
+        float, typer.Option(help="VMSST: weight λ of the ELBO (paper: 0.025 fine-tuning, 0.1 from scratch).")
+    ] = 0.025,
+    vmsst_kl_steps: Annotated[
+        int,
+        typer.Option(
+            help="VMSST: batches over which the KL weight rises from 0 to 1 (0: 1 from the start).", min=0
+        ),
+    ] = 1_000_000,
     vocab_size: Annotated[int, typer.Option(help="--from-scratch vocabulary size.")] = 16000,
     layers: Annotated[int, typer.Option(help="--from-scratch layers.")] = 6,
     hidden: Annotated[int, typer.Option(help="--from-scratch hidden size.")] = 384,
@@ -181,6 +195,8 @@ def train(
                 "mask_ratio": mask_ratio,
                 "token_gradients": token_gradients,
                 "mexma_alignment": mexma_alignment,
+                "vmsst_lambda": vmsst_lambda,
+                "vmsst_kl_steps": vmsst_kl_steps,
             },
             scratch={"vocab_size": vocab_size, "layers": layers, "hidden": hidden, "heads": heads},
         )

@@ -3,7 +3,9 @@ autocast, budgets, periodic evaluation, checkpoints with exact resume, and the f
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -18,7 +20,7 @@ from bitextmine.encoder.loading import load_model
 from bitextmine.encoder.precision import bf16_is_native
 from bitextmine.encoder.settings import BITEXTMINE_CONFIG, EncoderSettings, resolve_settings
 from bitextmine.errors import BitextmineError
-from bitextmine.fsutil import atomic_open, write_json
+from bitextmine.fsutil import WriteError, atomic_open, write_json
 from bitextmine.train.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
@@ -109,6 +111,7 @@ class Reporter:
     def evaluated(self, step: int, results: dict[str, float]) -> None: ...
     def checkpoint(self, path: Path) -> None: ...
     def note(self, message: str) -> None: ...
+    def warning(self, message: str) -> None: ...
 
 
 @dataclass
@@ -140,7 +143,7 @@ def train(config: TrainConfig, reporter: Reporter | None = None) -> TrainSummary
     run = _build_run(config, sources, reporter)
     resumed_from = _resume(run)
     reporter.started(config, resumed_from, run.languages)
-    excluded = read_excluded(config.exclude)
+    excluded = read_excluded(config.exclude, warn=reporter.warning)
     skipped = [0]
     stream = pair_stream(
         sources,
@@ -148,6 +151,7 @@ def train(config: TrainConfig, reporter: Reporter | None = None) -> TrainSummary
         buffer=config.shuffle_buffer,
         excluded=excluded,
         on_excluded=lambda _pair: skipped.__setitem__(0, skipped[0] + 1),
+        warn=reporter.warning,
     )
     batches = token_batches(
         stream, run.tokenize, max_tokens=config.max_tokens, max_pairs=config.max_pairs, skip=run.pairs_drawn
@@ -314,8 +318,16 @@ def batch_loss(
 
 
 def _log(out: Path, record: dict[str, Any]) -> None:
-    with open(Path(out) / LOG_FILE, "a", encoding="utf-8") as fh:
-        fh.write(json.dumps(record) + "\n")
+    """Append one record; a failed write (full disk) is cut off again and becomes a WriteError."""
+    path = Path(out) / LOG_FILE
+    size = path.stat().st_size if path.exists() else 0
+    try:
+        with open(path, "ab") as fh:
+            fh.write((json.dumps(record) + "\n").encode())
+    except OSError as exc:
+        with contextlib.suppress(OSError):  # no half record for the resume to trip over
+            os.truncate(path, size)
+        raise WriteError(path, exc) from exc
 
 
 def _state(run: _Run) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from torch import nn
 from bitextmine.errors import BitextmineError
 from bitextmine.train.model import TrainContext, TrainEncoder
 
-OBJECTIVES = ("contrastive", "mexma", "rtl", "xtr")
+OBJECTIVES = ("contrastive", "mexma", "rtl", "vmsst", "xtr")
 
 
 def parse_objectives(spec: str) -> dict[str, float]:
@@ -57,6 +57,18 @@ def _build(name: str, encoder: TrainEncoder, ctx: TrainContext, options: dict[st
         from bitextmine.train.objectives.rtl import RepresentationTranslation
 
         return RepresentationTranslation(encoder.model, layers=options.get("rtl_layers", 2))
+    if name == "vmsst":
+        from bitextmine.train.objectives.vmsst import VMSST
+
+        return VMSST(
+            encoder.model,
+            ctx.languages,
+            elbo_weight=options.get("vmsst_lambda", 0.025),
+            kl_steps=options.get("vmsst_kl_steps", 1_000_000),
+            latent_dim=options.get("vmsst_latent_dim"),
+            language_layers=options.get("vmsst_language_layers", 2),
+            decoder_layers=options.get("vmsst_decoder_layers", 1),
+        )
     from bitextmine.train.objectives.xtr import CrossLingualTokenReconstruction
 
     return CrossLingualTokenReconstruction(config.hidden_size, ctx.vocab_size, ctx.languages, ctx.special_ids)

@@ -1,0 +1,200 @@
+"""Mining at scale on this machine: wall time, peak RSS and recall of `bitextmine index` + `mine` at N x N.
+
+For each N, a workspace gets N source and N target vectors (384-d float16 shards): the demo's real e5
+embeddings of the de and en BUCC-format dev sentences, repeated with gaussian noise (sigma, then
+re-normalised) so that every copy is a distinct vector near a real one, and a text shard per 100k rows
+("de 123") so `mine` can write its output. Then, each in its own process (peak RSS from wait4):
+`bitextmine index` for both languages with the library's IVF-Flat list count for N and a fixed nprobe,
+and `bitextmine mine de en --threshold T`. Recall@4 compares the neighbour lists `mine` saved with exact
+search for a sample of source queries.
+
+Usage: python examples/benchmarks/bench_scale.py [--sizes 100000,300000,1000000,3000000] [--nprobe 8]
+Needs the demo workspace's embeddings (`make demo`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from benchlib import REPO
+
+DEMO = REPO / "bitextmine-work" / "demo"
+SHARD_ROWS = 100_000
+RECALL_QUERIES = 1000
+K = 4
+
+
+def base_vectors(lang: str) -> np.ndarray:
+    from bitextmine.store import EmbeddingStore
+
+    vectors = EmbeddingStore(DEMO / "emb" / lang, lang).vectors()
+    return vectors.take(np.arange(len(vectors)))
+
+
+def write_language(work: Path, lang: str, base: np.ndarray, n: int, sigma: float, seed: int) -> None:
+    """N noisy copies of `base` rows as embedding shards, and matching text shards."""
+    from bitextmine.corpus import CorpusCounts, CorpusManifest, Row, SourceInfo, write_text_shards
+    from bitextmine.fsutil import write_json
+    from bitextmine.store import EmbeddingShard, EmbeddingStore, ModelIdentity
+
+    demo = EmbeddingStore(DEMO / "emb" / lang, lang).model
+    store = EmbeddingStore(work / "emb" / lang, lang)
+    store.bind(ModelIdentity("bench-scale", demo.fingerprint, base.shape[1], demo.settings, demo.precision))
+    rng = np.random.default_rng(seed)
+    rows = (Row(0, i + 1, f"{lang} {i}") for i in range(n))
+    text_shards = write_text_shards(rows, work / "corpora" / lang, SHARD_ROWS)
+    for shard in text_shards:
+        picked = base[rng.integers(len(base), size=shard.rows)]
+        noisy = picked + sigma * rng.standard_normal(picked.shape, dtype=np.float32)
+        noisy /= np.linalg.norm(noisy, axis=1, keepdims=True)
+        name = Path(shard.name).stem
+        store.write_shard(EmbeddingShard(name, shard.rows, shard.sha256, 0, 0), noisy)
+    manifest = CorpusManifest(
+        lang,
+        [SourceInfo(f"synthetic-{lang}", 0, 0)],
+        SHARD_ROWS,
+        False,
+        10_000,
+        text_shards,
+        CorpusCounts(lines=n),
+        True,
+    )
+    write_json(work / "corpora" / lang / "manifest.json", manifest.to_json())
+
+
+def timed(command: list[str]) -> tuple[float, float, str]:
+    """(wall seconds, peak RSS in GB, output) of one command in its own process."""
+    started = time.perf_counter()
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    output = process.stdout.read()
+    _, status, usage = os.wait4(process.pid, 0)
+    seconds = time.perf_counter() - started
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{' '.join(command)} failed:\n{output}")
+    return seconds, usage.ru_maxrss / 1024**2, output
+
+
+def recall_at_k(work: Path, queries: int, seed: int) -> float:
+    """Share of the exact top-K target rows of sampled source rows found in mine's neighbour lists."""
+    import faiss
+
+    from bitextmine.store import EmbeddingStore
+
+    src = EmbeddingStore(work / "emb" / "de", "de").vectors()
+    tgt = EmbeddingStore(work / "emb" / "en", "en").vectors()
+    rows = np.sort(np.random.default_rng(seed).choice(len(src), size=queries, replace=False))
+    x = src.take(rows)
+    heap = faiss.ResultHeap(len(x), K, keep_max=True)
+    for start, block in tgt.blocks(200_000):
+        sims, ids = faiss.knn(x, block, K, metric=faiss.METRIC_INNER_PRODUCT)
+        heap.add_result(sims, ids + start)
+    heap.finalize()
+    kth = heap.D[:, -1]
+    found = np.concatenate([np.load(p)["cos"] for p in sorted(work.glob("mined/.neighbours/*/fwd-*.npy"))])
+    hits = np.nan_to_num(found[rows], nan=-np.inf) >= kth[:, None] - 1e-6
+    return float(hits.mean())
+
+
+def run_size(n: int, args: argparse.Namespace, bases: dict[str, np.ndarray]) -> dict:
+    from bitextmine.index import choose_factory
+
+    work = args.scratch / f"n{n}"
+    shutil.rmtree(work, ignore_errors=True)
+    started = time.perf_counter()
+    for seed, lang in enumerate(("de", "en")):
+        write_language(work, lang, bases[lang], n, args.sigma, seed)
+    prepare = time.perf_counter() - started
+    factory = choose_factory(n, 384) if n > 200_000 else "Flat"
+    cli = [sys.executable, "-m", "bitextmine"]
+    result: dict = {"n": n, "factory": factory, "prepare_s": round(prepare, 1)}
+    for lang, other in (("de", "en"), ("en", "de")):
+        command = [*cli, "index", lang, "-w", str(work), "--factory", factory, "--queries-from", other]
+        if "IVF" in factory:
+            command += ["--nprobe", str(args.nprobe)]
+        seconds, rss, _ = timed(command)
+        result[f"index_{lang}_s"], result[f"index_{lang}_rss_gb"] = round(seconds, 1), round(rss, 2)
+        print(f"  N={n:,} index {lang}: {seconds:.1f} s, peak {rss:.2f} GB", flush=True)
+    seconds, rss, _ = timed(
+        [*cli, "mine", "de", "en", "-w", str(work), "--threshold", str(args.threshold)]
+    )
+    stats = json.loads((work / "mined" / "de-en.stats.json").read_text())
+    result.update(
+        mine_s=round(seconds, 1),
+        mine_rss_gb=round(rss, 2),
+        s_per_million_queries=round(seconds / (2 * n) * 1e6, 1),
+        kept=stats["counts"]["kept"],
+        recall_at_4=round(recall_at_k(work, min(RECALL_QUERIES, n), seed=1), 4),
+        nprobe=args.nprobe if "IVF" in factory else None,
+    )
+    print(f"  N={n:,} mine: {seconds:.1f} s, peak {rss:.2f} GB, recall@4 {result['recall_at_4']}", flush=True)
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    return result
+
+
+def report(results: list[dict], args: argparse.Namespace) -> str:
+    import faiss
+    import torch
+
+    with open("/proc/cpuinfo") as fh:
+        cpu = next((line.split(":", 1)[1].strip() for line in fh if "model name" in line), "?")
+    lines = [
+        "# bench_scale: `index` + `mine` at N x N on this machine",
+        "",
+        f"{datetime.date.today()} — {cpu}, {os.cpu_count()} cores; python {platform.python_version()}, "
+        f"torch {torch.__version__}, faiss {faiss.__version__}. Produced by "
+        "`examples/benchmarks/bench_scale.py` (`make bench-scale`).",
+        "",
+        f"Vectors: the demo's real e5 embeddings (de and en dev, 8,400 each) repeated with gaussian noise "
+        f"(sigma {args.sigma}, re-normalised), 384-d float16 shards of {SHARD_ROWS:,}. Index: `Flat` up to "
+        f"200k, else the library's IVF-Flat list count for N with a fixed nprobe {args.nprobe}; each command "
+        "in its own process, peak RSS from wait4. Recall@4: mine's saved neighbour lists vs exact search "
+        f"for {RECALL_QUERIES:,} sampled source sentences.",
+        "",
+        "| N per side | index | index de s | index peak GB | mine s | mine peak GB | s per 1M queries "
+        "| recall@4 | pairs kept |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        index = r["factory"] + ("" if r["nprobe"] is None else f" nprobe {r['nprobe']}")
+        lines.append(
+            f"| {r['n']:,} | {index} | {r['index_de_s']} | {max(r['index_de_rss_gb'], r['index_en_rss_gb'])} "
+            f"| {r['mine_s']} | {r['mine_rss_gb']} | {r['s_per_million_queries']} | {r['recall_at_4']} "
+            f"| {r['kept']:,} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sizes", default="100000,300000,1000000,3000000")
+    parser.add_argument("--nprobe", type=int, default=8)
+    parser.add_argument("--sigma", type=float, default=0.02)
+    parser.add_argument("--threshold", type=float, default=1.03)
+    parser.add_argument("--scratch", type=Path, default=REPO / "bitextmine-work" / "bench" / "scale")
+    parser.add_argument("--keep", action="store_true", help="keep the workspaces")
+    parser.add_argument("--out", type=Path, default=Path(__file__).with_name("results") / "bench_scale.json")
+    args = parser.parse_args()
+    bases = {lang: base_vectors(lang) for lang in ("de", "en")}
+    results = []
+    for n in (int(s) for s in args.sizes.split(",")):
+        results.append(run_size(n, args, bases))
+        args.out.write_text(json.dumps({"date": str(datetime.date.today()), "results": results}, indent=2))
+        args.out.with_suffix(".md").write_text(report(results, args))
+    print(report(results, args))
+
+
+if __name__ == "__main__":
+    main()

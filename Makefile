@@ -9,7 +9,7 @@ MODEL  ?= $(SHARED)/models/multilingual-e5-small-q4
 BUCC   ?= $(SHARED)/data/bucc-like
 WORK   ?= bitextmine-work/demo
 
-.PHONY: install test demo bench bench-encode bench-mine bench-train lint format clean
+.PHONY: install test demo bench bench-encode bench-mine bench-train bench-scale lint format clean
 
 install: $(VENV)/.installed
 
@@ -49,6 +49,11 @@ bench-encode: install
 # $(WORK)/cache).
 bench-mine: install
 	$(BIN)/python examples/benchmarks/bench_mine.py
+
+# Mining at scale: index + mine at 100k, 300k, 1M and 3M vectors per side (real demo embeddings repeated
+# with noise; needs `make demo` first): wall time, peak RSS, recall. About an hour on 2 cores.
+bench-scale: install
+	$(BIN)/python examples/benchmarks/bench_scale.py
 
 # Training objectives: each row trains for TRAIN_MINUTES then evaluates (~3 min); rows accumulate in
 # examples/benchmarks/results/bench_train.{json,md}, so a subset can be run at a time: make bench-train TRAIN_ROWS=mexma

@@ -124,9 +124,7 @@ def run_size(n: int, args: argparse.Namespace, bases: dict[str, np.ndarray]) -> 
         seconds, rss, _ = timed(command)
         result[f"index_{lang}_s"], result[f"index_{lang}_rss_gb"] = round(seconds, 1), round(rss, 2)
         print(f"  N={n:,} index {lang}: {seconds:.1f} s, peak {rss:.2f} GB", flush=True)
-    seconds, rss, _ = timed(
-        [*cli, "mine", "de", "en", "-w", str(work), "--threshold", str(args.threshold)]
-    )
+    seconds, rss, _ = timed([*cli, "mine", "de", "en", "-w", str(work), "--threshold", str(args.threshold)])
     stats = json.loads((work / "mined" / "de-en.stats.json").read_text())
     result.update(
         mine_s=round(seconds, 1),

@@ -30,7 +30,7 @@ Progress = Callable[[str], None] | None
 # Shared: reading line-aligned files, encoding, nearest-neighbour predictions
 
 
-def _read_lines(path: Path) -> list[str]:
+def read_lines(path: Path) -> list[str]:
     """Lines of a UTF-8 file without their trailing LF or CRLF; a BitextmineError names the file."""
     try:
         data = path.read_bytes()
@@ -49,12 +49,12 @@ def _read_lines(path: Path) -> list[str]:
     return [line.removesuffix("\r") for line in lines]
 
 
-def _check_aligned(path: Path, count: int, other: Path, other_count: int) -> None:
+def check_aligned(path: Path, count: int, other: Path, other_count: int) -> None:
     if count != other_count:
         raise BitextmineError(f"{path}: {count} lines but {other} has {other_count}")
 
 
-def _check_known(benchmark: str, directory: Path, langs: Sequence[str], available: list[str]) -> None:
+def check_known(benchmark: str, directory: Path, langs: Sequence[str], available: list[str]) -> None:
     if not langs:
         raise BitextmineError(f"{benchmark}: no languages given")
     unknown = [lang for lang in langs if lang not in available]
@@ -102,8 +102,8 @@ def read_tatoeba(directory: Path, lang: str) -> tuple[list[str], list[str]]:
     """(xx sentences, English sentences), line-aligned."""
     xx_path = directory / f"tatoeba.{lang}-eng.{lang}"
     eng_path = directory / f"tatoeba.{lang}-eng.eng"
-    xx, eng = _read_lines(xx_path), _read_lines(eng_path)
-    _check_aligned(xx_path, len(xx), eng_path, len(eng))
+    xx, eng = read_lines(xx_path), read_lines(eng_path)
+    check_aligned(xx_path, len(xx), eng_path, len(eng))
     return xx, eng
 
 
@@ -152,7 +152,7 @@ def evaluate_tatoeba(
     directory: Path, langs: Sequence[str], encode: EncodeFn, progress: Progress = None
 ) -> TatoebaResult:
     """Accuracy both ways for each language; every file is read before anything is encoded."""
-    _check_known("Tatoeba", directory, langs, tatoeba_languages(directory))
+    check_known("Tatoeba", directory, langs, tatoeba_languages(directory))
     texts = {lang: read_tatoeba(directory, lang) for lang in langs}
     rows = []
     for lang, (xx_text, eng_text) in texts.items():
@@ -177,7 +177,7 @@ def flores_languages(directory: Path, split: str = "dev") -> list[str]:
 
 
 def read_flores(directory: Path, lang: str, split: str = "dev") -> list[str]:
-    return _read_lines(directory / f"{lang}.{split}")
+    return read_lines(directory / f"{lang}.{split}")
 
 
 def xsim_errors(src: np.ndarray, tgt: np.ndarray, margin: str = "ratio", k: int = 4) -> int:
@@ -245,13 +245,13 @@ def evaluate_xsim(
     """xsim errors of xx -> target for each xx in `langs`; the target is encoded once."""
     check_margin(margin)
     available = flores_languages(directory, split)
-    _check_known("FLORES", directory, langs, available)
-    _check_known("FLORES", directory, [target], available)
+    check_known("FLORES", directory, langs, available)
+    check_known("FLORES", directory, [target], available)
     target_path = directory / f"{target}.{split}"
     texts = {lang: read_flores(directory, lang, split) for lang in langs}
     target_text = read_flores(directory, target, split)
     for lang, text in texts.items():
-        _check_aligned(directory / f"{lang}.{split}", len(text), target_path, len(target_text))
+        check_aligned(directory / f"{lang}.{split}", len(text), target_path, len(target_text))
     target_vectors = _encode(encode, target_text)
     rows = []
     for lang, text in texts.items():

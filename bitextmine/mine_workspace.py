@@ -239,12 +239,18 @@ def _neighbour_jobs(
     ]
 
 
+def job_queries(job: ShardJob) -> int:
+    """Queries a neighbour job searches (its row range)."""
+    start, stop = job.args[3], job.args[4]
+    return stop - start
+
+
 def _run_here(jobs: list[ShardJob], progress: Callable[[int], None] | None) -> None:
     """The jobs in this process; finished blocks only advance the progress bar."""
     for job in jobs:
         if job.kwargs["out"].is_file():
             if progress:
-                progress(job.args[4] - job.args[3])
+                progress(job_queries(job))
             continue
         job.fn(*job.args, **job.kwargs, progress=progress)
     release_index()

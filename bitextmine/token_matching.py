@@ -29,7 +29,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from bitextmine.evaluate import _check_aligned, _check_known, flores_languages, read_flores
+from bitextmine.evaluate import check_aligned, check_known, flores_languages, read_flores
 from bitextmine.hidden_states import HiddenStates, TokenizedSentence
 
 CATEGORIES = ("other", "same_language", "same_sentence", "translation")  # Table 9's column order
@@ -141,10 +141,10 @@ def read_nway(
 ) -> dict[str, list[str]]:
     """English first, then the other languages, each cut to its first `sentences` lines."""
     chosen = [english, *(lang for lang in langs if lang != english)]
-    _check_known("FLORES", directory, chosen, flores_languages(directory, split))
+    check_known("FLORES", directory, chosen, flores_languages(directory, split))
     texts = {lang: read_flores(directory, lang, split) for lang in chosen}
     for lang, text in texts.items():
-        _check_aligned(
+        check_aligned(
             directory / f"{lang}.{split}", len(text), directory / f"{english}.{split}", len(texts[english])
         )
     return {lang: text[:sentences] for lang, text in texts.items()}

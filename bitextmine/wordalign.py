@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bitextmine.errors import BitextmineError
-from bitextmine.evaluate import _check_aligned, _read_lines
+from bitextmine.evaluate import check_aligned, read_lines
 
 NO_SPACE_LANGUAGES = frozenset({"zh", "zho", "cmn"})
 _WORD = re.compile(r"\w+")
@@ -80,7 +80,7 @@ def read_dictionary(path: Path, keep_identical: bool = False) -> Dictionary:
     """A MUSE dictionary, ``x_word<SPACE>y_word`` per line; a malformed line names file and line."""
     forward: dict[str, set[str]] = defaultdict(set)
     backward: dict[str, set[str]] = defaultdict(set)
-    for number, line in enumerate(_read_lines(path), start=1):
+    for number, line in enumerate(read_lines(path), start=1):
         fields = line.split()
         if len(fields) != 2:
             raise BitextmineError(
@@ -101,8 +101,8 @@ def read_parallel(prefix: Path, src_lang: str, tgt_lang: str) -> tuple[list[str]
     """PREFIX.src_lang and PREFIX.tgt_lang, line-aligned (mismatched counts name both files)."""
     src_path = prefix.parent / f"{prefix.name}.{src_lang}"
     tgt_path = prefix.parent / f"{prefix.name}.{tgt_lang}"
-    src, tgt = _read_lines(src_path), _read_lines(tgt_path)
-    _check_aligned(src_path, len(src), tgt_path, len(tgt))
+    src, tgt = read_lines(src_path), read_lines(tgt_path)
+    check_aligned(src_path, len(src), tgt_path, len(tgt))
     return src, tgt
 
 

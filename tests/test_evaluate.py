@@ -64,6 +64,8 @@ def brute_xsim(src: np.ndarray, tgt: np.ndarray, margin: str, k: int) -> int:
                 score = sims[i, j] / denominator
             elif margin == "distance":
                 score = sims[i, j] - denominator
+            elif margin == "csls":
+                score = 2 * sims[i, j] - fwd[i] - bwd[j]
             else:
                 score = sims[i, j]
             if score > best_score:

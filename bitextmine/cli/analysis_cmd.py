@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from bitextmine.cli.bucc_cmd import JsonOption, Pair, ThreadsOption, _report, eval_app
+from bitextmine.cli.bucc_cmd import JsonOption, Pair, ThreadsOption, eval_app, print_report
 from bitextmine.cli.common import (
     DeviceOption,
     ModelOption,
@@ -100,7 +100,7 @@ def eval_words(
     out.print(_words_table(result))
     inputs = {"model": model, "parallel": [str(p) for p in parallel], "dictionary": str(dictionary)}
     summary = {**inputs, "keep_identical": keep_identical, **result.to_json()}
-    _report(_sentences_table(result), summary, json_path)
+    print_report(_sentences_table(result), summary, json_path)
 
 
 def _cell(result: WordEvalResult, metric: str, layer: int, direction: int) -> str:
@@ -203,4 +203,4 @@ def eval_tokens(
         table.add_column(name, justify="right")
     same_token = result.same_language_same_token
     table.add_row(*(f"{result.percent(c):.2f}" for c in CATEGORIES), f"{same_token:,}")
-    _report(table, {"model": model, **result.to_json()}, json_path)
+    print_report(table, {"model": model, **result.to_json()}, json_path)

@@ -177,7 +177,7 @@ def eval_bucc(
         "predicted": scores.predicted,
         "gold": scores.gold,
     }
-    _report(_scores_table(f"eval bucc {pair} {split}", scores, used, candidates), summary, json_path)
+    print_report(_scores_table(f"eval bucc {pair} {split}", scores, used, candidates), summary, json_path)
 
 
 def _number(value: str) -> float:
@@ -193,7 +193,7 @@ def _write_json(path: Path, data: dict) -> None:
     err.print(f"results written to {path}", highlight=False)
 
 
-def _report(table: Table, data: dict, json_path: Path | None) -> None:
+def print_report(table: Table, data: dict, json_path: Path | None) -> None:
     out.print(table)
     if json_path is not None:
         _write_json(json_path, data)
@@ -241,7 +241,7 @@ def eval_tatoeba(
     for row in result.rows:
         table.add_row(row.lang, f"{row.pairs:,}", f"{row.xx_to_eng:.1f}", f"{row.eng_to_xx:.1f}")
     table.add_row("average", "", f"{result.average_xx_to_eng:.2f}", f"{result.average_eng_to_xx:.2f}")
-    _report(table, result.to_json(), json_path)
+    print_report(table, result.to_json(), json_path)
 
 
 @eval_app.command("xsim")
@@ -284,4 +284,4 @@ def eval_xsim(
     for row in result.rows:
         table.add_row(row.lang, f"{row.sentences:,}", f"{row.errors:,}", f"{row.error_rate:.2f}")
     table.add_row("average", "", "", f"{result.average:.2f}")
-    _report(table, result.to_json(), json_path)
+    print_report(table, result.to_json(), json_path)

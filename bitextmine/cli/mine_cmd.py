@@ -219,7 +219,7 @@ def mine(
     sorted by score, plus WORK/mined/SRC-TGT.stats.json. --threshold auto reads the threshold that
     `bitextmine calibrate` stored in the model dir (--model, default the model of the embeddings).
     """
-    from bitextmine.mine_workspace import MineOptions, mine_workspace, open_language
+    from bitextmine.mine_workspace import MineOptions, job_queries, mine_workspace, open_language
 
     workspace = Workspace(workdir)
     with user_errors():
@@ -247,7 +247,7 @@ def mine(
         )
         queries = sum(len(open_language(workspace, lang).vectors) for lang in (src, tgt))
         progress, advance = progress_bar(f"mining {src}-{tgt}", queries)
-        run = job_runner(config, "mine", lambda job: advance(job.args[4] - job.args[3]))
+        run = job_runner(config, "mine", lambda job: advance(job_queries(job)))
         with progress:
             summary = mine_workspace(workspace, src, tgt, options, advance, run)
     out.print(_preview_table(summary))

@@ -1,0 +1,189 @@
+"""Layer-wise alignment of an encoder's token vectors: `eval words` (Gaschi et al.) and `eval tokens`
+(MEXMA §5.5) for the shared e5 model and, with --trained DIR, a model trained by `bitextmine train`.
+
+  words   de-en (5,000 word pairs) and zh-en (2,000: the shared zh-en news holds 2,273 distinct pairs),
+          10 samplings, CSLS k = 10, weak and strong alignment per layer, sentence retrieval table
+  tokens  FLORES dev, the first --token-sentences English sentences x 3 tokens, 5 nearest tokens among
+          all tokens of --token-langs languages, classified same language / sentence / translation / other
+
+Each run is a `bitextmine eval` command whose --json lands in results/analysis/; the report is
+results/bench_analysis.md. Quality numbers, not timings: runs may share the machine.
+
+Usage: python examples/benchmarks/bench_analysis.py [--trained DIR] [--only words|tokens]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+from benchlib import MODEL, SHARED
+
+RESULTS = Path(__file__).with_name("results")
+WORD_PAIRS = {"de-en": 5000, "zh-en": 2000}
+TOKEN_LANGS = "eng,deu,fra,rus,zho_simpl,ces,spa,ara,hin,jpn"
+
+
+def run(args: list[str], out: Path) -> dict:
+    if not out.is_file():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        command = [sys.executable, "-m", "bitextmine", "eval", *args, "--json", str(out)]
+        print(" ".join(command), flush=True)
+        subprocess.run(command, check=True)
+    return json.loads(out.read_text())
+
+
+def words(model: Path, name: str, pair: str) -> dict:
+    x = pair.split("-")[0]
+    return run(
+        [
+            "words", "--pair", pair, "--model", str(model),
+            "--parallel", str(SHARED / "data" / "parallel" / pair / "news"),
+            "--dict", str(SHARED / "data" / "dictionaries" / f"{x}-en.txt"),
+            "--pairs", str(WORD_PAIRS[pair]), "--sentence-pairs", "5000", "--samplings", "10", "--k", "10",
+        ],
+        RESULTS / "analysis" / f"{name}-words-{pair}.json",
+    )  # fmt: skip
+
+
+def tokens(model: Path, name: str, langs: str, sentences: int) -> dict:
+    return run(
+        [
+            "tokens", "--model", str(model), "--flores", str(SHARED / "data" / "flores101" / "dev"),
+            "--langs", langs, "--query-sentences", str(sentences),
+        ],
+        RESULTS / "analysis" / f"{name}-tokens.json",
+    )  # fmt: skip
+
+
+def _cell(entry: dict) -> str:
+    return f"{entry['mean']:.1f} ± {entry['std']:.1f}"
+
+
+def words_table(result: dict) -> list[str]:
+    x, y = result["pair"].split("-")
+    fwd, bwd = f"{x}->{y}", f"{y}->{x}"
+    weak, strong = result["words"]["weak"]["layers"], result["words"]["strong"]["layers"]
+    lines = [
+        f"| layer | weak {fwd} | weak {bwd} | strong {fwd} | strong {bwd} |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for w, s in zip(weak, strong, strict=True):
+        lines.append(
+            f"| {w['layer']} | {_cell(w[fwd])} | {_cell(w[bwd])} | {_cell(s[fwd])} | {_cell(s[bwd])} |"
+        )
+    return lines
+
+
+def best_layers(result: dict) -> dict[str, int]:
+    x, y = result["pair"].split("-")
+    best = {}
+    for kind in ("weak", "strong"):
+        layers = result["words"][kind]["layers"]
+        score = [(e[f"{x}->{y}"]["mean"] + e[f"{y}->{x}"]["mean"]) / 2 for e in layers]
+        best[kind] = layers[max(range(len(score)), key=score.__getitem__)]["layer"]
+    return best
+
+
+def sentence_table(result: dict) -> list[str]:
+    x, y = result["pair"].split("-")
+    lines = [f"| pooling | layer | {x}->{y} | {y}->{x} |", "|---|---:|---:|---:|"]
+    for pooling in ("cls", "mean"):
+        layers = result["sentences"][pooling]["layers"]
+        score = [(e[f"{x}->{y}"]["mean"] + e[f"{y}->{x}"]["mean"]) / 2 for e in layers]
+        best = max(range(len(score)), key=score.__getitem__)
+        for label, index in (("first", 0), ("best", best), ("last", len(layers) - 1)):
+            e = layers[index]
+            lines.append(
+                f"| {pooling.upper() if pooling == 'cls' else pooling} {label} | {e['layer']} "
+                f"| {_cell(e[f'{x}->{y}'])} | {_cell(e[f'{y}->{x}'])} |"
+            )
+    return lines
+
+
+def tokens_table(results: dict[str, dict]) -> list[str]:
+    categories = ("same_language", "same_sentence", "translation", "other")
+    lines = [
+        "| model | " + " | ".join(c.replace("_", " ") for c in categories) + " |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, result in results.items():
+        shares = result["percent"]
+        lines.append(f"| {name} | " + " | ".join(f"{shares[c]:.1f}" for c in categories) + " |")
+    return lines
+
+
+def report(words_results: dict, token_results: dict, args: argparse.Namespace) -> str:
+    import torch
+
+    with open("/proc/cpuinfo") as fh:
+        cpu = next((line.split(":", 1)[1].strip() for line in fh if "model name" in line), "?")
+    lines = [
+        "# bench_analysis: word-level alignment and token matching",
+        "",
+        f"{datetime.date.today()} — {cpu}, {os.cpu_count()} cores; python {platform.python_version()}, "
+        f"torch {torch.__version__}. Produced by `examples/benchmarks/bench_analysis.py`; raw numbers "
+        "in `results/analysis/*.json`. Models: `e5` = the shared multilingual-e5-small-q4; "
+        f"`trained` = {args.trained_note}.",
+        "",
+    ]
+    for (name, pair), result in words_results.items():
+        best = best_layers(result)
+        lines += [
+            f"## {name}: words {pair} (% of {result['settings']['pairs']:,} word pairs, mean ± std over "
+            f"{result['settings']['samplings']} samplings; best layer weak {best['weak']}, "
+            f"strong {best['strong']})",
+            "",
+            *words_table(result),
+            "",
+            f"Sentence retrieval (CSLS, {result['settings']['sentence_pairs']:,} pairs per sampling):",
+            "",
+            *sentence_table(result),
+            "",
+        ]
+    if token_results:
+        first = next(iter(token_results.values()))
+        lines += [
+            f"## Token matching (MEXMA §5.5): % of the {first['settings']['neighbors']} nearest tokens",
+            "",
+            f"Languages: {', '.join(first['langs'])} ({first['sentences_per_language']} FLORES dev sentences "
+            f"each, {first['candidate_tokens']:,} candidate tokens); {first['queries']:,} English query "
+            "tokens from the first sentences, last layer.",
+            "",
+            *tokens_table(token_results),
+            "",
+        ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--trained", type=Path, help="a model dir from `bitextmine train`")
+    parser.add_argument("--trained-note", default="not evaluated", help="what the trained model is")
+    parser.add_argument("--only", choices=("words", "tokens"), action="append")
+    parser.add_argument("--token-langs", default=TOKEN_LANGS)
+    parser.add_argument("--token-sentences", type=int, default=250)
+    args = parser.parse_args()
+    models = {"e5": MODEL, **({"trained": args.trained} if args.trained else {})}
+    only = set(args.only or ("words", "tokens"))
+    words_results, token_results = {}, {}
+    for name, model in models.items():
+        if "words" in only:
+            for pair in WORD_PAIRS:
+                words_results[name, pair] = words(model, name, pair)
+        if "tokens" in only:
+            token_results[name] = tokens(model, name, args.token_langs, args.token_sentences)
+        (RESULTS / "bench_analysis.md").write_text(report(words_results, token_results, args))
+    print((RESULTS / "bench_analysis.md").read_text())
+
+
+if __name__ == "__main__":
+    main()

@@ -251,3 +251,16 @@ def test_precision_is_recorded_and_a_resume_at_another_precision_is_refused(tmp_
     assert len(output.strip().splitlines()) <= 3  # the shard lines, then one error line
     code, output = encode(*args, "--precision", "fp16")
     assert code == 1 and "unknown precision 'fp16'" in output, output
+
+
+def test_shard_jobs_through_submitit_encode_what_the_local_run_encodes(tmp_path, tiny_model_dir):
+    """--launcher submitit-local: each text shard is a job in its own process, loading the encoder from
+    its spec; the vectors and shard records equal an in-process run's, and job logs are kept."""
+    source = write_zst(tmp_path / "c.zst", corpus_lines(30, seed=4))
+    model = str(tiny_model_dir("bert"))
+    common = [str(source), "-l", "de", "-m", model, "--shard-size", "15", "--precision", "fp32"]
+    assert encode(*common, "-w", str(tmp_path / "local"))[0] == 0
+    code, output = encode(*common, "-w", str(tmp_path / "jobs"), "--launcher", "submitit-local")
+    assert code == 0, output
+    assert _digest(tmp_path / "jobs" / "emb" / "de") == _digest(tmp_path / "local" / "emb" / "de")
+    assert len(list((tmp_path / "jobs" / "logs" / "encode").glob("*_log.out"))) == 2

@@ -154,10 +154,12 @@ def findings(words_results: dict) -> list[str]:
         "(XLM-R Base de-en weak: best 87.7, last 77.2; mBERT 94.1 vs 87.9), which they attribute to "
         "language-specific components that masked-word prediction needs near the output. "
         + (
-            "The e5 curves rise the same way, but their last layer is the best: e5 is XLM-R further "
-            "trained contrastively on text pairs with the mean of the last layer as sentence vector, so "
-            "that layer is where training pulls translations together; a middle peak followed by a dip, "
-            "where the lines above show one, is what remains of the MLM-only shape."
+            "The e5 curves rise the same way, but their last layer is the best: e5 starts from a "
+            "multilingual pre-trained encoder and is then trained contrastively on text pairs with the "
+            "mean of the last layer as its sentence vector, so that layer is where training pulls "
+            "translations together; a middle peak followed by a dip, where the lines above show one, is "
+            "what remains of the pre-trained shape. Gaschi et al.'s finding holds for the middle "
+            "layers of the curve, not for the end of a contrastively trained encoder."
             if e5_last_best
             else "For e5 the best layer is not always the last one (see the lines above)."
         )

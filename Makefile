@@ -9,7 +9,7 @@ MODEL  ?= $(SHARED)/models/multilingual-e5-small-q4
 BUCC   ?= $(SHARED)/data/bucc-like
 WORK   ?= bitextmine-work/demo
 
-.PHONY: install test demo bench bench-encode bench-mine bench-train bench-scale lint format clean
+.PHONY: install test demo bench bench-encode bench-mine bench-train bench-scale bench-analysis lint format clean
 
 install: $(VENV)/.installed
 
@@ -54,6 +54,12 @@ bench-mine: install
 # with noise; needs `make demo` first): wall time, peak RSS, recall. About an hour on 2 cores.
 bench-scale: install
 	$(BIN)/python examples/benchmarks/bench_scale.py
+
+# Word-level alignment per layer (eval words, de-en and zh-en) and token matching (eval tokens) for the shared
+# model, and for TRAINED=DIR (a `bitextmine train` output) when given; ~30 min per model on 2 cores.
+TRAINED ?=
+bench-analysis: install
+	$(BIN)/python examples/benchmarks/bench_analysis.py $(if $(TRAINED),--trained $(TRAINED))
 
 # Training objectives: each row trains for TRAIN_MINUTES then evaluates (~3 min); rows accumulate in
 # examples/benchmarks/results/bench_train.{json,md}, so a subset can be run at a time: make bench-train TRAIN_ROWS=mexma

@@ -224,6 +224,17 @@ def token_findings(token_results: dict[str, dict]) -> list[str]:
     ]
 
 
+def trained_note(model_dir: Path | None) -> str:
+    """What the trained model is, from the training summary `bitextmine train` saved with it."""
+    if model_dir is None:
+        return "not evaluated in this run"
+    summary = json.loads((model_dir / "bitextmine.json").read_text()).get("training", {})
+    objectives = ", ".join(summary.get("objectives", {})) or "?"
+    return (
+        f"`{model_dir.name}`, trained by `bitextmine train` ({objectives}, {summary.get('steps', '?')} steps)"
+    )
+
+
 def report(words_results: dict, token_results: dict, args: argparse.Namespace) -> str:
     import torch
 
@@ -235,7 +246,7 @@ def report(words_results: dict, token_results: dict, args: argparse.Namespace) -
         f"{datetime.date.today()} — {cpu}, {os.cpu_count()} cores; python {platform.python_version()}, "
         f"torch {torch.__version__}. Produced by `examples/benchmarks/bench_analysis.py`; raw numbers "
         "in `results/analysis/*.json`. Models: `e5` = the shared multilingual-e5-small-q4; "
-        f"`trained` = {args.trained_note}. Word pairs from the shared news pairs and MUSE dictionaries, "
+        f"`trained` = {trained_note(args.trained)}. Word pairs from the shared news pairs and MUSE dictionaries, "
         "identical dictionary entries (names, numbers) dropped as in the authors' code; the paper's "
         "figures come from other sentences (WMT19), so compare shapes, not decimals.",
         "",
@@ -277,7 +288,6 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--trained", type=Path, help="a model dir from `bitextmine train`")
-    parser.add_argument("--trained-note", default="not evaluated", help="what the trained model is")
     parser.add_argument("--only", choices=("words", "tokens"), action="append")
     parser.add_argument("--token-langs", default=TOKEN_LANGS)
     parser.add_argument("--token-sentences", type=int, default=250)

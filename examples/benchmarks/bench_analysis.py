@@ -246,7 +246,8 @@ def report(words_results: dict, token_results: dict, args: argparse.Namespace) -
         f"{datetime.date.today()} — {cpu}, {os.cpu_count()} cores; python {platform.python_version()}, "
         f"torch {torch.__version__}. Produced by `examples/benchmarks/bench_analysis.py`; raw numbers "
         "in `results/analysis/*.json`. Models: `e5` = the shared multilingual-e5-small-q4; "
-        f"`trained` = {trained_note(args.trained)}. Word pairs from the shared news pairs and MUSE dictionaries, "
+        f"`trained` = {trained_note(args.trained)}. Word pairs from the shared news pairs and MUSE "
+        "dictionaries, "
         "identical dictionary entries (names, numbers) dropped as in the authors' code; the paper's "
         "figures come from other sentences (WMT19), so compare shapes, not decimals.",
         "",

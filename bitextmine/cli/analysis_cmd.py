@@ -154,13 +154,13 @@ def _sentences_table(result: WordEvalResult) -> Table:
 def eval_tokens(
     flores: Annotated[Path, typer.Option(help="Folder of N-way parallel LANG.SPLIT files (FLORES).")],
     langs: Annotated[
-        str | None, typer.Option(help="Comma-separated codes, e.g. deu,fra [default: all in --flores].")
+        str | None, typer.Option(help="Comma-separated codes, e.g. deu,fra \\[default: all in --flores].")
     ] = None,
     model: ModelOption = None,
     english: Annotated[str, typer.Option(help="Code of the query language.")] = "eng",
     split: Annotated[str, typer.Option(help="File suffix of the split.")] = "dev",
     sentences: Annotated[
-        int | None, typer.Option(min=1, help="First lines of each file to use [default: all].")
+        int | None, typer.Option(min=1, help="First lines of each file to use \\[default: all].")
     ] = None,
     query_sentences: Annotated[
         int, typer.Option(min=1, help="First English sentences giving queries.")

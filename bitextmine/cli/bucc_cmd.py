@@ -35,7 +35,9 @@ BuccDir = Annotated[
     Path, typer.Option("--bucc", help="Folder with PAIR.SPLIT.{x,en,gold} (BUCC 2018 format).")
 ]
 Pair = Annotated[str, typer.Option(help="Language pair, e.g. de-en.")]
-ThreadsOption = Annotated[int | None, typer.Option(help="CPU threads for torch [default: all cores].", min=1)]
+ThreadsOption = Annotated[
+    int | None, typer.Option(help="CPU threads for torch \\[default: all cores].", min=1)
+]
 JsonOption = Annotated[
     Path | None, typer.Option("--json", help="Also write the results as JSON to this file.")
 ]
@@ -214,7 +216,7 @@ def _languages(value: str | None, available) -> list[str]:
 def eval_tatoeba(
     data: Annotated[Path, typer.Option(help="Folder with tatoeba.XXX-eng.{XXX,eng} (LASER's Tatoeba v1).")],
     langs: Annotated[
-        str | None, typer.Option(help="Comma-separated codes, e.g. deu,fra [default: all].")
+        str | None, typer.Option(help="Comma-separated codes, e.g. deu,fra \\[default: all].")
     ] = None,
     model: ModelOption = None,
     workdir: WorkdirOption = DEFAULT_WORKDIR,
@@ -248,7 +250,7 @@ def eval_tatoeba(
 def eval_xsim(
     data: Annotated[Path, typer.Option(help="Folder of N-way parallel LANG.SPLIT files (FLORES).")],
     langs: Annotated[
-        str | None, typer.Option(help="Comma-separated codes, e.g. deu,fra [default: all].")
+        str | None, typer.Option(help="Comma-separated codes, e.g. deu,fra \\[default: all].")
     ] = None,
     model: ModelOption = None,
     target: Annotated[str, typer.Option(help="Target language code.")] = "eng",

@@ -152,7 +152,7 @@ def encode(
     ] = False,
     max_chars: Annotated[int, typer.Option(help="Cut longer lines to this many characters.", min=1)] = 10_000,
     pooling: Annotated[
-        str | None, typer.Option(help="mean or cls [default: from the model dir, else mean].")
+        str | None, typer.Option(help="mean or cls \\[default: from the model dir, else mean].")
     ] = None,
     prefix: Annotated[
         str | None, typer.Option(help="Text put before every sentence, e.g. 'query: '.")
@@ -161,7 +161,7 @@ def encode(
         int | None, typer.Option(help="Max tokens per sentence; longer ones are truncated.")
     ] = None,
     threads: Annotated[
-        int | None, typer.Option(help="CPU threads for torch [default: all cores].", min=1)
+        int | None, typer.Option(help="CPU threads for torch \\[default: all cores].", min=1)
     ] = None,
     padded: Annotated[
         bool, typer.Option("--padded", help="Use the padded forward instead of packing.")

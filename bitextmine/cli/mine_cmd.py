@@ -50,26 +50,27 @@ def index(
     lang: Annotated[str, typer.Argument(help="Language whose embeddings to index.")],
     workdir: WorkdirOption = DEFAULT_WORKDIR,
     factory: Annotated[
-        str | None, typer.Option(help="FAISS factory string, e.g. 'IVF4096,Flat' [default: chosen by size].")
+        str | None,
+        typer.Option(help="FAISS factory string, e.g. 'IVF4096,Flat' \\[default: chosen by size]."),
     ] = None,
     nprobe: Annotated[
         int | None,
-        typer.Option(help="IVF lists probed per query [default: tuned for --target-recall].", min=1),
+        typer.Option(help="IVF lists probed per query \\[default: tuned for --target-recall].", min=1),
     ] = None,
     queries_from: Annotated[
         str | None,
         typer.Option(
             help="Language whose vectors measure recall and tune nprobe, or 'self' for LANG's own rows "
-            "[default: en, else another encoded language]."
+            "\\[default: en, else another encoded language]."
         ),
     ] = None,
     target_recall: Annotated[
         float | None,
-        typer.Option(help="Recall@4 that nprobe is tuned to reach [default: 0.95].", min=0.0, max=1.0),
+        typer.Option(help="Recall@4 that nprobe is tuned to reach \\[default: 0.95].", min=0.0, max=1.0),
     ] = None,
     fetch: Annotated[
         int | None,
-        typer.Option(help="Hits fetched per query and re-ranked exactly [default: 4, 64 for PQ].", min=1),
+        typer.Option(help="Hits fetched per query and re-ranked exactly \\[default: 4, 64 for PQ].", min=1),
     ] = None,
     gpu: Annotated[bool, typer.Option("--gpu", help="Train and populate on GPU (needs faiss GPU).")] = False,
     seed: Annotated[int, typer.Option(help="Seed of the training and query samples.")] = 0,
@@ -77,7 +78,7 @@ def index(
         float | None,
         typer.Option(
             help="GB one index shard may take in RAM: a larger index is split into row-range shards, "
-            "built and searched one at a time [default: one index].",
+            "built and searched one at a time \\[default: one index].",
             min=1e-9,
         ),
     ] = None,
@@ -191,7 +192,7 @@ def mine(
         str | None,
         typer.Option(
             help="Keep pairs scoring >= FLOAT, or 'auto' for the model's calibrated threshold "
-            "[default: keep every one-to-one candidate]."
+            "\\[default: keep every one-to-one candidate]."
         ),
     ] = None,
     nprobe: Annotated[int | None, typer.Option(help="Override the indexes' stored nprobe.", min=1)] = None,

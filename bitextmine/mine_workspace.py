@@ -282,6 +282,8 @@ def neighbours_job(
     def blocks() -> Iterator[tuple[int, np.ndarray]]:
         for first in range(start, stop, block_rows):
             yield first - start, queries.take(np.arange(first, min(first + block_rows, stop)))
+            queries.drop_pages()
+            base.drop_pages()  # rows gathered for re-ranking
 
     found = find_neighbours(blocks, stop - start, shards, base.take, k, progress, info.fetch)
     lists = np.empty(found.ids.shape, dtype=NEIGHBOUR_DTYPE)  # one .npy: byte-identical when rerun

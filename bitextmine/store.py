@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import mmap
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -210,6 +211,15 @@ class ShardedVectors:
         """(first row, float32 [n, dim]) for consecutive blocks of at most `block_rows` rows."""
         for start in range(0, len(self), block_rows):
             yield start, self.take(np.arange(start, min(start + block_rows, len(self))))
+            self.drop_pages()
+
+    def drop_pages(self) -> None:
+        """Unmap the shard pages read so far from this process (they stay in the page cache), so that
+        streaming over a corpus does not grow the resident set by the whole memory-mapped file."""
+        advice = getattr(mmap, "MADV_DONTNEED", None)
+        for shard in self._shards:
+            if advice is not None and isinstance(shard, np.memmap) and shard._mmap is not None:
+                shard._mmap.madvise(advice)
 
     def take(self, rows: np.ndarray) -> np.ndarray:
         """float32 [len(rows), dim] for the given global row numbers, in that order."""

@@ -143,6 +143,19 @@ def findings(words_results: dict) -> list[str]:
             text += f", peaks in the middle at layer {peak} ({curve[peak]:.1f}), dips to {dip:.1f}"
         text += f"; the best layer is {best} ({curve[best]:.1f}), the last {last} ({curve[last]:.1f})."
         lines.append(text)
+    for (name, pair), result in words_results.items():
+        base = words_results.get(("e5", pair))
+        if name == "e5" or base is None:
+            continue
+        delta = [t - b for t, b in zip(_weak_curve(result), _weak_curve(base), strict=True)]
+        moved = [i for i, d in enumerate(delta) if abs(d) >= 1.0]
+        top = max(range(len(delta)), key=delta.__getitem__)
+        bottom = max(abs(d) for d in delta[:4])
+        lines.append(
+            f"- {name} vs e5, {pair}: weak alignment moved by a point or more at layers "
+            f"{', '.join(map(str, moved)) or 'none'} (largest change {delta[top]:+.1f} at layer {top}); "
+            f"the input embeddings and layers 1-3 stay within {bottom:.1f}."
+        )
     e5_last_best = all(
         max(range(len(c := _weak_curve(r))), key=c.__getitem__) == len(c) - 1
         for (name, _), r in words_results.items()

@@ -23,7 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchlib import MODEL, SHARED
+from benchlib import MODEL, SHARED, cpu_model
 
 RESULTS = Path(__file__).with_name("results")
 WORD_PAIRS = {"de-en": 5000, "zh-en": 2000}
@@ -251,8 +251,7 @@ def trained_note(model_dir: Path | None) -> str:
 def report(words_results: dict, token_results: dict, args: argparse.Namespace) -> str:
     import torch
 
-    with open("/proc/cpuinfo") as fh:
-        cpu = next((line.split(":", 1)[1].strip() for line in fh if "model name" in line), "?")
+    cpu = cpu_model()
     lines = [
         "# bench_analysis: word-level alignment and token matching",
         "",

@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from benchlib import MODEL, SHARED, peak_rss_mb
+from benchlib import MODEL, SHARED, cpu_model, peak_rss_mb
 
 VARIANTS = ("packed", "padded", "sorted", "st", "bf16", "int8")
 PRECISION_OF = {"packed": "fp32", "bf16": "bf16", "int8": "int8"}
@@ -144,8 +144,7 @@ def _hf_padded(sort: bool = False):
 
 
 def machine() -> str:
-    with open("/proc/cpuinfo") as fh:
-        model = next((line.split(":", 1)[1].strip() for line in fh if "model name" in line), "?")
+    model = cpu_model()
     import torch
 
     return f"{model}, {os.cpu_count()} cores, {platform.python_version()}, torch {torch.__version__}"

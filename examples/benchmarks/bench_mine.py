@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from benchlib import MODEL, REPO, SHARED, peak_rss_mb
+from benchlib import MODEL, REPO, SHARED, cpu_model, peak_rss_mb
 
 BUCC = SHARED / "data" / "bucc-like"
 PAIRS = ("de-en", "fr-en", "ru-en", "zh-en")
@@ -53,8 +53,7 @@ def machine(threads: int) -> str:
     import faiss
     import torch
 
-    with open("/proc/cpuinfo") as fh:
-        model = next((line.split(":", 1)[1].strip() for line in fh if "model name" in line), "?")
+    model = cpu_model()
     return (
         f"{model}, {os.cpu_count()} cores, {threads} threads; python {platform.python_version()}, "
         f"torch {torch.__version__}, faiss {faiss.__version__}, numpy {np.__version__}"

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from benchlib import REPO
+from benchlib import REPO, cpu_model
 
 DEMO = REPO / "bitextmine-work" / "demo"
 SHARD_ROWS = 100_000
@@ -145,8 +145,7 @@ def report(results: list[dict], args: argparse.Namespace) -> str:
     import faiss
     import torch
 
-    with open("/proc/cpuinfo") as fh:
-        cpu = next((line.split(":", 1)[1].strip() for line in fh if "model name" in line), "?")
+    cpu = cpu_model()
     lines = [
         "# bench_scale: `index` + `mine` at N x N on this machine",
         "",

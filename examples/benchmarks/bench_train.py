@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchlib import MODEL, SHARED, peak_rss_mb
+from benchlib import MODEL, SHARED, cpu_model, peak_rss_mb
 
 RESULTS = Path(__file__).with_name("results")
 BUCC_PAIRS = ("de-en", "zh-en")
@@ -164,8 +164,7 @@ def speed(minutes_each: float = 1.0) -> dict:
 def machine() -> str:
     import torch
 
-    with open("/proc/cpuinfo") as fh:
-        cpu = next((line.split(":", 1)[1].strip() for line in fh if "model name" in line), "?")
+    cpu = cpu_model()
     return f"{cpu}, {os.cpu_count()} cores, python {platform.python_version()}, torch {torch.__version__}"
 
 

@@ -17,3 +17,9 @@ def peak_rss_mb() -> float:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo ("?" when absent)."""
+    with open("/proc/cpuinfo") as fh:
+        return next((line.split(":", 1)[1].strip() for line in fh if "model name" in line), "?")

@@ -24,6 +24,7 @@ from bitextmine.fsutil import read_json, write_json
 from bitextmine.index_shards import (
     ShardedIndex,
     ShardFile,
+    list_sizes,
     plan_id,
     populate_shard,
     read_index_cached,
@@ -72,6 +73,7 @@ class IndexInfo:
     plan: str = ""  # sharded indexes: the digest in their file names (see index_shards.py)
     shards: list[dict[str, Any]] = field(default_factory=list)  # [{file, start, stop}]; [] = LANG.faiss
     vectors: str = ""  # ShardedVectors.digest() of the embeddings indexed
+    imbalance: float | None = None  # IVF lists: see list_imbalance
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -123,6 +125,21 @@ def default_nprobe(factory: str) -> int | None:
     """Lists probed when no other-language queries tune it: nlist / 8, at least 64 (None: not IVF)."""
     nlist = _nlist(factory)
     return None if nlist is None else min(nlist, max(64, nlist // 8))
+
+
+def list_imbalance(index: faiss.Index | ShardedIndex) -> float | None:
+    """nlist * sum(size^2) / n^2 over the inverted lists (FAISS's imbalance factor; None: not IVF).
+
+    A query probing lists picked as the rows are spread scans on average this many times n * nprobe / nlist
+    rows, so search time grows with it: 1 for equal lists, far more when a few lists hold most rows."""
+    if isinstance(index, ShardedIndex):
+        sizes = index.list_sizes()
+    else:
+        ivf = faiss.try_extract_index_ivf(index)
+        sizes = None if ivf is None else list_sizes(ivf)
+    if sizes is None or sizes.sum() == 0:
+        return None
+    return round(float(len(sizes) * np.square(sizes, dtype=np.float64).sum() / float(sizes.sum()) ** 2), 3)
 
 
 def training_rows(factory: str, n: int) -> int:
@@ -202,7 +219,7 @@ def build_index(
         index, _ = _build(factory, dim, vectors, False, rng, chunk_rows, None)
         measured = (1.0, probe.exact_seconds)
     info = _make_info(lang, factory, vectors, nprobe, train_rows, recall_k, probe, measured, build_seconds)
-    return index, replace(info, gpu=gpu, fetch=fetch, note=note)
+    return index, replace(info, gpu=gpu, fetch=fetch, note=note, imbalance=list_imbalance(index))
 
 
 def _make_info(
@@ -291,7 +308,8 @@ def build_index_in_shards(
     nprobe, note = _choose_nprobe(index, factory, nprobe, probe, vectors, recall_k, fetch, target)
     measured = _measure(index, probe, vectors, recall_k, fetch) if probe else None
     info = _make_info(lang, factory, vectors, nprobe, train_rows, recall_k, probe, measured, build_seconds)
-    return index, replace(info, fetch=fetch, note=note, plan=plan, shards=[asdict(s) for s in shards])
+    info = replace(info, fetch=fetch, note=note, imbalance=list_imbalance(index))
+    return index, replace(info, plan=plan, shards=[asdict(s) for s in shards])
 
 
 def _template(

@@ -94,13 +94,25 @@ class ShardedIndex:
         self.template = template  # trained, empty: what nlist and nprobe are read from
         self.nprobe: int | None = None
         self.ntotal = shards[-1].stop if shards else 0
+        self._list_sizes: dict[str, np.ndarray] = {}  # per shard file, noted as shards load
 
     def load(self, shard: ShardFile) -> faiss.Index:
         index = read_index_cached(self.index_dir / shard.file)
         ivf = faiss.try_extract_index_ivf(index)
-        if ivf is not None and self.nprobe is not None:
-            ivf.nprobe = self.nprobe
+        if ivf is not None:
+            self._list_sizes.setdefault(shard.file, list_sizes(ivf))
+            if self.nprobe is not None:
+                ivf.nprobe = self.nprobe
         return index
+
+    def list_sizes(self) -> np.ndarray | None:
+        """Vectors per inverted list over all shards (None: not IVF); shards not searched yet are loaded."""
+        if faiss.try_extract_index_ivf(self.template) is None:
+            return None
+        for shard in self.shards:
+            if shard.file not in self._list_sizes:
+                self.load(shard)
+        return np.sum([self._list_sizes[s.file] for s in self.shards], axis=0)
 
     def search_shards(self) -> list[SearchShard]:
         """The shards as `find_neighbours` takes them: each searched in turn, ids offset to global rows."""
@@ -120,6 +132,10 @@ class ShardedIndex:
             best = merge_top_k(best, hits, k)
         sims, ids = best
         return np.nan_to_num(sims, nan=-np.inf), ids
+
+
+def list_sizes(ivf: faiss.IndexIVF) -> np.ndarray:
+    return np.array([ivf.invlists.list_size(i) for i in range(ivf.nlist)], dtype=np.int64)
 
 
 _loaded: dict[tuple[Path, int], faiss.Index] = {}

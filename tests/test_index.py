@@ -16,6 +16,7 @@ from bitextmine.index import (
     build_index_in_shards,
     choose_factory,
     default_nprobe,
+    list_imbalance,
     load_index,
     save_index,
     search,
@@ -307,6 +308,7 @@ def test_index_in_row_shards_searches_like_one_index(tmp_path, factory):
     np.testing.assert_allclose(got_sims, want_sims, atol=1e-6)
     assert [s["stop"] for s in info.shards] == [1000, 2000, 3000] and info.count == 3000
 
+    assert info.imbalance == list_imbalance(whole)
     save_index(sharded, info, tmp_path / "index")
     loaded, loaded_info = load_index(tmp_path / "index", "de", vectors)
     assert loaded_info == info and loaded.ntotal == 3000
@@ -340,3 +342,26 @@ def test_plan_ranges_fit_the_memory_budget():
     assert per_row == 4 * 384 + 8 and len(ranges) == 4
     assert all((b - a) * per_row <= 400e6 for a, b in ranges) and ranges[-1][1] == 1_000_000
     assert bytes_per_vector("OPQ48,IVF4096,PQ48np", 384) == 56 and bytes_per_vector("IVF64,SQ8", 384) == 392
+
+
+def test_list_imbalance_counts_the_rows_each_list_holds(tmp_path):
+    """FAISS's imbalance factor from the quantizer's own assignment of every row, and by hand."""
+    vectors = store_vectors(tmp_path / "emb", clustered_unit(3000, 16, clusters=5))
+    index, info = build_index(vectors, "de", factory="IVF32,Flat", nprobe=4)
+    rows = vectors.take(np.arange(3000))
+    _, assign = faiss.extract_index_ivf(index).quantizer.search(rows, 1)
+    sizes = np.bincount(assign[:, 0], minlength=32)
+    want = 32 * (sizes.astype(float) ** 2).sum() / 3000**2
+    assert info.imbalance == pytest.approx(want, rel=1e-3)
+    assigned = faiss.swig_ptr(np.ascontiguousarray(assign[:, 0]))
+    assert info.imbalance == pytest.approx(faiss.imbalance_factor(3000, 32, assigned), rel=1e-3)
+    assert list_imbalance(build_index(store_vectors(tmp_path / "e2", rows[:50]), "de")[0]) is None  # Flat
+
+
+def test_imbalance_of_hand_filled_lists():
+    index = faiss.index_factory(2, "IVF2,Flat", faiss.METRIC_INNER_PRODUCT)
+    index.train(np.array([[1, 0], [0, 1]], np.float32))
+    index.add(np.array([[1, 0], [0.9, 0.1], [0, 1], [0.1, 0.9]], np.float32))
+    assert list_imbalance(index) == 1.0  # 2 x (2^2 + 2^2) / 4^2
+    index.add(np.array([[0.8, 0.2], [0.7, 0.3]], np.float32))
+    assert list_imbalance(index) == pytest.approx(2 * (4**2 + 2**2) / 6**2, abs=1e-3)

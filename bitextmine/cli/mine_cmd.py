@@ -168,6 +168,8 @@ def _index_line(info, workspace: Workspace) -> str:
         if info.search_ms_per_1000 is None
         else f", {info.search_ms_per_1000:,.0f} ms per 1000 queries (exact {info.exact_ms_per_1000:,.0f})"
     )
+    if info.imbalance is not None:
+        speed += f", list imbalance {info.imbalance:.2f}"
     where = (
         f"{len(info.shards)} shards {workspace.index_dir() / info.lang}.{info.plan}.*.faiss"
         if info.shards

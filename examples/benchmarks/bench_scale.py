@@ -8,8 +8,13 @@ re-normalised) so that every copy is a distinct vector near a real one, and a te
 and `bitextmine mine de en --threshold T`. Recall@4 compares the neighbour lists `mine` saved with exact
 search for a sample of source queries.
 
+Where mining at the index's nprobe would take hours here, `--mine-nprobe` mines with fewer probes: peak
+RSS is the same (same index, same neighbour lists), and the row also shows the search time at the index's
+nprobe estimated from the index's own recall probe (its ms per 1,000 other-language queries x 2N).
+
 Usage: python examples/benchmarks/bench_scale.py [--sizes 100000,300000,1000000,3000000] [--nprobe 8]
-       [--factory IVF8192_HNSW32,Flat]   (results of other sizes in --out are kept)
+       [--factory IVF8192_HNSW32,Flat] [--mine-nprobe 1] [--keep] [--reuse]
+       (results of other sizes in --out are kept)
 Needs the demo workspace's embeddings (`make demo`).
 """
 
@@ -23,6 +28,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -73,16 +79,37 @@ def write_language(work: Path, lang: str, base: np.ndarray, n: int, sigma: float
     write_json(work / "corpora" / lang / "manifest.json", manifest.to_json())
 
 
-def timed(command: list[str]) -> tuple[float, float, str]:
-    """(wall seconds, peak RSS in GB, output) of one command in its own process."""
+def timed(command: list[str]) -> tuple[float, float, float, str]:
+    """(wall seconds, peak RSS in GB, peak anonymous RSS in GB, output) of one command in its own process.
+
+    Peak RSS (wait4) also counts pages of memory-mapped files, which the kernel maps many at a time
+    around each random read (fault-around) and reclaims first; RssAnon, sampled every 0.2 s from
+    /proc, is the process's own memory."""
     started = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    output = process.stdout.read()
-    _, status, usage = os.wait4(process.pid, 0)
+    with tempfile.TemporaryFile("w+") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, text=True)
+        peak_anon_kb = 0
+        while True:
+            pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+            if pid:
+                break
+            peak_anon_kb = max(peak_anon_kb, anon_kb(process.pid))
+            time.sleep(0.2)
+        process.returncode = os.waitstatus_to_exitcode(status)
+        log.seek(0)
+        output = log.read()
     seconds = time.perf_counter() - started
-    if os.waitstatus_to_exitcode(status) != 0:
+    if process.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed:\n{output}")
-    return seconds, usage.ru_maxrss / 1024**2, output
+    return seconds, usage.ru_maxrss / 1024**2, peak_anon_kb / 1024**2, output
+
+
+def anon_kb(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            return next((int(line.split()[1]) for line in status if line.startswith("RssAnon:")), 0)
+    except OSError:
+        return 0
 
 
 def recall_at_k(work: Path, queries: int, seed: int) -> float:
@@ -106,38 +133,92 @@ def recall_at_k(work: Path, queries: int, seed: int) -> float:
     return float(hits.mean())
 
 
-def run_size(n: int, args: argparse.Namespace, bases: dict[str, np.ndarray]) -> dict:
+CLI = [sys.executable, "-m", "bitextmine"]
+
+
+def run_size(n: int, args: argparse.Namespace, bases: dict[str, np.ndarray], earlier: dict | None) -> dict:
     from bitextmine.index import choose_factory
 
     work = args.scratch / f"n{n}"
-    shutil.rmtree(work, ignore_errors=True)
-    started = time.perf_counter()
-    for seed, lang in enumerate(("de", "en")):
-        write_language(work, lang, bases[lang], n, args.sigma, seed)
-    prepare = time.perf_counter() - started
     factory = "Flat" if n <= 200_000 else args.factory or choose_factory(n, 384)
-    cli = [sys.executable, "-m", "bitextmine"]
-    result: dict = {"n": n, "factory": factory, "prepare_s": round(prepare, 1)}
-    for lang, other in (("de", "en"), ("en", "de")):
-        command = [*cli, "index", lang, "-w", str(work), "--factory", factory, "--queries-from", other]
-        if "IVF" in factory:
-            command += ["--nprobe", str(args.nprobe)]
-        seconds, rss, _ = timed(command)
-        result[f"index_{lang}_s"], result[f"index_{lang}_rss_gb"] = round(seconds, 1), round(rss, 2)
-        print(f"  N={n:,} index {lang}: {seconds:.1f} s, peak {rss:.2f} GB", flush=True)
-    seconds, rss, _ = timed([*cli, "mine", "de", "en", "-w", str(work), "--threshold", str(args.threshold)])
+    ivf = "IVF" in factory
+    reused = args.reuse and reusable(work, factory)
+    if reused:
+        print(f"  N={n:,}: reusing the vectors and indexes in {work}", flush=True)
+        result = reused_index_columns(work, earlier)
+    else:
+        result = prepare_and_index(work, n, factory, args, bases)
+    mine_nprobe = (args.mine_nprobe or args.nprobe) if ivf else None
+    command = [*CLI, "mine", "de", "en", "-w", str(work), "--threshold", str(args.threshold)]
+    seconds, rss, anon, _ = timed(command + (["--nprobe", str(mine_nprobe)] if ivf else []))
     stats = json.loads((work / "mined" / "de-en.stats.json").read_text())
+    infos = [json.loads((work / "index" / f"{lang}.json").read_text()) for lang in ("de", "en")]
     result.update(
+        n=n,
+        factory=factory,
         mine_s=round(seconds, 1),
         mine_rss_gb=round(rss, 2),
+        mine_anon_gb=round(anon, 2),
         s_per_million_queries=round(seconds / (2 * n) * 1e6, 1),
         kept=stats["counts"]["kept"],
         recall_at_4=round(recall_at_k(work, min(RECALL_QUERIES, n), seed=1), 4),
-        nprobe=args.nprobe if "IVF" in factory else None,
+        nprobe=args.nprobe if ivf else None,
+        mine_nprobe=mine_nprobe,
+        imbalance=max((v for v in (index_imbalance(work, i) for i in infos) if v is not None), default=None),
+        probe_ms_per_1000=round(sum(i["search_ms_per_1000"] for i in infos) / 2, 1),
+        reused_indexes=reused,
+        note=args.note,
     )
     print(f"  N={n:,} mine: {seconds:.1f} s, peak {rss:.2f} GB, recall@4 {result['recall_at_4']}", flush=True)
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
+    return result
+
+
+def reused_index_columns(work: Path, earlier: dict | None) -> dict:
+    """The index columns of the run that built the kept indexes: its row, else FAISS build seconds from
+    L.json and no peak RSS (not measured by this run)."""
+    if earlier is not None:
+        return {key: earlier[key] for key in earlier if key.startswith(("prepare_", "index_"))}
+    result: dict = {"prepare_s": None}
+    for lang in ("de", "en"):
+        info = json.loads((work / "index" / f"{lang}.json").read_text())
+        result[f"index_{lang}_s"], result[f"index_{lang}_rss_gb"] = info["build_seconds"], None
+    return result
+
+
+def index_imbalance(work: Path, info: dict) -> float | None:
+    """The list imbalance `index` stored, or computed here for indexes built before it was stored."""
+    import faiss
+
+    from bitextmine.index import list_imbalance
+
+    if "IVF" not in info["factory"] or info.get("imbalance") is not None:
+        return info.get("imbalance")
+    return list_imbalance(faiss.read_index(str(work / "index" / f"{info['lang']}.faiss")))
+
+
+def reusable(work: Path, factory: str) -> bool:
+    """A kept workspace whose two indexes were completed with `factory`."""
+    paths = [work / "index" / f"{lang}.json" for lang in ("de", "en")]
+    return all(p.is_file() and json.loads(p.read_text())["factory"] == factory for p in paths)
+
+
+def prepare_and_index(work: Path, n: int, factory: str, args: argparse.Namespace, bases: dict) -> dict:
+    """Fresh vectors for both languages, then `bitextmine index` for each in its own timed process."""
+    shutil.rmtree(work, ignore_errors=True)
+    started = time.perf_counter()
+    for seed, lang in enumerate(("de", "en")):
+        write_language(work, lang, bases[lang], n, args.sigma, seed)
+    result: dict = {"prepare_s": round(time.perf_counter() - started, 1)}
+    for lang, other in (("de", "en"), ("en", "de")):
+        command = [*CLI, "index", lang, "-w", str(work), "--factory", factory, "--queries-from", other]
+        if "IVF" in factory:
+            command += ["--nprobe", str(args.nprobe)]
+        seconds, rss, anon, _ = timed(command)
+        result[f"index_{lang}_s"], result[f"index_{lang}_rss_gb"] = round(seconds, 1), round(rss, 2)
+        result[f"index_{lang}_anon_gb"] = round(anon, 2)
+        print(f"  N={n:,} index {lang}: {seconds:.1f} s, peak {rss:.2f} GB", flush=True)
     return result
 
 
@@ -157,47 +238,135 @@ def report(results: list[dict], args: argparse.Namespace) -> str:
         f"(sigma {args.sigma}, re-normalised), 384-d float16 shards of {SHARD_ROWS:,}. Index: `Flat` up to "
         f"200k, else the library's IVF-Flat list count for N with a fixed nprobe {args.nprobe}; each command "
         "in its own process, peak RSS from wait4. Recall@4: mine's saved neighbour lists vs exact search "
-        f"for {RECALL_QUERIES:,} sampled source sentences.",
+        f"for {RECALL_QUERIES:,} sampled source sentences. List imbalance: FAISS's imbalance factor of the "
+        "inverted lists (the larger of the two indexes; 1 = equal lists).",
         "",
-        "| N per side | index | index de s | index peak GB | mine s | mine peak GB | s per 1M queries "
-        "| recall@4 | pairs kept |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| N per side | index | nprobe (index / mine) | list imbalance | index de s | index peak GB (anon) "
+        "| mine s | mine peak GB (anon) | s per 1M queries | recall@4 | pairs kept |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
-        index = r["factory"] + ("" if r["nprobe"] is None else f" nprobe {r['nprobe']}")
+        probes = "-" if r["nprobe"] is None else f"{r['nprobe']} / {r.get('mine_nprobe', r['nprobe'])}"
+        langs = ("de", "en")
+        index_peak = _peak(
+            [r[f"index_{lang}_rss_gb"] for lang in langs], [r.get(f"index_{lang}_anon_gb") for lang in langs]
+        )
+        mine_peak = _peak([r["mine_rss_gb"]], [r.get("mine_anon_gb")])
         lines.append(
-            f"| {r['n']:,} | {index} | {r['index_de_s']} | {max(r['index_de_rss_gb'], r['index_en_rss_gb'])} "
-            f"| {r['mine_s']} | {r['mine_rss_gb']} | {r['s_per_million_queries']} | {r['recall_at_4']} "
-            f"| {r['kept']:,} |"
+            f"| {r['n']:,} | {r['factory']} | {probes} | {_cell(r.get('imbalance'))} | {r['index_de_s']} "
+            f"| {index_peak} | {r['mine_s']} | {mine_peak} | {r['s_per_million_queries']} "
+            f"| {r['recall_at_4']} | {r['kept']:,} |"
         )
     return "\n".join([*lines, "", *notes(results)]) + "\n"
 
 
+def _peak(rss: list[float | None], anon: list[float | None]) -> str:
+    """The largest peak RSS of some commands, with the largest anonymous peak where measured."""
+    most_rss = max((v for v in rss if v is not None), default=None)
+    most_anon = max((v for v in anon if v is not None), default=None)
+    return _cell(most_rss) + ("" if most_anon is None else f" ({most_anon:g})")
+
+
+def _cell(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def at_fixed_nprobe(r: dict) -> bool:
+    return r.get("mine_nprobe", r["nprobe"]) == r["nprobe"]
+
+
 def notes(results: list[dict]) -> list[str]:
-    """Scaling read off the table, the 8 GB target, and the labelled 1B x 1B extrapolation."""
-    if len(results) < 2:
+    """Scaling read off the table, the 8 GB target, fewer-probe rows, and the 1B x 1B extrapolation."""
+    fixed = [r for r in results if at_fixed_nprobe(r)]
+    if len(fixed) < 2:
         return []
-    small, large = results[-2], results[-1]
+    small, large = fixed[-2], fixed[-1]
+    lines = [_scaling_note(small, large)]
+    lines += [_fewer_probes_note(r, large) for r in results if not at_fixed_nprobe(r)]
+    lines += [_peak_note(results), _recall_note(large)]
+    lines += [_reuse_note(r) for r in results if r.get("reused_indexes") and r["index_de_rss_gb"] is None]
+    lines += [f"- {r['n']:,}: {r['note']}" for r in results if r.get("note")]
+    lines.append(_extrapolation_note(large))
+    return lines
+
+
+def _scaling_note(small: dict, large: dict) -> str:
     exponent = np.log(large["mine_s"] / small["mine_s"]) / np.log(large["n"] / small["n"])
-    peak = max(max(r["mine_rss_gb"], r["index_de_rss_gb"], r["index_en_rss_gb"]) for r in results)
-    per_query = large["mine_s"] / (2 * large["n"])  # seconds per query on this machine at the largest N
+    mixed = (
+        f"; the two sizes use different indexes ({small['factory']} vs {large['factory']}), so this "
+        "exponent mixes configurations."
+        if small["factory"] != large["factory"]
+        else "."
+    )
+    return (
+        f"- Mining time grew as N^{exponent:.2f} from {small['n']:,} to {large['n']:,} per side at nprobe "
+        f"{large['nprobe']} (linear would be N^1; IVF with nlist ~ sqrt(N) at fixed nprobe scans "
+        "~N * nprobe / nlist ~ sqrt(N) vectors per query, so N^1.5 is the expected trend for the search; "
+        f"Flat below 200k is N^2){mixed}"
+    )
+
+
+def _fewer_probes_note(r: dict, fixed: dict) -> str:
+    """What a row mined with fewer probes would have cost at the index's nprobe, from the index's probe."""
+    estimate = r["probe_ms_per_1000"] * 2 * r["n"] / 1000 / 1000
+    exponent = np.log(estimate / fixed["mine_s"]) / np.log(r["n"] / fixed["n"])
+    return (
+        f"- {r['n']:,}: mined at nprobe {r['mine_nprobe']} instead of {r['nprobe']} to fit this machine's "
+        f"time: {r['mine_s']:,.0f} s measured. **Estimate, not a measurement:** the indexes' recall "
+        f"probes searched {r['probe_ms_per_1000']:,.0f} ms per 1,000 other-language queries at nprobe "
+        f"{r['nprobe']}, "
+        f"so the {2 * r['n']:,} queries would take ~{estimate:,.0f} s of search at nprobe {r['nprobe']} "
+        f"(N^{exponent:.2f} from {fixed['n']:,}). Peak RSS does not depend on nprobe: the same index is "
+        "loaded and the same neighbour lists are kept."
+        + (
+            f" The list imbalance {r['imbalance']:g} is part of why: a query scans on average that many "
+            "times N * nprobe / nlist vectors, more where queries fall in the largest lists."
+            if r.get("imbalance")
+            else ""
+        )
+    )
+
+
+def _peak_note(results: list[dict]) -> str:
+    peak = max(r["mine_rss_gb"] for r in results)
+    at_3m = [r for r in results if r["n"] >= 3_000_000]
+    measured = f"; measured {at_3m[-1]['mine_rss_gb']:.2f} GB at {at_3m[-1]['n']:,})" if at_3m else ")"
+    anon = [r for r in results if r.get("mine_anon_gb")]
+    own = (
+        f" In brackets, the anonymous part (the process's own memory; {anon[-1]['mine_anon_gb']:.2f} GB at "
+        f"{anon[-1]['n']:,}): the rest are pages of the memory-mapped embeddings, which the kernel maps "
+        "16 at a time around each row read for exact re-ranking (fault-around). They are clean page "
+        "cache, unmapped after every query block and reclaimed first under memory pressure."
+        if anon
+        else ""
+    )
+    return f"- Peak RSS of `mine`: {peak:.2f} GB over all sizes (target at 3M x 3M: <= 8 GB{measured}.{own}"
+
+
+def _recall_note(r: dict) -> str:
+    copies = r["n"] // 8400
+    return (
+        f"- Recall@4 at nprobe {r['nprobe']} is low ({r['recall_at_4']} at {r['n']:,}): each of the 8,400 "
+        f"real vectors has ~{copies:,} noisy copies at {r['n']:,}, so the exact top 4 are near-ties among "
+        "copies spread over many lists, and a few probes miss most of them. `bitextmine index` without "
+        "`--nprobe` tunes the probes on the other language's vectors to reach recall 0.95 and pays "
+        "proportionally more search time; this benchmark fixes nprobe to look at scaling."
+    )
+
+
+def _reuse_note(r: dict) -> str:
+    return (
+        f"- {r['n']:,}: the indexes were kept from an earlier run (`--keep`, `--reuse`); their seconds are "
+        "FAISS build times from L.json and their peak RSS was not measured by this run."
+    )
+
+
+def _extrapolation_note(large: dict) -> str:
+    per_query = large["mine_s"] / (2 * large["n"])  # seconds per query, measured at the largest fixed N
     # IVF at fixed nprobe with nlist ~ sqrt(N): each query scans N * nprobe / nlist ~ sqrt(N) vectors and
     # compares with nlist ~ sqrt(N) centroids, so the per-query cost grows like sqrt(N).
     billion = 2e9 * per_query * np.sqrt(1e9 / large["n"]) / 3600
-    return [
-        f"- Mining time grew as N^{exponent:.2f} from {small['n']:,} to {large['n']:,} per side "
-        "(linear would be N^1; IVF with nlist ~ sqrt(N) at fixed nprobe costs ~sqrt(N) per query, "
-        "so N^1.5 is the expected trend for the search; Flat below 200k is N^2)"
-        + (
-            f"; the two sizes use different indexes ({small['factory']} vs {large['factory']}), so this "
-            "exponent mixes configurations."
-            if small["factory"] != large["factory"]
-            else "."
-        ),
-        f"- Peak RSS of any command: {peak:.2f} GB (target for `mine` at 3M x 3M: <= 8 GB"
-        + (
-            f"; measured {large['mine_rss_gb']:.2f} GB at {large['n']:,})" if large["n"] >= 3_000_000 else ")"
-        ),
+    return (
         "- **Extrapolation, not a measurement** — 1B x 1B sentences: 2e9 queries at "
         f"{per_query * 1e3:.2f} ms each (this 2-core machine at {large['n']:,}) x sqrt(1e9 / {large['n']:,}) "
         f"for the larger lists = {billion:,.0f} machine-hours of search on this kind of 2-core VM. Split "
@@ -207,8 +376,8 @@ def notes(results: list[dict]) -> list[str]:
         "GPU-hours, plus encoding (2e9 sentences; 252 sentences/s here in bf16, so ~2,200 2-core "
         "machine-hours, or a few hundred GPU-hours) and index building. At 1B rows the automatic index "
         "is OPQ48,IVF262144,PQ48 (56 B a vector: 56 GB per language), split by `index --max-memory` "
-        "into shards that each job searches in turn.",
-    ]
+        "into shards that each job searches in turn."
+    )
 
 
 def main() -> None:
@@ -221,6 +390,9 @@ def main() -> None:
     parser.add_argument("--threshold", type=float, default=1.03)
     parser.add_argument("--scratch", type=Path, default=REPO / "bitextmine-work" / "bench" / "scale")
     parser.add_argument("--keep", action="store_true", help="keep the workspaces")
+    parser.add_argument("--reuse", action="store_true", help="mine in kept workspaces without re-indexing")
+    parser.add_argument("--mine-nprobe", type=int, help="probes for `mine` [default: --nprobe]")
+    parser.add_argument("--note", help="a remark stored with the rows of this run (e.g. a shared CPU)")
     parser.add_argument("--out", type=Path, default=Path(__file__).with_name("results") / "bench_scale.json")
     parser.add_argument("--factory", help="IVF factory above 200k [default: the library's choice for N]")
     parser.add_argument("--report-only", action="store_true", help="rewrite the .md from the .json")
@@ -231,7 +403,7 @@ def main() -> None:
     bases = {lang: base_vectors(lang) for lang in ("de", "en")}
     earlier = json.loads(args.out.read_text())["results"] if args.out.is_file() else []
     for n in (int(s) for s in args.sizes.split(",")):
-        done = run_size(n, args, bases)
+        done = run_size(n, args, bases, next((r for r in earlier if r["n"] == n), None))
         results = sorted([r for r in earlier if r["n"] != n] + [done], key=lambda r: r["n"])
         earlier = results
         args.out.write_text(json.dumps({"date": str(datetime.date.today()), "results": results}, indent=2))

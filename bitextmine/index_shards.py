@@ -100,7 +100,8 @@ class ShardedIndex:
         index = read_index_cached(self.index_dir / shard.file)
         ivf = faiss.try_extract_index_ivf(index)
         if ivf is not None:
-            self._list_sizes.setdefault(shard.file, list_sizes(ivf))
+            if shard.file not in self._list_sizes:
+                self._list_sizes[shard.file] = list_sizes(ivf)
             if self.nprobe is not None:
                 ivf.nprobe = self.nprobe
         return index

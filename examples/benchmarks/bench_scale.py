@@ -237,9 +237,11 @@ def report(results: list[dict], args: argparse.Namespace) -> str:
         f"Vectors: the demo's real e5 embeddings (de and en dev, 8,400 each) repeated with gaussian noise "
         f"(sigma {args.sigma}, re-normalised), 384-d float16 shards of {SHARD_ROWS:,}. Index: `Flat` up to "
         f"200k, else the library's IVF-Flat list count for N with a fixed nprobe {args.nprobe}; each command "
-        "in its own process, peak RSS from wait4. Recall@4: mine's saved neighbour lists vs exact search "
-        f"for {RECALL_QUERIES:,} sampled source sentences. List imbalance: FAISS's imbalance factor of the "
-        "inverted lists (the larger of the two indexes; 1 = equal lists).",
+        "in its own process, peak RSS from wait4 (in brackets, where measured, the peak of RssAnon "
+        "sampled every 0.2 s: the process's own memory without mapped file pages). Recall@4: mine's "
+        f"saved neighbour lists vs exact search for {RECALL_QUERIES:,} sampled source sentences. List "
+        "imbalance: FAISS's imbalance factor of the inverted lists (the larger of the two indexes; 1 = equal "
+        "lists).",
         "",
         "| N per side | index | nprobe (index / mine) | list imbalance | index de s | index peak GB (anon) "
         "| mine s | mine peak GB (anon) | s per 1M queries | recall@4 | pairs kept |",

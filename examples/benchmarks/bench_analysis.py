@@ -246,20 +246,24 @@ def trained_note(model_dir: Path | None) -> str:
     note = (
         f"`{model_dir.name}`, trained by `bitextmine train` ({objectives}, {summary.get('steps', '?')} steps)"
     )
-    return note + scores_note(RESULTS / "analysis" / "trained-eval.json")
+    return note + scores_note(RESULTS / "analysis" / "trained-eval.json", model_dir.name)
 
 
-def scores_note(path: Path) -> str:
+def scores_note(path: Path, model_name: str) -> str:
     """The trained model's dev F1 and Tatoeba accuracy, from `bitextmine eval ... --json` outputs collected
-    in `path` (`bucc_dev`: pair -> eval bucc JSON, `tatoeba`: eval tatoeba JSON), if present."""
-    if not path.is_file():
+    in `path` (`model`, `bucc_dev`: pair -> eval bucc JSON, `tatoeba`: eval tatoeba JSON) when they are
+    this model's, next to the base model's row in bench_train.json."""
+    scores = json.loads(path.read_text()) if path.is_file() else {}
+    if Path(scores.get("model", "")).name != model_name:
         return ""
-    scores = json.loads(path.read_text())
+    base = json.loads((RESULTS / "bench_train.json").read_text())["base"]["eval"]
+    tatoeba = [v for key, v in base.items() if key.startswith("tatoeba/")]
     f1 = ", ".join(f"{pair} {r['f1']:.2f}" for pair, r in scores["bucc_dev"].items())
+    base_f1 = ", ".join(f"{pair} {base[f'bucc/{pair}']:.2f}" for pair in scores["bucc_dev"])
     return (
         f"; bucc-like dev F1 (oracle threshold, bf16) {f1}, Tatoeba average "
-        f"{scores['tatoeba']['average']:.2f} (`{path.name}`; base e5: de-en 95.69, zh-en 88.63, "
-        "Tatoeba 90.55 in bench_train.md)"
+        f"{scores['tatoeba']['average']:.2f} (`{path.name}`; base e5 in bench_train.json: {base_f1}, "
+        f"Tatoeba {sum(tatoeba) / len(tatoeba):.2f})"
     )
 
 

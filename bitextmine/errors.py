@@ -1,4 +1,4 @@
-"""The one exception type that the CLI turns into a one-line message instead of a traceback."""
+"""The exception and warning types that the CLI prints as one-line messages instead of tracebacks."""
 
 from __future__ import annotations
 
@@ -11,6 +11,10 @@ class BitextmineError(Exception):
 
     The message is complete on its own (it names the file and, when it applies, the line).
     """
+
+
+class BitextmineWarning(UserWarning):
+    """Something the user should know that does not stop the run; the CLI prints it on one line."""
 
 
 _DISK_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}

@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 from bitextmine.cli import app
 from bitextmine.corpus import read_text_shard
 from bitextmine.encoder.encoder import SentenceEncoder
+from bitextmine.errors import BitextmineWarning
 from tests.conftest import TRAINING_TEXT, require_shared
 
 runner = CliRunner()
@@ -264,3 +265,10 @@ def test_shard_jobs_through_submitit_encode_what_the_local_run_encodes(tmp_path,
     assert code == 0, output
     assert _digest(tmp_path / "jobs" / "emb" / "de") == _digest(tmp_path / "local" / "emb" / "de")
     assert len(list((tmp_path / "jobs" / "logs" / "encode").glob("*_log.out"))) == 2
+
+
+def test_library_warnings_print_on_one_line(capsys):
+    from bitextmine.cli.common import _show_warning
+
+    _show_warning(BitextmineWarning("xFormers has no bfloat16 kernel here"), BitextmineWarning, "x.py", 3)
+    assert capsys.readouterr().err == "warning: xFormers has no bfloat16 kernel here\n"

@@ -340,7 +340,7 @@ def test_train_command_with_vmsst_resumes_exactly_with_its_annealing(tiny_model_
     (tmp_path / "toy.en").write_text("\n".join(f"{s} {i}" for i, s in enumerate(ENGLISH * 6)) + "\n")
     args = ["train", "--data", str(tmp_path / "toy.de"), "--base", str(tiny_model_dir("xlm-roberta"))]
     args += ["--objectives", "vmsst,contrastive", "--vmsst-lambda", "0.5", "--vmsst-kl-steps", "4"]
-    args += ["--max-tokens", "120", "--bf16", "off", "--checkpoint-every", "1"]
+    args += ["--max-tokens", "120", "--bf16", "off", "--checkpoint-every", "1", "--device", "cpu"]
     runner = CliRunner()
     resumed, straight = tmp_path / "resumed", tmp_path / "straight"
     for out, steps in ((resumed, "2"), (resumed, "3"), (straight, "3")):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Annotated, NoReturn
 import typer
 from rich.console import Console
 
-from bitextmine.errors import BitextmineError, os_error_message
+from bitextmine.errors import BitextmineError, BitextmineWarning, os_error_message
 from bitextmine.workspace import DEFAULT_WORKDIR
 
 app = typer.Typer(
@@ -26,6 +27,18 @@ app = typer.Typer(
 )
 err = Console(stderr=True)
 out = Console()
+_show_other_warning = warnings.showwarning
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """BitextmineWarning on one line, like the CLI's own warnings; others as Python prints them."""
+    if issubclass(category, BitextmineWarning):
+        err.print(f"[yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
+    else:
+        _show_other_warning(message, category, filename, lineno, file, line)
+
+
+warnings.showwarning = _show_warning
 
 WorkdirOption = Annotated[
     Path, typer.Option("--workdir", "-w", envvar="BITEXTMINE_WORKDIR", help="Workspace directory.")

@@ -3,7 +3,9 @@
 Packed tensors are [tokens, heads, head_dim] with sentences back to back; ``seqlens`` gives each
 sentence's length in stream order. Two exact backends:
 
-* ``xformers``: memory-efficient attention with a ``BlockDiagonalMask`` (CUDA only).
+* ``xformers``: memory-efficient attention with a ``BlockDiagonalMask`` (CUDA only). Chosen only
+  after a tiny probe runs in fp32 and bf16 at the model's head size: an xFormers wheel built for
+  another torch or CUDA imports fine but has no kernels, and must not take the encoder down with it.
 * ``sdpa``: dense ``scaled_dot_product_attention`` calls over groups of sentences, on any device.
   In a length-sorted batch (what the encoder builds) consecutive sentences of equal length form runs
   that are plain views of the stream: one unmasked call per run, no copies. Otherwise sentences are
@@ -15,14 +17,19 @@ sentence's length in stream order. Two exact backends:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from bitextmine.errors import BitextmineError, BitextmineWarning
 
 BUCKET_RATIO = 1.25
 
@@ -72,6 +79,18 @@ def equal_length_runs(seqlens: Sequence[int]) -> list[tuple[int, int, int]]:
     return runs
 
 
+def without_cudnn_attention() -> contextlib.AbstractContextManager:
+    """SDPA restricted to its flash, memory-efficient and math kernels.
+
+    On Hopper GPUs PyTorch prefers cuDNN attention for bf16, which builds a cuDNN graph for every new
+    shape: ~3 ms of CPU per call against ~6 us of GPU work. Packed batches bring a new (sentences,
+    length) shape almost every call, which made bf16 encoding 10x slower than fp32 on an H100."""
+    return sdpa_kernel(_SDPA_BACKENDS)
+
+
+_SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+
 class BlockDiagonalSDPA:
     """Exact block-diagonal attention built from dense SDPA calls (any device)."""
 
@@ -79,9 +98,10 @@ class BlockDiagonalSDPA:
 
     def __call__(self, qkv: torch.Tensor, seqlens: Sequence[int], dropout_p: float) -> torch.Tensor:
         runs = equal_length_runs(seqlens)
-        if 2 * len(runs) <= len(seqlens):
-            return self._by_runs(qkv, runs, dropout_p)
-        return self._by_buckets(qkv, seqlens, dropout_p)
+        with without_cudnn_attention():
+            if 2 * len(runs) <= len(seqlens):
+                return self._by_runs(qkv, runs, dropout_p)
+            return self._by_buckets(qkv, seqlens, dropout_p)
 
     @staticmethod
     def _by_runs(qkv: torch.Tensor, runs: list[tuple[int, int, int]], dropout_p: float) -> torch.Tensor:
@@ -132,11 +152,24 @@ class XFormersBlockDiagonal:
     """xFormers memory-efficient attention with a BlockDiagonalMask (the MEXMA setup); CUDA only."""
 
     name = "xformers"
+    PROBE_DTYPES = (torch.float32, torch.bfloat16)  # what the encoder and trainer run attention in
 
-    def __init__(self) -> None:
-        from xformers.ops import fmha
-
+    def __init__(self, fmha=None) -> None:
+        if fmha is None:
+            from xformers.ops import fmha
         self._fmha = fmha
+
+    def probe(self, device: torch.device, head_dim: int) -> str | None:
+        """None when xFormers runs block-diagonal attention here in every PROBE_DTYPE, else why not."""
+        for dtype in self.PROBE_DTYPES:
+            qkv = torch.zeros(3, 3, 1, head_dim, device=device, dtype=dtype)
+            try:
+                self(qkv, [1, 2], 0.0)
+            except NotImplementedError as exc:  # xFormers' dispatcher found no kernel for these inputs
+                return (
+                    f"xFormers has no {str(dtype).removeprefix('torch.')} kernel here ({_first_reason(exc)})"
+                )
+        return None
 
     def __call__(self, qkv: torch.Tensor, seqlens: Sequence[int], dropout_p: float) -> torch.Tensor:
         bias = self._fmha.attn_bias.BlockDiagonalMask.from_seqlens(list(seqlens))
@@ -144,15 +177,39 @@ class XFormersBlockDiagonal:
         return self._fmha.memory_efficient_attention(q, k, v, attn_bias=bias, p=dropout_p)[0]
 
 
-def select_attention(device: torch.device, prefer: str = "auto") -> PackedAttention:
-    """xFormers on CUDA when installed (or when asked for), else the SDPA path."""
+def _first_reason(exc: NotImplementedError) -> str:
+    """The first operator's first reason in xFormers' "No operator found" message."""
+    lines = [line.strip() for line in str(exc).splitlines()]
+    reasons = [after for before, after in itertools.pairwise(lines) if before.endswith("because:")]
+    return reasons[0] if reasons else (lines[0] if lines else type(exc).__name__)
+
+
+def select_attention(device: torch.device, head_dim: int, prefer: str = "auto") -> PackedAttention:
+    """xFormers on CUDA when installed and working (or when asked for), else the SDPA path.
+
+    `auto` falls back to SDPA with a warning when xFormers is installed but cannot run here;
+    `xformers` raises BitextmineError instead."""
     if prefer not in {"auto", "xformers", "sdpa"}:
         raise ValueError(f"unknown attention backend {prefer!r}")
     if prefer == "sdpa" or (prefer == "auto" and device.type != "cuda"):
         return BlockDiagonalSDPA()
     try:
-        return XFormersBlockDiagonal()
+        backend = XFormersBlockDiagonal()
     except ImportError:
         if prefer == "xformers":
-            raise
+            raise BitextmineError("attention backend xformers: xFormers is not installed") from None
         return BlockDiagonalSDPA()
+    return checked_xformers(backend, device, head_dim, strict=prefer == "xformers")
+
+
+def checked_xformers(
+    backend: XFormersBlockDiagonal, device: torch.device, head_dim: int, strict: bool
+) -> PackedAttention:
+    """`backend` if its probe passes; else an error (strict) or SDPA with a warning."""
+    problem = backend.probe(device, head_dim)
+    if problem is None:
+        return backend
+    if strict:
+        raise BitextmineError(f"attention backend xformers: {problem}")
+    warnings.warn(f"{problem}; using PyTorch SDPA attention instead", BitextmineWarning, stacklevel=3)
+    return BlockDiagonalSDPA()

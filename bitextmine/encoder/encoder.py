@@ -9,10 +9,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from bitextmine.encoder.attention import select_attention
+from bitextmine.encoder.attention import select_attention, without_cudnn_attention
 from bitextmine.encoder.batching import DEFAULT_MAX_TOKENS, token_budget_batches
 from bitextmine.encoder.loading import LoadedModel, load_model, model_fingerprint
-from bitextmine.encoder.packed import PackedBertForward, supports_packing
+from bitextmine.encoder.packed import PackedBertForward, head_dim_of, supports_packing
 from bitextmine.encoder.precision import (
     CHECK_SENTENCES,
     PrecisionCheck,
@@ -87,7 +87,11 @@ class SentenceEncoder:
         can_pack = supports_packing(loaded.model)
         self.packed = can_pack if packed is None else packed and can_pack
         self._packed_forward = (
-            PackedBertForward(loaded.model, select_attention(self.device, attention)) if self.packed else None
+            PackedBertForward(
+                loaded.model, select_attention(self.device, head_dim_of(loaded.model.config), attention)
+            )
+            if self.packed
+            else None
         )
         self.fingerprint = model_fingerprint(loaded.model_dir, settings)
         self.precision = "fp32"
@@ -103,11 +107,14 @@ class SentenceEncoder:
         overrides: dict | None = None,
         max_tokens: int = DEFAULT_MAX_TOKENS,
         packed: bool | None = None,
+        attention: str = "auto",
         precision: str = "fp32",
     ) -> SentenceEncoder:
         loaded = load_model(name_or_path, pick_device(device))
         settings = resolve_settings(loaded.model_dir, overrides)
-        return cls(loaded, settings, max_tokens=max_tokens, packed=packed, precision=precision)
+        return cls(
+            loaded, settings, max_tokens=max_tokens, packed=packed, attention=attention, precision=precision
+        )
 
     def _set_precision(self, precision: str) -> None:
         if precision == "fp32":
@@ -178,7 +185,8 @@ class SentenceEncoder:
 
     def _padded(self, ids: list[list[int]]) -> torch.Tensor:
         batch = self.loaded.tokenizer.pad({"input_ids": ids}, return_tensors="pt").to(self.device)
-        hidden = self.loaded.model(**batch).last_hidden_state.float()
+        with without_cudnn_attention():
+            hidden = self.loaded.model(**batch).last_hidden_state.float()
         if self.settings.pooling == "cls":
             return hidden[:, 0]
         mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)

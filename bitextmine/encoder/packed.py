@@ -33,6 +33,11 @@ def supports_packing(model: nn.Module) -> bool:
     )
 
 
+def head_dim_of(config) -> int:
+    """Size of one attention head of a BERT-family config."""
+    return config.hidden_size // config.num_attention_heads
+
+
 def packed_positions(seqlens: Sequence[int], offset: int, device: torch.device) -> torch.Tensor:
     """Positions 0..len-1 (plus offset) for every sentence of the stream."""
     lengths = torch.as_tensor(list(seqlens), device=device)
@@ -51,7 +56,7 @@ class PackedBertForward:
         self.attention = attention
         config = model.config
         self.heads = config.num_attention_heads
-        self.head_dim = config.hidden_size // config.num_attention_heads
+        self.head_dim = head_dim_of(config)
         self.position_offset = config.pad_token_id + 1 if config.model_type in _POSITIONS_AFTER_PADDING else 0
 
     def __call__(self, input_ids: torch.Tensor, seqlens: Sequence[int]) -> torch.Tensor:

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from bitextmine.encoder.attention import select_attention
-from bitextmine.encoder.packed import PackedBertForward
+from bitextmine.encoder.packed import PackedBertForward, head_dim_of
 
 
 @dataclass
@@ -61,7 +61,7 @@ class TrainEncoder(nn.Module):
         self.pooling = pooling
         self.packed = packed
         device = next(model.parameters()).device
-        self.packer = PackedBertForward(model, select_attention(device, attention))
+        self.packer = PackedBertForward(model, select_attention(device, head_dim_of(model.config), attention))
 
     @property
     def config(self):

@@ -180,6 +180,9 @@ class EmbeddingStore:
         write_json(self.root / MANIFEST, self._bound().to_json())
 
 
+TAKE_CHUNK_ROWS = 4096  # at most ~256 MB of mapped file pages per chunk of a random gather
+
+
 class ShardedVectors:
     """All embedding rows of one language as one logical [rows, dim] matrix over memory-mapped shards.
 
@@ -222,11 +225,22 @@ class ShardedVectors:
                 shard._mmap.madvise(advice)
 
     def take(self, rows: np.ndarray) -> np.ndarray:
-        """float32 [len(rows), dim] for the given global row numbers, in that order."""
+        """float32 [len(rows), dim] for the given global row numbers, in that order.
+
+        Rows are gathered TAKE_CHUNK_ROWS at a time with a drop_pages after each chunk: the kernel maps
+        16 pages around every page fault (fault-around), so a random gather of many rows would otherwise
+        map ~64 KB of the file per row into this process's resident set."""
         rows = np.asarray(rows, dtype=np.int64)
         out = np.empty((len(rows), self.dim), dtype=np.float32)
+        for first in range(0, len(rows), TAKE_CHUNK_ROWS):
+            chunk = slice(first, first + TAKE_CHUNK_ROWS)
+            self._gather(rows[chunk], out[chunk])
+            if len(rows) > TAKE_CHUNK_ROWS:
+                self.drop_pages()
+        return out
+
+    def _gather(self, rows: np.ndarray, out: np.ndarray) -> None:
         shard_of = np.searchsorted(self._starts, rows, side="right") - 1
         for shard in np.unique(shard_of):
             picked = np.flatnonzero(shard_of == shard)
             out[picked] = self._shards[shard][rows[picked] - self._starts[shard]]
-        return out

@@ -96,3 +96,38 @@ def test_sharded_vectors_take_and_blocks_match_the_concatenated_shards(tmp_path)
     blocks = list(vectors.blocks(4))
     assert [start for start, _ in blocks] == [0, 4, 8]
     assert np.array_equal(np.concatenate([b for _, b in blocks]), whole)
+
+
+def mapped_kb(paths: set[str]) -> int:
+    """Resident kB of this process's mappings of `paths` (from /proc/self/smaps)."""
+    total, current = 0, None
+    with open("/proc/self/smaps") as fh:
+        for line in fh:
+            fields = line.split()
+            if "-" in fields[0] and len(fields) >= 5:  # a mapping's header line
+                current = fields[5] if len(fields) > 5 else None
+            elif fields[0] == "Rss:" and current in paths:
+                total += int(fields[1])
+    return total
+
+
+def test_a_random_gather_leaves_few_file_pages_mapped(tmp_path, monkeypatch):
+    store = EmbeddingStore(tmp_path, "de")
+    store.bind(ModelIdentity("model-a", "aaaa", 384, {"pooling": "mean"}))
+    parts = [unit_rows(40_000, 384, seed=s) for s in (1, 2)]  # 2 x 30 MB of float16
+    for i, part in enumerate(parts):
+        store.write_shard(shard(f"shard-{i:05d}", len(part)), part)
+    whole = np.concatenate(parts).astype(np.float16).astype(np.float32)
+    paths = {str(tmp_path / f"shard-{i:05d}.npy") for i in range(2)}
+    rows = np.random.default_rng(0).integers(0, len(whole), size=20_000)
+
+    vectors = EmbeddingStore(tmp_path, "de").vectors()
+    monkeypatch.setattr("bitextmine.store.TAKE_CHUNK_ROWS", len(rows))  # one chunk, no drop inside
+    assert np.array_equal(vectors.take(rows), whole[rows])
+    assert mapped_kb(paths) > 30_000  # fault-around mapped most of the 60 MB
+    vectors.drop_pages()
+    assert mapped_kb(paths) < 1_000
+
+    monkeypatch.setattr("bitextmine.store.TAKE_CHUNK_ROWS", 256)
+    assert np.array_equal(vectors.take(rows), whole[rows])
+    assert mapped_kb(paths) < 1_000  # each chunk's pages were unmapped after it

@@ -171,7 +171,7 @@ def _mine(
     if run_jobs is None:
         _run_here(jobs, progress)
     else:
-        run_jobs([job for job in jobs if not job.kwargs["out"].is_file()])
+        run_jobs([job for job in jobs if not job_done(job)])
     fwd = _load_neighbours(work, "fwd", len(src.vectors))
     bwd = _load_neighbours(work, "bwd", len(tgt.vectors))
     candidates = select_candidates(fwd, bwd, options.margin, options.strategy)
@@ -228,69 +228,90 @@ def _neighbour_jobs(
 ) -> list[ShardJob]:
     rows = len(query.vectors)
     ranges = [(a, min(a + options.job_rows, rows)) for a in range(0, rows, options.job_rows)]
-    return [
-        ShardJob(
-            f"mine {query.lang}->{base.lang} rows {a:,}-{b:,}",
-            neighbours_job,
-            (workspace.root, query.lang, base.lang, a, b, options.k, options.nprobe, options.block_rows),
-            {"out": work / f"{direction}-{a:012d}-{b:012d}.npy"},
+    tasks = [
+        NeighbourTask(
+            workspace.root,
+            query.lang,
+            base.lang,
+            a,
+            b,
+            options.k,
+            options.nprobe,
+            options.block_rows,
+            out=work / f"{direction}-{a:012d}-{b:012d}.npy",
         )
         for a, b in ranges
+    ]
+    return [
+        ShardJob(f"mine {t.query_lang}->{t.base_lang} rows {t.start:,}-{t.stop:,}", neighbours_job, (t,))
+        for t in tasks
     ]
 
 
 def job_queries(job: ShardJob) -> int:
     """Queries a neighbour job searches (its row range)."""
-    start, stop = job.args[3], job.args[4]
-    return stop - start
+    return job.args[0].queries
+
+
+def job_done(job: ShardJob) -> bool:
+    """Whether a neighbour job's lists were saved by an earlier run."""
+    return job.args[0].out.is_file()
 
 
 def _run_here(jobs: list[ShardJob], progress: Callable[[int], None] | None) -> None:
     """The jobs in this process; finished blocks only advance the progress bar."""
     for job in jobs:
-        if job.kwargs["out"].is_file():
+        if job_done(job):
             if progress:
                 progress(job_queries(job))
             continue
-        job.fn(*job.args, **job.kwargs, progress=progress)
+        job.fn(*job.args, progress=progress)
     release_index()
 
 
-def neighbours_job(
-    root: Path,
-    query_lang: str,
-    base_lang: str,
-    start: int,
-    stop: int,
-    k: int,
-    nprobe: int | None,
-    block_rows: int,
-    *,
-    out: Path,
-    progress: Callable[[int], None] | None = None,
-) -> int:
-    """Shard job: the k nearest `base_lang` rows of `query_lang` rows [start, stop), saved to `out`."""
-    workspace = Workspace(root)
-    queries = open_language(workspace, query_lang).vectors
-    base = open_language(workspace, base_lang).vectors
-    index, info = load_index(workspace.index_dir(), base_lang, base, nprobe=nprobe)
+@dataclass(frozen=True)
+class NeighbourTask:
+    """What one neighbour job searches: `query_lang` rows [start, stop) against `base_lang`'s index."""
+
+    root: Path
+    query_lang: str
+    base_lang: str
+    start: int
+    stop: int
+    k: int
+    nprobe: int | None
+    block_rows: int
+    out: Path  # the job's neighbour lists (.npy)
+
+    @property
+    def queries(self) -> int:
+        return self.stop - self.start
+
+
+def neighbours_job(task: NeighbourTask, progress: Callable[[int], None] | None = None) -> int:
+    """Shard job: the k nearest base rows of the task's query rows, saved to `task.out`."""
+    workspace = Workspace(task.root)
+    queries = open_language(workspace, task.query_lang).vectors
+    base = open_language(workspace, task.base_lang).vectors
+    index, info = load_index(workspace.index_dir(), task.base_lang, base, nprobe=task.nprobe)
     if isinstance(index, ShardedIndex):
         shards = index.search_shards()
     else:
         shards = [SearchShard(lambda q, n: search(index, q, n))]
 
     def blocks() -> Iterator[tuple[int, np.ndarray]]:
-        for first in range(start, stop, block_rows):
-            yield first - start, queries.take(np.arange(first, min(first + block_rows, stop)))
+        for first in range(task.start, task.stop, task.block_rows):
+            rows = np.arange(first, min(first + task.block_rows, task.stop))
+            yield first - task.start, queries.take(rows)
             queries.drop_pages()
             base.drop_pages()  # rows gathered for re-ranking
 
-    found = find_neighbours(blocks, stop - start, shards, base.take, k, progress, info.fetch)
+    found = find_neighbours(blocks, task.queries, shards, base.take, task.k, progress, info.fetch)
     lists = np.empty(found.ids.shape, dtype=NEIGHBOUR_DTYPE)  # one .npy: byte-identical when rerun
     lists["id"], lists["cos"] = found.ids, found.sims
-    with atomic_open(out, "wb") as fh:
+    with atomic_open(task.out, "wb") as fh:
         np.save(fh, lists)
-    return stop - start
+    return task.queries
 
 
 def _load_neighbours(work: Path, direction: str, rows: int) -> Neighbours:

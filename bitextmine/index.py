@@ -269,17 +269,20 @@ def build_index_in_shards(
     seed: int = 0,
     recall_k: int = 4,
     recall_queries: int = 1000,
+    gpu: bool = False,
 ) -> tuple[ShardedIndex, IndexInfo]:
-    """Train one template, populate a copy per row range with `run_jobs` (shards already saved by an
-    earlier run of the same plan are kept), then measure recall and tune nprobe as `build_index` does.
-    The shards are written to `index_dir`; `save_index` then writes LANG.json."""
+    """Train one template (on the GPUs with `gpu`), populate a copy per row range with `run_jobs` on CPU
+    (shards already saved by an earlier run of the same plan are kept), then measure recall and tune
+    nprobe as `build_index` does. The shards are written to `index_dir`; `save_index` writes LANG.json."""
+    if gpu:
+        _check_gpu()
     n, dim = len(vectors), vectors.dim
     factory = factory or choose_factory(n, dim)
     rng = np.random.default_rng(seed)
     started = time.perf_counter()
     plan = plan_id(vectors.model.fingerprint, n, factory, ranges, seed)
     template_path = index_dir / f"{lang}.{plan}.template.faiss"
-    template, train_rows = _template(template_path, factory, dim, vectors, rng)
+    template, train_rows = _template(template_path, factory, dim, vectors, rng, gpu)
     shards = [ShardFile(f"{lang}.{plan}.{i:03d}.faiss", a, b) for i, (a, b) in enumerate(ranges)]
     emb_dir = vectors.store.root
     run_jobs(
@@ -313,7 +316,7 @@ def build_index_in_shards(
 
 
 def _template(
-    path: Path, factory: str, dim: int, vectors: ShardedVectors, rng: np.random.Generator
+    path: Path, factory: str, dim: int, vectors: ShardedVectors, rng: np.random.Generator, gpu: bool
 ) -> tuple[faiss.Index, int]:
     """The trained empty index of a sharded build, read back if an earlier run of the plan saved it."""
     template = _new_index(factory, dim)
@@ -322,7 +325,9 @@ def _template(
     if path.is_file():
         return faiss.read_index(str(path)), rows
     if sample is not None:
-        _train_on(template, vectors.take(sample), factory)
+        work = faiss.index_cpu_to_all_gpus(template) if gpu else template
+        _train_on(work, vectors.take(sample), factory)
+        template = faiss.index_gpu_to_cpu(work) if gpu else work
     write_index(template, path)
     return template, rows
 

@@ -207,6 +207,9 @@ def test_invalid_factory_and_unavailable_gpu_are_user_errors(tmp_path):
     if faiss.get_num_gpus() == 0:
         with pytest.raises(BitextmineError, match="GPU"):
             build_index(vectors, "de", gpu=True)
+        with pytest.raises(BitextmineError, match="GPU"):  # before any shard is written
+            build_index_in_shards(vectors, "de", tmp_path / "index", [(0, 50), (50, 100)], run_here, gpu=True)
+        assert not (tmp_path / "index").exists()
 
 
 def test_opq_ivf_pq_builds_saves_and_loads(tmp_path):

@@ -72,7 +72,9 @@ def index(
         int | None,
         typer.Option(help="Hits fetched per query and re-ranked exactly \\[default: 4, 64 for PQ].", min=1),
     ] = None,
-    gpu: Annotated[bool, typer.Option("--gpu", help="Train and populate on GPU (needs faiss GPU).")] = False,
+    gpu: Annotated[
+        bool, typer.Option("--gpu", help="Train (and, unsharded, populate) on GPU (needs faiss GPU).")
+    ] = False,
     seed: Annotated[int, typer.Option(help="Seed of the training and query samples.")] = 0,
     max_memory: Annotated[
         float | None,
@@ -140,7 +142,7 @@ def index(
                 run = job_runner(config, "index", lambda job: advance(1)) or _run_jobs_here(advance)
                 with progress:
                     built, info = build_index_in_shards(
-                        vectors, lang, workspace.index_dir(), ranges, run, **options
+                        vectors, lang, workspace.index_dir(), ranges, run, gpu=gpu, **options
                     )
             else:
                 progress, advance = progress_bar(f"indexing {lang}", len(vectors))

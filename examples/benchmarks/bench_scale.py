@@ -35,6 +35,8 @@ from pathlib import Path
 import numpy as np
 from benchlib import REPO, cpu_model
 
+RESULTS = Path(__file__).with_name("results")
+
 DEMO = REPO / "bitextmine-work" / "demo"
 SHARD_ROWS = 100_000
 RECALL_QUERIES = 1000
@@ -338,7 +340,7 @@ def _peak_note(results: list[dict]) -> str:
         f" In brackets, the anonymous part (the process's own memory; {anon[-1]['mine_anon_gb']:.2f} GB at "
         f"{anon[-1]['n']:,}): the rest are pages of the memory-mapped embeddings, which the kernel maps "
         "16 at a time around each row read for exact re-ranking (fault-around). They are clean page "
-        "cache, unmapped after every query block and reclaimed first under memory pressure."
+        "cache, unmapped as the gather goes and reclaimed first under memory pressure."
         if anon
         else ""
     )
@@ -368,18 +370,41 @@ def _extrapolation_note(large: dict) -> str:
     # IVF at fixed nprobe with nlist ~ sqrt(N): each query scans N * nprobe / nlist ~ sqrt(N) vectors and
     # compares with nlist ~ sqrt(N) centroids, so the per-query cost grows like sqrt(N).
     billion = 2e9 * per_query * np.sqrt(1e9 / large["n"]) / 3600
+    cpu_rate, gpu_rate = (
+        encode_rate(RESULTS / f"{stem}.md") for stem in ("bench_encode", "bench_encode_cuda")
+    )
+    encoding = "encoding (2e9 sentences"
+    if cpu_rate:
+        encoding += (
+            f"; {cpu_rate:,.0f} sentences/s here in bf16, so {2e9 / cpu_rate / 3600:,.0f} 2-core hours"
+        )
+    if gpu_rate:
+        encoding += f"; {gpu_rate:,.0f}/s measured on one H100, so {2e9 / gpu_rate / 3600:,.0f} GPU-hours"
     return (
         "- **Extrapolation, not a measurement** — 1B x 1B sentences: 2e9 queries at "
         f"{per_query * 1e3:.2f} ms each (this 2-core machine at {large['n']:,}) x sqrt(1e9 / {large['n']:,}) "
         f"for the larger lists = {billion:,.0f} machine-hours of search on this kind of 2-core VM. Split "
         "into `mine --job-rows` jobs (e.g. 2,000 jobs of 1M queries), that is "
         f"{billion / 2000:,.1f} h per job; on GPUs, FAISS IVF search is commonly one to two orders of "
-        f"magnitude faster than 2 CPU cores, i.e. roughly {billion / 100:,.0f}-{billion / 10:,.0f} "
-        "GPU-hours, plus encoding (2e9 sentences; 252 sentences/s here in bf16, so ~2,200 2-core "
-        "machine-hours, or a few hundred GPU-hours) and index building. At 1B rows the automatic index "
-        "is OPQ48,IVF262144,PQ48 (56 B a vector: 56 GB per language), split by `index --max-memory` "
+        f"magnitude faster than 2 CPU cores (not measured here: no FAISS GPU build could be installed on "
+        f"the lent H100), i.e. roughly {billion / 100:,.0f}-{billion / 10:,.0f} GPU-hours, plus "
+        f"{encoding}, e5-small packed bf16, bench_encode) and index building. At 1B rows the automatic "
+        "index is OPQ48,IVF262144,PQ48 (56 B a vector: 56 GB per language), split by `index --max-memory` "
         "into shards that each job searches in turn."
     )
+
+
+def encode_rate(md: Path, variant: str = "(e) packed, bf16") -> float | None:
+    """Sentences/s of `variant` in a bench_encode report, None when the report or row is absent."""
+    if not md.is_file():
+        return None
+    lines = md.read_text().splitlines()
+    header = next((line for line in lines if line.startswith("| variant |")), None)
+    row = next((line for line in lines if line.startswith(f"| {variant} |")), None)
+    if header is None or row is None:
+        return None
+    column = [cell.strip() for cell in header.split("|")].index("sentences/s")
+    return float(row.split("|")[column].replace(",", ""))
 
 
 def main() -> None:
@@ -395,7 +420,7 @@ def main() -> None:
     parser.add_argument("--reuse", action="store_true", help="mine in kept workspaces without re-indexing")
     parser.add_argument("--mine-nprobe", type=int, help="probes for `mine` [default: --nprobe]")
     parser.add_argument("--note", help="a remark stored with the rows of this run (e.g. a shared CPU)")
-    parser.add_argument("--out", type=Path, default=Path(__file__).with_name("results") / "bench_scale.json")
+    parser.add_argument("--out", type=Path, default=RESULTS / "bench_scale.json")
     parser.add_argument("--factory", help="IVF factory above 200k [default: the library's choice for N]")
     parser.add_argument("--report-only", action="store_true", help="rewrite the .md from the .json")
     args = parser.parse_args()

@@ -176,6 +176,10 @@ def _no_kernel(q, k, v, seqlens):
     )
 
 
+def _wrong_architecture(q, k, v, seqlens):
+    raise RuntimeError("CUDA error: no kernel image is available for execution on the device")
+
+
 def _naive_kernel(q, k, v, seqlens):
     qkv = torch.stack([q[0], k[0], v[0]], dim=1)
     return naive_block_attention(qkv, list(seqlens)).to(q.dtype)[None]
@@ -190,6 +194,9 @@ def test_xformers_without_kernels_falls_back_to_sdpa_with_a_warning():
     assert chosen.name == "sdpa"
     with pytest.raises(BitextmineError, match=r"^attention backend xformers: xFormers has no float32 kernel"):
         checked_xformers(backend, torch.device("cpu"), head_dim=8, strict=True)
+    built_for_other_gpus = XFormersBlockDiagonal(fake_fmha(_wrong_architecture))
+    with pytest.warns(BitextmineWarning, match=r"\(CUDA error: no kernel image is available"):
+        assert checked_xformers(built_for_other_gpus, torch.device("cpu"), 8, strict=False).name == "sdpa"
 
 
 def test_xformers_with_kernels_is_kept_and_attends_within_sentences():

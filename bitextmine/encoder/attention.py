@@ -84,7 +84,7 @@ def without_cudnn_attention() -> contextlib.AbstractContextManager:
 
     On Hopper GPUs PyTorch prefers cuDNN attention for bf16, which builds a cuDNN graph for every new
     shape: ~3 ms of CPU per call against ~6 us of GPU work. Packed batches bring a new (sentences,
-    length) shape almost every call, which made bf16 encoding 10x slower than fp32 on an H100."""
+    length) shape almost every call, which made bf16 encoding 10-13x slower than fp32 on an H100."""
     return sdpa_kernel(_SDPA_BACKENDS)
 
 
@@ -163,9 +163,11 @@ class XFormersBlockDiagonal:
         """None when xFormers runs block-diagonal attention here in every PROBE_DTYPE, else why not."""
         for dtype in self.PROBE_DTYPES:
             qkv = torch.zeros(3, 3, 1, head_dim, device=device, dtype=dtype)
+            # NotImplementedError: its dispatcher found no kernel for these inputs; RuntimeError: a kernel
+            # that cannot run on this GPU (built for other architectures)
             try:
                 self(qkv, [1, 2], 0.0)
-            except NotImplementedError as exc:  # xFormers' dispatcher found no kernel for these inputs
+            except (NotImplementedError, RuntimeError) as exc:
                 return (
                     f"xFormers has no {str(dtype).removeprefix('torch.')} kernel here ({_first_reason(exc)})"
                 )
@@ -177,7 +179,7 @@ class XFormersBlockDiagonal:
         return self._fmha.memory_efficient_attention(q, k, v, attn_bias=bias, p=dropout_p)[0]
 
 
-def _first_reason(exc: NotImplementedError) -> str:
+def _first_reason(exc: Exception) -> str:
     """The first operator's first reason in xFormers' "No operator found" message."""
     lines = [line.strip() for line in str(exc).splitlines()]
     reasons = [after for before, after in itertools.pairwise(lines) if before.endswith("because:")]

@@ -10,12 +10,15 @@ importable where the job runs.
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 import time
 import tomllib
 import traceback
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -190,6 +193,26 @@ def _call_job(fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> An
         return _UserError(str(exc))
 
 
+@contextmanager
+def _interruptible_children(local: bool) -> Iterator[None]:
+    """submitit-local cancels a job by sending SIGINT to its controller process, which inherits an
+    ignored SIGINT from us: a command started with `cmd &` by a non-interactive shell ignores SIGINT,
+    and its cancelled jobs would then run on. While local jobs start, SIGINT raises KeyboardInterrupt
+    here instead (an ignored signal stays ignored across exec, a handled one is reset to default)."""
+    ignored = (
+        local
+        and threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    )
+    if ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        if ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _import_submitit(launcher: str) -> Any:
     try:
         import submitit
@@ -274,9 +297,10 @@ class _SubmititRun:
         indices = [self.queue.popleft() for _ in range(count)]
         batch = [self.jobs[i] for i in indices]
         try:
-            handles = self.executor.map_array(
-                _call_job, [j.fn for j in batch], [j.args for j in batch], [j.kwargs for j in batch]
-            )
+            with _interruptible_children(self.config.launcher != "slurm"):
+                handles = self.executor.map_array(
+                    _call_job, [j.fn for j in batch], [j.args for j in batch], [j.kwargs for j in batch]
+                )
         except (self.errors.UncompletedJobError, self.errors.FailedSubmissionError) as exc:
             message = f"submitting {count} {self.step} job(s) failed: {str(exc).strip()}"
             raise BitextmineError(message) from exc

@@ -13,7 +13,7 @@ from transformers import AutoModel
 from bitextmine.encoder.attention import BlockDiagonalSDPA, XFormersBlockDiagonal, select_attention
 from bitextmine.encoder.encoder import SentenceEncoder
 from bitextmine.encoder.packed import PackedBertForward, head_dim_of
-from tests.test_packed import max_length, padded_reference, random_sequences
+from tests.test_packed import max_length, packed_hidden, padded_reference, random_sequences
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 CUDA = torch.device("cuda")
@@ -23,13 +23,6 @@ SENTENCES = [
     "Prices rose sharply in the second quarter, analysts said on Tuesday.",
     "a",
 ]
-
-
-def packed_hidden(model, sequences: list[list[int]], attention) -> list[torch.Tensor]:
-    stream = torch.tensor([t for s in sequences for t in s], device=CUDA)
-    with torch.no_grad():
-        hidden = PackedBertForward(model, attention)(stream, [len(s) for s in sequences])
-    return list(torch.split(hidden, [len(s) for s in sequences]))
 
 
 @pytest.mark.parametrize("kind", ["bert", "xlm-roberta"])

@@ -43,9 +43,11 @@ def random_sequences(model, lengths: list[int], seed: int) -> list[list[int]]:
     return [[rng.choice([t for t in range(5, vocab) if t != pad]) for _ in range(n)] for n in lengths]
 
 
-def packed_hidden(model, sequences: list[list[int]]) -> list[torch.Tensor]:
-    forward = PackedBertForward(model, BlockDiagonalSDPA())
-    stream = torch.tensor([t for s in sequences for t in s])
+def packed_hidden(model, sequences: list[list[int]], attention=None) -> list[torch.Tensor]:
+    """Hidden states of each sequence from the packed forward (SDPA unless `attention` is given), on the
+    model's device."""
+    forward = PackedBertForward(model, attention or BlockDiagonalSDPA())
+    stream = torch.tensor([t for s in sequences for t in s], device=next(model.parameters()).device)
     with torch.no_grad():
         hidden = forward(stream, [len(s) for s in sequences])
     return list(torch.split(hidden, [len(s) for s in sequences]))

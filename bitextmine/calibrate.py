@@ -12,7 +12,8 @@ from bitextmine.bucc import BuccError, BuccSplit, Scores, SweepResult, score_pai
 from bitextmine.corpus import clean_line, open_binary
 from bitextmine.embed_cache import embed
 from bitextmine.encoder.encoder import ProgressCallback, SentenceEncoder
-from bitextmine.mine import Candidates, mine_arrays
+from bitextmine.mine import mine_arrays
+from bitextmine.selection import Candidates
 
 
 @dataclass

@@ -8,50 +8,18 @@ recomputed from the stored vectors, never taken from a compressed index.
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
-from bitextmine.margin import check_margin, margin_scores
-from bitextmine.neighbors import exact_knn, rerank
-
-STRATEGIES = ("max", "intersect", "fwd", "bwd")
+from bitextmine.neighbors import Neighbours, exact_knn, rerank
+from bitextmine.selection import Candidates, select_candidates
 
 SearchFn = Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]  # (queries, k) -> (sims, ids)
 TakeFn = Callable[[np.ndarray], np.ndarray]  # row ids -> float32 vectors
-
-
-@dataclass
-class Neighbours:
-    """The k nearest neighbours of every query: exact cosines (NaN where none was found) and ids (-1)."""
-
-    sims: np.ndarray  # float32 [n, k]
-    ids: np.ndarray  # int64 [n, k]
-
-    @property
-    def mean(self) -> np.ndarray:
-        """Mean cosine to the neighbours found (the margin's neighbourhood term)."""
-        found = self.ids >= 0
-        total = np.where(found, self.sims, 0.0).sum(1, dtype=np.float64)
-        return total / np.maximum(found.sum(1), 1)
-
-
-@dataclass
-class Candidates:
-    """One-to-one candidate pairs sorted by decreasing score."""
-
-    src: np.ndarray  # int64 row ids
-    tgt: np.ndarray  # int64 row ids
-    score: np.ndarray  # float64
-    cosine: np.ndarray  # float64
-
-    def __len__(self) -> int:
-        return len(self.src)
-
-    def above(self, threshold: float) -> Candidates:
-        keep = self.score >= threshold
-        return Candidates(self.src[keep], self.tgt[keep], self.score[keep], self.cosine[keep])
 
 
 @dataclass
@@ -103,71 +71,6 @@ def merge_top_k(
     return cos, ids
 
 
-def select_candidates(fwd: Neighbours, bwd: Neighbours, margin: str, strategy: str) -> Candidates:
-    """Best candidate of each sentence in the chosen direction(s), then a greedy one-to-one pass.
-
-    `fwd` holds the target neighbours of each source sentence, `bwd` the source neighbours of each
-    target sentence. `max` pools both directions' best candidates; `intersect` keeps mutual bests.
-    Pairs are taken by decreasing score and a pair is dropped when its source or target was used.
-    """
-    check_margin(margin)
-    if strategy not in STRATEGIES:
-        raise ValueError(f"unknown candidate strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
-    fwd_mean, bwd_mean = fwd.mean, bwd.mean
-    f_src, f_tgt, f_score, f_cos = _best(fwd, fwd_mean, bwd_mean, margin, forward=True)
-    b_src, b_tgt, b_score, b_cos = _best(bwd, fwd_mean, bwd_mean, margin, forward=False)
-    if strategy == "fwd":
-        pools = [(f_src, f_tgt, f_score, f_cos)]
-    elif strategy == "bwd":
-        pools = [(b_src, b_tgt, b_score, b_cos)]
-    elif strategy == "max":
-        pools = [(f_src, f_tgt, f_score, f_cos), (b_src, b_tgt, b_score, b_cos)]
-    else:
-        best_src_of_tgt = np.full(len(bwd.ids), -1, dtype=np.int64)
-        best_src_of_tgt[b_tgt] = b_src
-        mutual = best_src_of_tgt[f_tgt] == f_src
-        pools = [(f_src[mutual], f_tgt[mutual], f_score[mutual], f_cos[mutual])]
-    src, tgt, score, cos = (np.concatenate(parts) for parts in zip(*pools, strict=True))
-    return _one_to_one(src, tgt, score, cos)
-
-
-def _best(
-    hits: Neighbours, fwd_mean: np.ndarray, bwd_mean: np.ndarray, margin: str, *, forward: bool
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(src, tgt, score, cosine) of the best-scoring neighbour of every query that has one."""
-    queries = np.arange(len(hits.ids))
-    found = hits.ids >= 0
-    other = np.where(found, hits.ids, 0)
-    if forward:
-        scores = margin_scores(hits.sims.astype(np.float64), fwd_mean[:, None], bwd_mean[other], margin)
-    else:
-        scores = margin_scores(hits.sims.astype(np.float64), fwd_mean[other], bwd_mean[:, None], margin)
-    scores = np.where(found, scores, -np.inf)
-    column = scores.argmax(1)
-    has = found.any(1)
-    queries, column = queries[has], column[has]
-    best = other[queries, column]
-    score = scores[queries, column]
-    cos = hits.sims[queries, column].astype(np.float64)
-    return (queries, best, score, cos) if forward else (best, queries, score, cos)
-
-
-def _one_to_one(src: np.ndarray, tgt: np.ndarray, score: np.ndarray, cos: np.ndarray) -> Candidates:
-    order = np.argsort(-score, kind="stable")
-    used_src: set[int] = set()
-    used_tgt: set[int] = set()
-    keep = []
-    for i in order.tolist():
-        s, t = int(src[i]), int(tgt[i])
-        if s in used_src or t in used_tgt:
-            continue
-        used_src.add(s)
-        used_tgt.add(t)
-        keep.append(i)
-    picked = np.asarray(keep, dtype=np.int64)
-    return Candidates(src[picked], tgt[picked], score[picked], cos[picked])
-
-
 def mine_arrays(
     src: np.ndarray, tgt: np.ndarray, *, k: int = 4, margin: str = "ratio", strategy: str = "max"
 ) -> Candidates:
@@ -179,4 +82,9 @@ def mine_arrays(
             lambda: [(0, queries)], len(queries), [shard], lambda i: base[i], min(k, len(base))
         )
 
-    return select_candidates(neighbours(src, tgt), neighbours(tgt, src), margin, strategy)
+    fwd, bwd = neighbours(src, tgt), neighbours(tgt, src)
+    with tempfile.TemporaryDirectory(prefix="bitextmine-selection-") as scratch:
+        selected = select_candidates(
+            lambda: [(0, fwd)], lambda: [(0, bwd)], (len(src), len(tgt)), margin, strategy, Path(scratch)
+        )
+        return Candidates.from_records(selected)

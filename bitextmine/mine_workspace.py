@@ -22,13 +22,17 @@ from bitextmine.index import IndexInfo, load_index, load_index_info, search
 from bitextmine.index_shards import ShardedIndex, release_index
 from bitextmine.launcher import ShardJob
 from bitextmine.lock import workspace_locks
-from bitextmine.mine import Candidates, Neighbours, SearchShard, find_neighbours, select_candidates
+from bitextmine.mine import SearchShard, find_neighbours
+from bitextmine.neighbors import Neighbours
+from bitextmine.selection import NeighbourBlocks, select_candidates
 from bitextmine.store import EmbeddingStore, ShardedVectors
 from bitextmine.thresholds import calibrated_threshold
 from bitextmine.workspace import Workspace
 
 HISTOGRAM_BINS = 50
 NEIGHBOURS_DIR = ".neighbours"
+SELECTION_DIR = "selection"  # scratch of the candidate selection, inside a plan's neighbour dir
+SELECTION_BLOCK_ROWS = 1_000_000  # neighbour lists scored at once
 NEIGHBOUR_DTYPE = np.dtype([("id", "<i8"), ("cos", "<f4")])
 
 
@@ -172,13 +176,24 @@ def _mine(
         _run_here(jobs, progress)
     else:
         run_jobs([job for job in jobs if not job_done(job)])
-    fwd = _load_neighbours(work, "fwd", len(src.vectors))
-    bwd = _load_neighbours(work, "bwd", len(tgt.vectors))
-    candidates = select_candidates(fwd, bwd, options.margin, options.strategy)
-    del fwd, bwd
-    kept = candidates if threshold is None else candidates.above(threshold)
+    sizes = (len(src.vectors), len(tgt.vectors))
+    scratch = work / SELECTION_DIR
+    shutil.rmtree(scratch, ignore_errors=True)  # left by a killed run
+    candidates = select_candidates(
+        _neighbour_blocks(work, "fwd", sizes[0]),
+        _neighbour_blocks(work, "bwd", sizes[1]),
+        sizes,
+        options.margin,
+        options.strategy,
+        scratch,
+    )
+    candidate_count = len(candidates)
+    kept = candidate_count if threshold is None else _count_at_least(candidates["score"], threshold)
     output = workspace.mined_dir() / f"{pair}.tsv.zst"
-    preview = write_mined(output, kept, src, tgt)
+    preview = write_mined(output, candidates[:kept], src, tgt)
+    histogram = _histogram(candidates["score"])
+    del candidates
+    shutil.rmtree(scratch)
     _remove_other_plans(work)
     stats_path = workspace.mined_dir() / f"{pair}.stats.json"
     seconds = time.perf_counter() - started
@@ -191,11 +206,11 @@ def _mine(
             "counts": {
                 "src_sentences": len(src.vectors),
                 "tgt_sentences": len(tgt.vectors),
-                "one_to_one_candidates": len(candidates),
-                "kept": len(kept),
+                "one_to_one_candidates": candidate_count,
+                "kept": kept,
             },
             "indexes": {src_lang: src_info.to_json(), tgt_lang: tgt_info.to_json()},
-            "score_histogram": _histogram(candidates.score),
+            "score_histogram": histogram,
             "seconds": seconds,
         },
     )
@@ -203,8 +218,8 @@ def _mine(
         pair,
         len(src.vectors),
         len(tgt.vectors),
-        len(candidates),
-        len(kept),
+        candidate_count,
+        kept,
         threshold,
         output,
         stats_path,
@@ -314,14 +329,28 @@ def neighbours_job(task: NeighbourTask, progress: Callable[[int], None] | None =
     return task.queries
 
 
-def _load_neighbours(work: Path, direction: str, rows: int) -> Neighbours:
-    lists = [np.load(part) for part in sorted(work.glob(f"{direction}-*.npy"))]
-    found = Neighbours(
-        np.concatenate([part["cos"] for part in lists]), np.concatenate([part["id"] for part in lists])
+def _neighbour_blocks(work: Path, direction: str, rows: int) -> NeighbourBlocks:
+    """The saved neighbour lists of one direction, SELECTION_BLOCK_ROWS queries at a time."""
+    parts = [np.load(path, mmap_mode="r") for path in sorted(work.glob(f"{direction}-*.npy"))]
+    covered = sum(len(part) for part in parts)
+    if covered != rows:
+        raise BitextmineError(f"{work}: neighbour lists cover {covered} of {rows} rows; rerun mine")
+
+    def blocks() -> Iterator[tuple[int, Neighbours]]:
+        first = 0
+        for part in parts:
+            for start in range(0, len(part), SELECTION_BLOCK_ROWS):
+                lists = part[start : start + SELECTION_BLOCK_ROWS]
+                yield first + start, Neighbours(np.array(lists["cos"]), np.array(lists["id"]))
+            first += len(part)
+
+    return blocks
+
+
+def _count_at_least(scores: np.ndarray, threshold: float, chunk: int = SELECTION_BLOCK_ROWS) -> int:
+    return sum(
+        int(np.count_nonzero(scores[a : a + chunk] >= threshold)) for a in range(0, len(scores), chunk)
     )
-    if len(found.ids) != rows:
-        raise BitextmineError(f"{work}: neighbour lists cover {len(found.ids)} of {rows} rows; rerun mine")
-    return found
 
 
 def _remove_other_plans(work: Path) -> None:
@@ -332,20 +361,20 @@ def _remove_other_plans(work: Path) -> None:
 
 
 def write_mined(
-    path: Path, pairs: Candidates, src: Language, tgt: Language, preview: int = 10, chunk: int = 500_000
+    path: Path, pairs: np.ndarray, src: Language, tgt: Language, preview: int = 10, chunk: int = 500_000
 ) -> list:
-    """Write `score<TAB>src<TAB>tgt<TAB>src id<TAB>tgt id` lines by decreasing score, zstd-compressed,
-    looking sentences up `chunk` pairs at a time.
+    """Write `score<TAB>src<TAB>tgt<TAB>src id<TAB>tgt id` lines for candidate records (CANDIDATE_DTYPE,
+    by decreasing score), zstd-compressed, looking sentences up `chunk` pairs at a time.
 
     Ids are ``SOURCE:LINE``: the index of the input file given to `encode` and its 1-based line number.
     """
     shown = []
     with atomic_open(path, "wb") as raw, zstandard.ZstdCompressor().stream_writer(raw) as out:
         for first in range(0, len(pairs), chunk):
-            part = slice(first, first + chunk)
-            src_rows = lookup_rows(src.corpus_dir, src.corpus, pairs.src[part])
-            tgt_rows = lookup_rows(tgt.corpus_dir, tgt.corpus, pairs.tgt[part])
-            for score, s, t in zip(pairs.score[part].tolist(), src_rows, tgt_rows, strict=True):
+            part = pairs[first : first + chunk]
+            src_rows = lookup_rows(src.corpus_dir, src.corpus, part["src"])
+            tgt_rows = lookup_rows(tgt.corpus_dir, tgt.corpus, part["tgt"])
+            for score, s, t in zip(part["score"].tolist(), src_rows, tgt_rows, strict=True):
                 out.write(
                     f"{score:.6f}\t{s.text}\t{t.text}\t{s.source}:{s.line}\t{t.source}:{t.line}\n".encode()
                 )
@@ -355,9 +384,18 @@ def write_mined(
     return shown
 
 
-def _histogram(scores: np.ndarray) -> dict[str, list[float]]:
-    finite = scores[np.isfinite(scores)]
-    if not len(finite):
+def _histogram(scores: np.ndarray, chunk: int = SELECTION_BLOCK_ROWS) -> dict[str, list[float]]:
+    """np.histogram of the finite scores in HISTOGRAM_BINS bins over their range, counted in chunks."""
+
+    def finite_parts() -> Iterator[np.ndarray]:
+        for start in range(0, len(scores), chunk):
+            part = np.asarray(scores[start : start + chunk])
+            yield part[np.isfinite(part)]
+
+    ranges = [(part.min(), part.max()) for part in finite_parts() if len(part)]
+    if not ranges:
         return {"edges": [], "counts": []}
-    counts, edges = np.histogram(finite, bins=HISTOGRAM_BINS)
+    span = (min(low for low, _ in ranges), max(high for _, high in ranges))
+    counts = sum(np.histogram(part, bins=HISTOGRAM_BINS, range=span)[0] for part in finite_parts())
+    edges = np.histogram_bin_edges(np.zeros(0), bins=HISTOGRAM_BINS, range=span)
     return {"edges": [round(float(e), 6) for e in edges], "counts": counts.tolist()}

@@ -3,9 +3,25 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import faiss
 import numpy as np
+
+
+@dataclass
+class Neighbours:
+    """The k nearest neighbours of every query: exact cosines (NaN where none was found) and ids (-1)."""
+
+    sims: np.ndarray  # float32 [n, k]
+    ids: np.ndarray  # int64 [n, k]
+
+    @property
+    def mean(self) -> np.ndarray:
+        """Mean cosine to the neighbours found (the margin's neighbourhood term)."""
+        found = self.ids >= 0
+        total = np.where(found, self.sims, 0.0).sum(1, dtype=np.float64)
+        return total / np.maximum(found.sum(1), 1)
 
 
 def exact_knn(queries: np.ndarray, base: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -10,8 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bitextmine.margin import MARGINS
-from bitextmine.mine import STRATEGIES, SearchShard, find_neighbours, merge_top_k, mine_arrays
+from bitextmine.mine import SearchShard, find_neighbours, merge_top_k, mine_arrays
 from bitextmine.neighbors import exact_knn
+from bitextmine.selection import STRATEGIES
 
 
 def unit(x: np.ndarray) -> np.ndarray:

@@ -1,0 +1,125 @@
+"""Candidate selection in blocks: the same pairs as one in-memory pass, in memory that does not grow with
+the corpus. (Selection against the brute-force miner is tested through `mine_arrays` in test_mine.)"""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bitextmine.margin import MARGINS
+from bitextmine.neighbors import Neighbours, exact_knn
+from bitextmine.selection import STRATEGIES, _greedy, select_candidates
+
+from .test_mine import bitext
+
+
+def in_blocks(lists: Neighbours, rows: int):
+    """A re-iterable NeighbourBlocks over in-memory lists, `rows` queries a block."""
+    return lambda: [
+        (a, Neighbours(lists.sims[a : a + rows], lists.ids[a : a + rows]))
+        for a in range(0, len(lists.ids), rows)
+    ]
+
+
+def knn(queries: np.ndarray, base: np.ndarray, k: int) -> Neighbours:
+    sims, ids = exact_knn(queries, base, k)
+    return Neighbours(sims.astype(np.float32), ids.astype(np.int64))
+
+
+def with_duplicates(seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """A bitext where many rows are exact copies, so scores tie and hubs collect many candidates."""
+    src, tgt = bitext(70, 55, pairs=25, dim=8, seed=seed)
+    rng = np.random.default_rng(seed)
+    src[rng.integers(0, 70, 30)] = src[rng.integers(0, 70, 30)]
+    tgt[rng.integers(0, 55, 25)] = tgt[rng.integers(0, 55, 25)]
+    return src, tgt
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("margin", MARGINS)
+def test_blocks_and_merge_windows_do_not_change_the_selection(tmp_path, strategy, margin):
+    src, tgt = with_duplicates(seed=len(strategy) + len(margin))
+    fwd, bwd = knn(src, tgt, 4), knn(tgt, src, 4)
+    sizes = (len(src), len(tgt))
+    whole = select_candidates(in_blocks(fwd, 70), in_blocks(bwd, 55), sizes, margin, strategy, tmp_path / "a")
+    assert len(whole) and np.all(np.diff(whole["score"]) <= 0)
+    for rows, merge_rows in [(1, 1), (7, 5), (20, 3), (33, 1000)]:
+        scratch = tmp_path / f"{rows}-{merge_rows}"
+        blocked = select_candidates(
+            in_blocks(fwd, rows), in_blocks(bwd, rows), sizes, margin, strategy, scratch, merge_rows
+        )
+        assert blocked.tobytes() == whole.tobytes(), (rows, merge_rows)
+
+
+def sequential_greedy(src: list[int], tgt: list[int], used_src: set[int], used_tgt: set[int]) -> list[bool]:
+    taken = []
+    for s, t in zip(src, tgt, strict=True):
+        take = s not in used_src and t not in used_tgt
+        if take:
+            used_src.add(s)
+            used_tgt.add(t)
+        taken.append(take)
+    return taken
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    pairs=st.lists(st.tuples(st.integers(0, 6), st.integers(0, 6)), max_size=40),
+    used=st.tuples(st.sets(st.integers(0, 6), max_size=3), st.sets(st.integers(0, 6), max_size=3)),
+)
+def test_greedy_rounds_take_what_the_sequential_pass_takes(pairs, used):
+    batch = np.zeros(len(pairs), dtype=[("src", "<i8"), ("tgt", "<i8")])
+    batch["src"], batch["tgt"] = [p[0] for p in pairs], [p[1] for p in pairs]
+    used_src, used_tgt = np.zeros(7, bool), np.zeros(7, bool)
+    used_src[list(used[0])], used_tgt[list(used[1])] = True, True
+    want_src, want_tgt = set(used[0]), set(used[1])
+    want = sequential_greedy(batch["src"].tolist(), batch["tgt"].tolist(), want_src, want_tgt)
+    assert _greedy(batch, used_src, used_tgt).tolist() == want
+    assert set(np.flatnonzero(used_src)) == want_src and set(np.flatnonzero(used_tgt)) == want_tgt
+
+
+def random_lists(queries: int, base: int, rows: int, seed: int, chunk: int = 20_000):
+    """NeighbourBlocks of random k = 4 lists over `base` rows, `rows` (a multiple of `chunk`) a block,
+    generated `chunk` rows at a time, so the lists never exist whole unless `rows` covers them all."""
+
+    def part(first: int) -> Neighbours:
+        rng = np.random.default_rng([seed, first])
+        n = min(chunk, queries - first)
+        sims = -np.sort(-rng.uniform(0.3, 0.9, (n, 4)).astype(np.float32), axis=1)
+        return Neighbours(sims, rng.integers(0, base, (n, 4)))
+
+    def block(first: int) -> Neighbours:
+        parts = [part(a) for a in range(first, min(first + rows, queries), chunk)]
+        return Neighbours(np.concatenate([p.sims for p in parts]), np.concatenate([p.ids for p in parts]))
+
+    return lambda: ((first, block(first)) for first in range(0, queries, rows))
+
+
+def test_selection_memory_does_not_grow_with_the_corpus(tmp_path):
+    """400k sentences a side: the lists alone would take 38 MB and the pooled candidates 32 MB; the
+    blocked selection's own allocations stay near one block and one merge window."""
+    n = 400_000
+    fwd, bwd = random_lists(n, n, 20_000, seed=1), random_lists(n, n, 20_000, seed=2)
+    tracemalloc.start()
+    try:
+        selected = select_candidates(
+            fwd, bwd, (n, n), "ratio", "max", tmp_path / "blocked", merge_rows=50_000
+        )
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 12e6, f"selection allocated {peak / 1e6:.1f} MB at its peak"
+    assert 0.5 * n < len(selected) <= n
+    whole = select_candidates(
+        random_lists(n, n, n, seed=1),
+        random_lists(n, n, n, seed=2),
+        (n, n),
+        "ratio",
+        "max",
+        tmp_path / "whole",
+    )
+    assert whole.tobytes() == selected.tobytes()

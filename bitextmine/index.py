@@ -83,15 +83,28 @@ class IndexInfo:
         return cls(**data)
 
 
-def choose_factory(n: int, dim: int) -> str:
-    """The index for `n` vectors of `dim` dimensions: exact, IVF-Flat, or OPQ+IVF-PQ (see FLAT_MAX)."""
+def choose_factory(n: int, dim: int, list_size: int | None = None) -> str:
+    """The index for `n` vectors of `dim` dimensions: exact, IVF-Flat, or OPQ+IVF-PQ (see FLAT_MAX).
+
+    With `list_size`, always IVF: n / list_size lists behind an HNSW coarse quantizer, so that a query
+    at a given nprobe scans the same number of vectors whatever n (the default list count grows like
+    sqrt(n), and so does the list length).
+    """
+    if list_size is not None:
+        nlist = max(1, min(round(n / list_size), n // POINTS_PER_LIST))
+        return _with_storage(n, dim, f"IVF{nlist}_HNSW32")
     if n <= FLAT_MAX:
         return "Flat"
+    return _with_storage(n, dim, f"IVF{_lists(n, 4 if n <= IVF_FLAT_MAX else 16)}")
+
+
+def _with_storage(n: int, dim: int, ivf: str) -> str:
+    """Full vectors in the lists up to IVF_FLAT_MAX, else OPQ-rotated PQ codes of dim / 8 bytes."""
     if n <= IVF_FLAT_MAX:
-        return f"IVF{_lists(n, 4)},Flat"
+        return f"{ivf},Flat"
     m = max(d for d in range(1, max(1, dim // 8) + 1) if dim % d == 0)
     # "np": no polysemous training, which only serves Hamming-filtered search and cost ~3 s per sub-quantizer
-    return f"OPQ{m},IVF{_lists(n, 16)},PQ{m}np"
+    return f"OPQ{m},{ivf},PQ{m}np"
 
 
 def _lists(n: int, per_sqrt: int) -> int:

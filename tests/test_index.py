@@ -107,6 +107,25 @@ def test_chosen_factories_are_valid_faiss_strings(n, dim):
         assert faiss.extract_index_ivf(index).nlist * 39 <= training_rows(factory, n)
 
 
+@pytest.mark.parametrize(
+    ("n", "dim", "list_size", "expected"),
+    [
+        (300_000, 384, 366, "IVF820_HNSW32,Flat"),
+        (3_000_000, 384, 366, "IVF8197_HNSW32,Flat"),
+        (100_000, 384, 1000, "IVF100_HNSW32,Flat"),  # IVF even where the default is exact search
+        (10**9, 384, 4096, "OPQ48,IVF244141_HNSW32,PQ48np"),
+        (100, 32, 5, "IVF2_HNSW32,Flat"),  # at most n / 39 lists: k-means needs 39 points a centroid
+        (10, 32, 5, "IVF1_HNSW32,Flat"),
+    ],
+)
+def test_a_list_size_fixes_the_list_length(n, dim, list_size, expected):
+    factory = choose_factory(n, dim, list_size)
+    assert factory == expected
+    index = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
+    nlist = faiss.extract_index_ivf(index).nlist
+    assert nlist == 1 or nlist * 39 <= training_rows(factory, n)
+
+
 def test_nprobe_and_training_rules():
     assert default_nprobe("Flat") is None
     assert default_nprobe("OPQ48,IVF32768,PQ48np") == 4096

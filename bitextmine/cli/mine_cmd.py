@@ -53,6 +53,15 @@ def index(
         str | None,
         typer.Option(help="FAISS factory string, e.g. 'IVF4096,Flat' \\[default: chosen by size]."),
     ] = None,
+    list_size: Annotated[
+        int | None,
+        typer.Option(
+            help="Vectors per IVF list: N / L lists behind an HNSW coarse quantizer, so a query at a "
+            "given --nprobe scans the same number of vectors whatever N (k-means training grows "
+            "with the list count) \\[default: about 4 sqrt(N) lists, 16 sqrt(N) above 4M vectors].",
+            min=1,
+        ),
+    ] = None,
     nprobe: Annotated[
         int | None,
         typer.Option(help="IVF lists probed per query \\[default: tuned for --target-recall].", min=1),
@@ -109,6 +118,8 @@ def index(
 
     workspace = Workspace(workdir)
     with user_errors():
+        if factory is not None and list_size is not None:
+            raise BitextmineError("give --factory or --list-size, not both")
         config = launcher_config_from_options(
             "index",
             workspace.root / "logs" / "index",
@@ -127,6 +138,8 @@ def index(
             language = open_language(workspace, lang)
             queries = recall_queries(workspace, lang, queries_from, 1000, seed)
             vectors = language.vectors
+            if list_size is not None:
+                factory = choose_factory(len(vectors), vectors.dim, list_size)
             chosen = factory or choose_factory(len(vectors), vectors.dim)
             ranges = plan_ranges(len(vectors), chosen, vectors.dim, max_memory and max_memory * 1e9)
             options = dict(

@@ -6,15 +6,17 @@ re-normalised) so that every copy is a distinct vector near a real one, and a te
 ("de 123") so `mine` can write its output. Then, each in its own process (peak RSS from wait4):
 `bitextmine index` for both languages with the library's IVF-Flat list count for N and a fixed nprobe,
 and `bitextmine mine de en --threshold T`. Recall@4 compares the neighbour lists `mine` saved with exact
-search for a sample of source queries.
+search for a sample of source queries. With `--list-size L` the indexes are built with
+`bitextmine index --list-size L` (N / L lists, HNSW coarse quantizer) instead: a series of rows of its own,
+to show the time at a fixed list length.
 
 Where mining at the index's nprobe would take hours here, `--mine-nprobe` mines with fewer probes: peak
 RSS is the same (same index, same neighbour lists), and the row also shows the search time at the index's
 nprobe estimated from the index's own recall probe (its ms per 1,000 other-language queries x 2N).
 
 Usage: python examples/benchmarks/bench_scale.py [--sizes 100000,300000,1000000,3000000] [--nprobe 8]
-       [--factory IVF8192_HNSW32,Flat] [--mine-nprobe 1] [--keep] [--reuse]
-       (results of other sizes in --out are kept)
+       [--factory IVF8192_HNSW32,Flat | --list-size 366] [--mine-nprobe 1] [--keep] [--reuse]
+       (results of other sizes and series in --out are kept)
 Needs the demo workspace's embeddings (`make demo`).
 """
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import itertools
 import json
 import os
 import platform
@@ -142,8 +145,11 @@ CLI = [sys.executable, "-m", "bitextmine"]
 def run_size(n: int, args: argparse.Namespace, bases: dict[str, np.ndarray], earlier: dict | None) -> dict:
     from bitextmine.index import choose_factory
 
-    work = args.scratch / f"n{n}"
-    factory = "Flat" if n <= 200_000 else args.factory or choose_factory(n, 384)
+    work = args.scratch / (f"n{n}" if args.list_size is None else f"n{n}-list{args.list_size}")
+    if args.list_size is not None:
+        factory = choose_factory(n, 384, args.list_size)
+    else:
+        factory = "Flat" if n <= 200_000 else args.factory or choose_factory(n, 384)
     ivf = "IVF" in factory
     reused = args.reuse and reusable(work, factory)
     if reused:
@@ -159,6 +165,7 @@ def run_size(n: int, args: argparse.Namespace, bases: dict[str, np.ndarray], ear
     result.update(
         n=n,
         factory=factory,
+        list_size=args.list_size,
         mine_s=round(seconds, 1),
         mine_rss_gb=round(rss, 2),
         mine_anon_gb=round(anon, 2),
@@ -215,7 +222,8 @@ def prepare_and_index(work: Path, n: int, factory: str, args: argparse.Namespace
         write_language(work, lang, bases[lang], n, args.sigma, seed)
     result: dict = {"prepare_s": round(time.perf_counter() - started, 1)}
     for lang, other in (("de", "en"), ("en", "de")):
-        command = [*CLI, "index", lang, "-w", str(work), "--factory", factory, "--queries-from", other]
+        command = [*CLI, "index", lang, "-w", str(work), "--queries-from", other]
+        command += ["--factory", factory] if args.list_size is None else ["--list-size", str(args.list_size)]
         if "IVF" in factory:
             command += ["--nprobe", str(args.nprobe)]
         seconds, rss, anon, _ = timed(command)
@@ -247,9 +255,10 @@ def report(results: list[dict], args: argparse.Namespace) -> str:
         "lists). ns per listed vector: mine's time per query divided by the vectors its probes list if "
         "lists were equal (nprobe x N / nlist; N for Flat).",
         "",
-        "| N per side | index | nprobe (index / mine) | list imbalance | index de s | index peak GB (anon) "
+        "| N per side | index | list length | nprobe (index / mine) | list imbalance | index de s "
+        "| index peak GB (anon) "
         "| mine s | mine peak GB (anon) | s per 1M queries | ns per listed vector | recall@4 | pairs kept |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         probes = "-" if r["nprobe"] is None else f"{r['nprobe']} / {r.get('mine_nprobe', r['nprobe'])}"
@@ -259,19 +268,29 @@ def report(results: list[dict], args: argparse.Namespace) -> str:
         )
         mine_peak = _peak([r["mine_rss_gb"]], [r.get("mine_anon_gb")])
         lines.append(
-            f"| {r['n']:,} | {r['factory']} | {probes} | {_cell(r.get('imbalance'))} | {r['index_de_s']} "
+            f"| {r['n']:,} | {r['factory']} | {_cell(_rounded(list_length(r)))} | {probes} "
+            f"| {_cell(r.get('imbalance'))} | {r['index_de_s']} "
             f"| {index_peak} | {r['mine_s']} | {mine_peak} | {r['s_per_million_queries']} "
             f"| {ns_per_listed_vector(r):.0f} | {r['recall_at_4']} | {r['kept']:,} |"
         )
     return "\n".join([*lines, "", *notes(results)]) + "\n"
 
 
+def row_order(r: dict) -> tuple[int, int]:
+    """The library's default index rule first, then each fixed list size; by N within each."""
+    return (r.get("list_size") or 0, r["n"])
+
+
+def list_length(r: dict) -> float | None:
+    """Vectors per inverted list if the lists were equal (None: Flat)."""
+    nlist = re.search(r"IVF(\d+)", r["factory"])
+    return None if nlist is None else r["n"] / int(nlist.group(1))
+
+
 def listed_vectors(r: dict) -> float:
     """Vectors one query's probes list when the inverted lists are equal (every vector for Flat)."""
-    nlist = re.search(r"IVF(\d+)", r["factory"])
-    if nlist is None:
-        return r["n"]
-    return r.get("mine_nprobe", r["nprobe"]) * r["n"] / int(nlist.group(1))
+    length = list_length(r)
+    return r["n"] if length is None else r.get("mine_nprobe", r["nprobe"]) * length
 
 
 def ns_per_listed_vector(r: dict) -> float:
@@ -285,6 +304,10 @@ def _peak(rss: list[float | None], anon: list[float | None]) -> str:
     return _cell(most_rss) + ("" if most_anon is None else f" ({most_anon:g})")
 
 
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
+
+
 def _cell(value: float | None) -> str:
     return "-" if value is None else f"{value:g}"
 
@@ -296,10 +319,15 @@ def at_fixed_nprobe(r: dict) -> bool:
 def notes(results: list[dict]) -> list[str]:
     """Scaling read off the table, the 8 GB target, fewer-probe rows, and the 1B x 1B extrapolation."""
     fixed = [r for r in results if at_fixed_nprobe(r)]
-    if len(fixed) < 2:
+    default = [r for r in fixed if r.get("list_size") is None]
+    if len(default) < 2:
         return []
-    small, large = fixed[-2], fixed[-1]
-    lines = [_scaling_note(small, large), _work_note([r for r in fixed if "IVF" in r["factory"]])]
+    small, large = default[-2], default[-1]
+    lines = [_scaling_note(small, large)]
+    lines += [
+        _list_size_note(size, fixed) for size in sorted({r["list_size"] for r in fixed if r.get("list_size")})
+    ]
+    lines.append(_work_note([r for r in fixed if "IVF" in r["factory"]]))
     lines += [_fewer_probes_note(r, large) for r in results if not at_fixed_nprobe(r)]
     lines += [_peak_note(results), _recall_note(large)]
     lines += [_reuse_note(r) for r in results if r.get("reused_indexes") and r["index_de_rss_gb"] is None]
@@ -331,10 +359,36 @@ def _work_note(ivf: list[dict]) -> str:
         f"- Per vector listed by the probes (nprobe x N / nlist), mining cost {min(costs):.0f}-"
         f"{max(costs):.0f} ns over the IVF rows at fixed nprobe ({', '.join(f'{c:.0f}' for c in costs)}): "
         "it does not grow with N, so what grows faster than N is the list length N / nlist, which the "
-        "library's nlist ~ 4 sqrt(N) lets grow like sqrt(N). To keep time linear in N at a fixed nprobe, "
-        "hold the list length L fixed with `index --factory IVF{N/L}_HNSW32,Flat` (k-means training then "
-        "grows with nlist)."
+        "library's nlist ~ 4 sqrt(N) lets grow like sqrt(N). `index --list-size L` holds the list length "
+        "at L instead (k-means training then grows with nlist)."
     )
+
+
+def _list_size_note(size: int, fixed: list[dict]) -> str:
+    """Scaling at one fixed list length: the `--list-size` rows, and default-rule rows whose lists are
+    within 1% of that length."""
+    by_n = {r["n"]: r for r in fixed if r.get("list_size") is None and _near(list_length(r), size)}
+    by_n.update({r["n"]: r for r in fixed if r.get("list_size") == size})
+    series = [by_n[n] for n in sorted(by_n)]
+    steps = [
+        f"N^{np.log(b['mine_s'] / a['mine_s']) / np.log(b['n'] / a['n']):.2f} from {a['n']:,} to {b['n']:,}"
+        for a, b in itertools.pairwise(series)
+    ]
+    per_query = ", ".join(f"{r['s_per_million_queries'] / 1e3:.2f} ms at {r['n']:,}" for r in series)
+    borrowed = [
+        f"the {r['n']:,} point is the row built with {r['factory']} ({list_length(r):.1f} vectors a list)"
+        for r in series
+        if r.get("list_size") is None
+    ]
+    return (
+        f"- **At a fixed list length** (`index --list-size {size}`: IVF{{N/{size}}}_HNSW32,Flat), mining "
+        f"time grew as {' and '.join(steps) or 'n/a'} per side at nprobe {series[-1]['nprobe']} (linear is "
+        f"N^1); time per query: {per_query}." + "".join(f" {text[0].upper()}{text[1:]}." for text in borrowed)
+    )
+
+
+def _near(length: float | None, size: int) -> bool:
+    return length is not None and abs(length / size - 1) < 0.01
 
 
 def _fewer_probes_note(r: dict, fixed: dict) -> str:
@@ -449,6 +503,9 @@ def main() -> None:
     parser.add_argument("--note", help="a remark stored with the rows of this run (e.g. a shared CPU)")
     parser.add_argument("--out", type=Path, default=RESULTS / "bench_scale.json")
     parser.add_argument("--factory", help="IVF factory above 200k [default: the library's choice for N]")
+    parser.add_argument(
+        "--list-size", type=int, help="index with `--list-size L` (IVF of N / L lists), a series of its own"
+    )
     parser.add_argument("--report-only", action="store_true", help="rewrite the .md from the .json")
     args = parser.parse_args()
     if args.report_only:
@@ -457,8 +514,9 @@ def main() -> None:
     bases = {lang: base_vectors(lang) for lang in ("de", "en")}
     earlier = json.loads(args.out.read_text())["results"] if args.out.is_file() else []
     for n in (int(s) for s in args.sizes.split(",")):
-        done = run_size(n, args, bases, next((r for r in earlier if r["n"] == n), None))
-        results = sorted([r for r in earlier if r["n"] != n] + [done], key=lambda r: r["n"])
+        same = [r for r in earlier if (r["n"], r.get("list_size")) == (n, args.list_size)]
+        done = run_size(n, args, bases, same[0] if same else None)
+        results = sorted([r for r in earlier if r not in same] + [done], key=row_order)
         earlier = results
         args.out.write_text(json.dumps({"date": str(datetime.date.today()), "results": results}, indent=2))
         args.out.with_suffix(".md").write_text(report(results, args))

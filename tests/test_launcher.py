@@ -14,18 +14,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from bitextmine.cli.launcher_options import (
-    ArrayParallelismOption,
-    CpusOption,
-    GpusOption,
-    LauncherConfigOption,
-    LauncherOption,
-    MemOption,
-    PartitionOption,
-    RetriesOption,
-    TimeOption,
-    launcher_config_from_options,
-)
+from bitextmine.cli.launcher_options import NO_FLAGS, LauncherFlags, with_launcher_options
 from bitextmine.errors import BitextmineError
 from bitextmine.launcher import LauncherConfig, ShardJob, _executor, load_launcher_config, run_jobs
 from tests import launcher_jobs
@@ -265,32 +254,9 @@ def test_options_reach_the_config(tmp_path):
     app = typer.Typer()
 
     @app.command()
-    def encode(
-        launcher: LauncherOption = None,
-        launcher_config: LauncherConfigOption = None,
-        partition: PartitionOption = None,
-        gpus: GpusOption = None,
-        cpus: CpusOption = None,
-        mem: MemOption = None,
-        timeout: TimeOption = None,
-        retries: RetriesOption = None,
-        parallelism: ArrayParallelismOption = None,
-    ) -> None:
-        seen.append(
-            launcher_config_from_options(
-                "encode",
-                tmp_path / "logs" / "encode",
-                launcher=launcher,
-                config_file=launcher_config,
-                partition=partition,
-                gpus_per_job=gpus,
-                cpus_per_job=cpus,
-                mem_gb=mem,
-                timeout_min=timeout,
-                retries=retries,
-                array_parallelism=parallelism,
-            )
-        )
+    @with_launcher_options
+    def encode(cluster: LauncherFlags = NO_FLAGS) -> None:
+        seen.append(cluster.config("encode", tmp_path / "logs" / "encode"))
 
     flags = ["--launcher-config", str(path), "--launcher", "submitit-local", "--partition", "big"]
     flags += ["--gpus-per-job", "2", "--mem-gb", "64", "--timeout-min", "30", "--retries", "0"]

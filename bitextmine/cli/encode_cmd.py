@@ -32,19 +32,7 @@ from bitextmine.cli.common import (
     thread_summary,
     user_errors,
 )
-from bitextmine.cli.launcher_options import (
-    ArrayParallelismOption,
-    CpusOption,
-    GpusOption,
-    LauncherConfigOption,
-    LauncherOption,
-    MemOption,
-    PartitionOption,
-    RetriesOption,
-    TimeOption,
-    job_runner,
-    launcher_config_from_options,
-)
+from bitextmine.cli.launcher_options import NO_FLAGS, LauncherFlags, job_runner, with_launcher_options
 from bitextmine.encoder.batching import DEFAULT_MAX_TOKENS
 from bitextmine.workspace import DEFAULT_WORKDIR, Workspace
 
@@ -130,6 +118,7 @@ def _summary_table(summary) -> Table:
 
 
 @app.command()
+@with_launcher_options
 def encode(
     files: Annotated[
         list[str], typer.Argument(help="Corpus files (.txt, .gz, .zst; '-' for stdin), one sentence a line.")
@@ -172,15 +161,7 @@ def encode(
             "--overwrite", help="Rebuild this language even if it exists with other inputs or another model."
         ),
     ] = False,
-    launcher: LauncherOption = None,
-    launcher_config: LauncherConfigOption = None,
-    partition: PartitionOption = None,
-    gpus_per_job: GpusOption = None,
-    cpus_per_job: CpusOption = None,
-    mem_gb: MemOption = None,
-    timeout_min: TimeOption = None,
-    retries: RetriesOption = None,
-    array_parallelism: ArrayParallelismOption = None,
+    cluster: LauncherFlags = NO_FLAGS,
 ) -> None:
     """Encode corpora of one language into the workspace.
 
@@ -197,19 +178,7 @@ def encode(
     overrides = {"pooling": pooling, "prefix": prefix, "max_length": max_length}
     reporter = _RichEncodeReporter()
     with user_errors():
-        config = launcher_config_from_options(
-            "encode",
-            workdir / "logs" / "encode",
-            launcher=launcher,
-            config_file=launcher_config,
-            partition=partition,
-            gpus_per_job=gpus_per_job,
-            cpus_per_job=cpus_per_job,
-            mem_gb=mem_gb,
-            timeout_min=timeout_min,
-            retries=retries,
-            array_parallelism=array_parallelism,
-        )
+        config = cluster.config("encode", workdir / "logs" / "encode")
         try:
             summary = encode_corpus(
                 files,

@@ -1,11 +1,15 @@
 """Command-line options for running shard jobs on a cluster (see bitextmine.launcher).
 
 Every option defaults to None, so that a value from --launcher-config is kept unless a flag is given.
+Commands take them all with the `with_launcher_options` decorator.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -77,32 +81,61 @@ ArrayParallelismOption = Annotated[
 ]
 
 
-def launcher_config_from_options(
-    step: str,
-    log_dir: Path,
-    *,
-    launcher: str | None = None,
-    config_file: Path | None = None,
-    partition: str | None = None,
-    gpus_per_job: int | None = None,
-    cpus_per_job: int | None = None,
-    mem_gb: float | None = None,
-    timeout_min: int | None = None,
-    retries: int | None = None,
-    array_parallelism: int | None = None,
-) -> LauncherConfig:
-    """The launcher settings for `step` (encode, index, mine): the config file, then the flags given."""
-    flags = {
-        "launcher": launcher,
-        "partition": partition,
-        "gpus_per_job": gpus_per_job,
-        "cpus_per_job": cpus_per_job,
-        "mem_gb": mem_gb,
-        "timeout_min": timeout_min,
-        "retries": retries,
-        "array_parallelism": array_parallelism,
-    }
-    return load_launcher_config(config_file, step, log_dir, flags)
+@dataclass(frozen=True)
+class LauncherFlags:
+    """The cluster-execution flags of one command line (None: not given)."""
+
+    launcher: str | None = None
+    launcher_config: Path | None = None
+    partition: str | None = None
+    gpus_per_job: int | None = None
+    cpus_per_job: int | None = None
+    mem_gb: float | None = None
+    timeout_min: int | None = None
+    retries: int | None = None
+    array_parallelism: int | None = None
+
+    def config(self, step: str, log_dir: Path) -> LauncherConfig:
+        """The launcher settings for `step` (encode, index, mine): the config file, then the flags given."""
+        flags = asdict(self)
+        return load_launcher_config(flags.pop("launcher_config"), step, log_dir, flags)
+
+
+NO_FLAGS = LauncherFlags()
+
+_OPTIONS = {
+    "launcher": LauncherOption,
+    "launcher_config": LauncherConfigOption,
+    "partition": PartitionOption,
+    "gpus_per_job": GpusOption,
+    "cpus_per_job": CpusOption,
+    "mem_gb": MemOption,
+    "timeout_min": TimeOption,
+    "retries": RetriesOption,
+    "array_parallelism": ArrayParallelismOption,
+}
+
+
+def with_launcher_options(command: Callable[..., None]) -> Callable[..., None]:
+    """Give a Typer command the cluster-execution options, handed to it as one `cluster: LauncherFlags`.
+
+    Typer reads a command's options from its signature, so the wrapper shows the command's own
+    parameters (without `cluster`) followed by the launcher options, and gathers those back.
+    """
+    signature = inspect.signature(command, eval_str=True)
+    own = [param for name, param in signature.parameters.items() if name != "cluster"]
+    added = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=option)
+        for name, option in _OPTIONS.items()
+    ]
+
+    @functools.wraps(command)
+    def run(*args: object, **kwargs: object) -> None:
+        flags = LauncherFlags(**{name: kwargs.pop(name, None) for name in _OPTIONS})
+        command(*args, cluster=flags, **kwargs)
+
+    run.__signature__ = signature.replace(parameters=own + added)  # type: ignore[attr-defined]
+    return run
 
 
 def job_runner(

@@ -10,19 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from bitextmine.cli.common import ModelOption, WorkdirOption, app, err, out, user_errors
-from bitextmine.cli.launcher_options import (
-    ArrayParallelismOption,
-    CpusOption,
-    GpusOption,
-    LauncherConfigOption,
-    LauncherOption,
-    MemOption,
-    PartitionOption,
-    RetriesOption,
-    TimeOption,
-    job_runner,
-    launcher_config_from_options,
-)
+from bitextmine.cli.launcher_options import NO_FLAGS, LauncherFlags, job_runner, with_launcher_options
 from bitextmine.errors import BitextmineError
 from bitextmine.workspace import DEFAULT_WORKDIR, Workspace
 
@@ -46,6 +34,7 @@ def progress_bar(description: str, total: int | None) -> tuple[Progress, Callabl
 
 
 @app.command()
+@with_launcher_options
 def index(
     lang: Annotated[str, typer.Argument(help="Language whose embeddings to index.")],
     workdir: WorkdirOption = DEFAULT_WORKDIR,
@@ -93,15 +82,7 @@ def index(
             min=1e-9,
         ),
     ] = None,
-    launcher: LauncherOption = None,
-    launcher_config: LauncherConfigOption = None,
-    partition: PartitionOption = None,
-    gpus_per_job: GpusOption = None,
-    cpus_per_job: CpusOption = None,
-    mem_gb: MemOption = None,
-    timeout_min: TimeOption = None,
-    retries: RetriesOption = None,
-    array_parallelism: ArrayParallelismOption = None,
+    cluster: LauncherFlags = NO_FLAGS,
 ) -> None:
     """Build a FAISS inner-product index over LANG's embedding shards.
 
@@ -120,19 +101,7 @@ def index(
     with user_errors():
         if factory is not None and list_size is not None:
             raise BitextmineError("give --factory or --list-size, not both")
-        config = launcher_config_from_options(
-            "index",
-            workspace.root / "logs" / "index",
-            launcher=launcher,
-            config_file=launcher_config,
-            partition=partition,
-            gpus_per_job=gpus_per_job,
-            cpus_per_job=cpus_per_job,
-            mem_gb=mem_gb,
-            timeout_min=timeout_min,
-            retries=retries,
-            array_parallelism=array_parallelism,
-        )
+        config = cluster.config("index", workspace.root / "logs" / "index")
         reads = [f"lang-{lang}"] + ([f"lang-{queries_from}"] if queries_from not in (None, "self") else [])
         with workspace_locks(workspace.root, write=[f"index-{lang}"], read=reads):
             language = open_language(workspace, lang)
@@ -198,6 +167,7 @@ def _index_line(info, workspace: Workspace) -> str:
 
 
 @app.command()
+@with_launcher_options
 def mine(
     src: Annotated[str, typer.Argument(help="Source language (e.g. de).")],
     tgt: Annotated[str, typer.Argument(help="Target language (e.g. en).")],
@@ -218,15 +188,7 @@ def mine(
         int,
         typer.Option(help="Query sentences per search job (the unit of resume and of cluster jobs).", min=1),
     ] = 1_000_000,
-    launcher: LauncherOption = None,
-    launcher_config: LauncherConfigOption = None,
-    partition: PartitionOption = None,
-    gpus_per_job: GpusOption = None,
-    cpus_per_job: CpusOption = None,
-    mem_gb: MemOption = None,
-    timeout_min: TimeOption = None,
-    retries: RetriesOption = None,
-    array_parallelism: ArrayParallelismOption = None,
+    cluster: LauncherFlags = NO_FLAGS,
 ) -> None:
     """Mine translation pairs between two encoded and indexed languages.
 
@@ -241,19 +203,7 @@ def mine(
 
     workspace = Workspace(workdir)
     with user_errors():
-        config = launcher_config_from_options(
-            "mine",
-            workspace.root / "logs" / "mine",
-            launcher=launcher,
-            config_file=launcher_config,
-            partition=partition,
-            gpus_per_job=gpus_per_job,
-            cpus_per_job=cpus_per_job,
-            mem_gb=mem_gb,
-            timeout_min=timeout_min,
-            retries=retries,
-            array_parallelism=array_parallelism,
-        )
+        config = cluster.config("mine", workspace.root / "logs" / "mine")
         options = MineOptions(
             k=k,
             margin=margin,

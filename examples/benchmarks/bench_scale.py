@@ -145,7 +145,7 @@ CLI = [sys.executable, "-m", "bitextmine"]
 def run_size(n: int, args: argparse.Namespace, bases: dict[str, np.ndarray], earlier: dict | None) -> dict:
     from bitextmine.index import choose_factory
 
-    work = args.scratch / (f"n{n}" if args.list_size is None else f"n{n}-list{args.list_size}")
+    work = workspace_dir(n, args)
     if args.list_size is not None:
         factory = choose_factory(n, 384, args.list_size)
     else:
@@ -158,8 +158,7 @@ def run_size(n: int, args: argparse.Namespace, bases: dict[str, np.ndarray], ear
     else:
         result = prepare_and_index(work, n, factory, args, bases)
     mine_nprobe = (args.mine_nprobe or args.nprobe) if ivf else None
-    command = [*CLI, "mine", "de", "en", "-w", str(work), "--threshold", str(args.threshold)]
-    seconds, rss, anon, _ = timed(command + (["--nprobe", str(mine_nprobe)] if ivf else []))
+    seconds, rss, anon, _ = timed(mine_command(work, args, mine_nprobe))
     stats = json.loads((work / "mined" / "de-en.stats.json").read_text())
     infos = [json.loads((work / "index" / f"{lang}.json").read_text()) for lang in ("de", "en")]
     result.update(
@@ -178,11 +177,28 @@ def run_size(n: int, args: argparse.Namespace, bases: dict[str, np.ndarray], ear
         probe_ms_per_1000=round(sum(i["search_ms_per_1000"] for i in infos) / 2, 1),
         reused_indexes=reused,
         note=args.note,
+        **selection_columns(work, args, mine_nprobe),
     )
     print(f"  N={n:,} mine: {seconds:.1f} s, peak {rss:.2f} GB, recall@4 {result['recall_at_4']}", flush=True)
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     return result
+
+
+def workspace_dir(n: int, args: argparse.Namespace) -> Path:
+    return args.scratch / (f"n{n}" if args.list_size is None else f"n{n}-list{args.list_size}")
+
+
+def mine_command(work: Path, args: argparse.Namespace, nprobe: int | None) -> list[str]:
+    command = [*CLI, "mine", "de", "en", "-w", str(work), "--threshold", str(args.threshold)]
+    return command + ([] if nprobe is None else ["--nprobe", str(nprobe)])
+
+
+def selection_columns(work: Path, args: argparse.Namespace, nprobe: int | None) -> dict:
+    """The same `mine` again: its neighbour lists are saved, so it only selects and writes the pairs."""
+    seconds, rss, anon, _ = timed(mine_command(work, args, nprobe))
+    print(f"  {work.name} selection: {seconds:.1f} s, peak {rss:.2f} GB ({anon:.2f} GB anon)", flush=True)
+    return {"select_s": round(seconds, 1), "select_rss_gb": round(rss, 2), "select_anon_gb": round(anon, 2)}
 
 
 def reused_index_columns(work: Path, earlier: dict | None) -> dict:
@@ -257,8 +273,9 @@ def report(results: list[dict], args: argparse.Namespace) -> str:
         "",
         "| N per side | index | list length | nprobe (index / mine) | list imbalance | index de s "
         "| index peak GB (anon) "
-        "| mine s | mine peak GB (anon) | s per 1M queries | ns per listed vector | recall@4 | pairs kept |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| mine s | mine peak GB (anon) | selection s (anon GB) | s per 1M queries | ns per listed vector "
+        "| recall@4 | pairs kept |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         probes = "-" if r["nprobe"] is None else f"{r['nprobe']} / {r.get('mine_nprobe', r['nprobe'])}"
@@ -270,7 +287,7 @@ def report(results: list[dict], args: argparse.Namespace) -> str:
         lines.append(
             f"| {r['n']:,} | {r['factory']} | {_cell(_rounded(list_length(r)))} | {probes} "
             f"| {_cell(r.get('imbalance'))} | {r['index_de_s']} "
-            f"| {index_peak} | {r['mine_s']} | {mine_peak} | {r['s_per_million_queries']} "
+            f"| {index_peak} | {r['mine_s']} | {mine_peak} | {_selection(r)} | {r['s_per_million_queries']} "
             f"| {ns_per_listed_vector(r):.0f} | {r['recall_at_4']} | {r['kept']:,} |"
         )
     return "\n".join([*lines, "", *notes(results)]) + "\n"
@@ -304,6 +321,10 @@ def _peak(rss: list[float | None], anon: list[float | None]) -> str:
     return _cell(most_rss) + ("" if most_anon is None else f" ({most_anon:g})")
 
 
+def _selection(r: dict) -> str:
+    return "-" if r.get("select_s") is None else f"{r['select_s']} ({r['select_anon_gb']:g})"
+
+
 def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 1)
 
@@ -329,7 +350,7 @@ def notes(results: list[dict]) -> list[str]:
     ]
     lines.append(_work_note([r for r in fixed if "IVF" in r["factory"]]))
     lines += [_fewer_probes_note(r, large) for r in results if not at_fixed_nprobe(r)]
-    lines += [_peak_note(results), _recall_note(large)]
+    lines += [_peak_note(results), _selection_note(results), _recall_note(large)]
     lines += [_reuse_note(r) for r in results if r.get("reused_indexes") and r["index_de_rss_gb"] is None]
     lines += [f"- {r['n']:,}: {r['note']}" for r in results if r.get("note")]
     lines.append(_extrapolation_note(large))
@@ -428,6 +449,20 @@ def _peak_note(results: list[dict]) -> str:
     return f"- Peak RSS of `mine`: {peak:.2f} GB over all sizes (target at 3M x 3M: <= 8 GB{measured}.{own}"
 
 
+def _selection_note(results: list[dict]) -> str:
+    measured = [r for r in results if r.get("select_s") is not None]
+    if not measured:
+        return "- Selection: not measured (no row has the selection columns)."
+    cells = ", ".join(f"{r['select_s']:g} s and {r['select_anon_gb']:g} GB at {r['n']:,}" for r in measured)
+    return (
+        "- Selection column: the same `mine` run again over its saved neighbour lists, which only scores "
+        "the candidates, takes them one-to-one and writes the pairs; in brackets its anonymous memory "
+        f"({cells}). It reads the lists 1M queries at a time and keeps what grows with N (means, "
+        "used flags, sorted candidate runs) in memory-mapped scratch files, so its own memory does not "
+        "grow with N."
+    )
+
+
 def _recall_note(r: dict) -> str:
     copies = r["n"] // 8400
     return (
@@ -488,6 +523,14 @@ def encode_rate(md: Path, variant: str = "(e) packed, bf16") -> float | None:
     return float(row.split("|")[column].replace(",", ""))
 
 
+def remeasure_selection(args: argparse.Namespace) -> None:
+    saved = json.loads(args.out.read_text())
+    for n in (int(s) for s in args.sizes.split(",")):
+        row = next(r for r in saved["results"] if (r["n"], r.get("list_size")) == (n, args.list_size))
+        row.update(selection_columns(workspace_dir(n, args), args, row["mine_nprobe"]))
+    args.out.write_text(json.dumps(saved, indent=2) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -507,8 +550,15 @@ def main() -> None:
         "--list-size", type=int, help="index with `--list-size L` (IVF of N / L lists), a series of its own"
     )
     parser.add_argument("--report-only", action="store_true", help="rewrite the .md from the .json")
+    parser.add_argument(
+        "--selection-only",
+        action="store_true",
+        help="only re-measure the selection columns of existing rows, in their kept workspaces",
+    )
     args = parser.parse_args()
-    if args.report_only:
+    if args.selection_only:
+        remeasure_selection(args)
+    if args.report_only or args.selection_only:
         args.out.with_suffix(".md").write_text(report(json.loads(args.out.read_text())["results"], args))
         return
     bases = {lang: base_vectors(lang) for lang in ("de", "en")}
@@ -518,7 +568,9 @@ def main() -> None:
         done = run_size(n, args, bases, same[0] if same else None)
         results = sorted([r for r in earlier if r not in same] + [done], key=row_order)
         earlier = results
-        args.out.write_text(json.dumps({"date": str(datetime.date.today()), "results": results}, indent=2))
+        args.out.write_text(
+            json.dumps({"date": str(datetime.date.today()), "results": results}, indent=2) + "\n"
+        )
         args.out.with_suffix(".md").write_text(report(results, args))
     print(report(results, args))
 

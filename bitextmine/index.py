@@ -338,9 +338,9 @@ def _template(
     if path.is_file():
         return faiss.read_index(str(path)), rows
     if sample is not None:
-        work = faiss.index_cpu_to_all_gpus(template) if gpu else template
+        work, done = _on_device(template, gpu)
         _train_on(work, vectors.take(sample), factory)
-        template = faiss.index_gpu_to_cpu(work) if gpu else work
+        template = done()
     write_index(template, path)
     return template, rows
 
@@ -368,10 +368,31 @@ def _build(
     index = _new_index(factory, dim)
     if gpu:
         _check_gpu()
-    work = faiss.index_cpu_to_all_gpus(index) if gpu else index
+    work, done = _on_device(index, gpu)
     train_rows = 0 if work.is_trained else _train(work, vectors, factory, rng)
     _populate(work, vectors, chunk_rows, progress)
-    return (faiss.index_gpu_to_cpu(work) if gpu else work), train_rows
+    return done(), train_rows
+
+
+def _on_device(index: faiss.Index, gpu: bool) -> tuple[faiss.Index, Callable[[], faiss.Index]]:
+    """(what to train and fill, a function returning the CPU index once done). With `gpu`: a GPU clone,
+    unless the IVF coarse quantizer is not flat (FAISS has no GPU HNSW); then the CPU index itself,
+    its k-means assigning on the GPUs."""
+    if not gpu:
+        return index, lambda: index
+    ivf = faiss.try_extract_index_ivf(index)
+    if ivf is None or isinstance(faiss.downcast_index(ivf.quantizer), faiss.IndexFlat):
+        work = faiss.index_cpu_to_all_gpus(index)
+        return work, lambda: faiss.index_gpu_to_cpu(work)
+    assigner = faiss.index_cpu_to_all_gpus(faiss.IndexFlat(ivf.d, ivf.metric_type))
+    ivf.clustering_index = assigner  # FAISS does not own it: `done` keeps it alive
+
+    def done() -> faiss.Index:
+        ivf.clustering_index = None
+        assigner.reset()  # frees its centroids on the GPUs
+        return index
+
+    return index, done
 
 
 def _probe(

@@ -231,6 +231,43 @@ def test_invalid_factory_and_unavailable_gpu_are_user_errors(tmp_path):
         assert not (tmp_path / "index").exists()
 
 
+@pytest.fixture
+def cpu_as_gpu(monkeypatch) -> list[str]:
+    """FAISS's GPU calls replaced by identities on CPU; returns the class names of what went to a GPU."""
+    cloned: list[str] = []
+
+    def to_gpu(index):
+        cloned.append(type(faiss.downcast_index(index)).__name__)
+        return index
+
+    monkeypatch.setattr("bitextmine.index._check_gpu", lambda: None)
+    monkeypatch.setattr(faiss, "index_cpu_to_all_gpus", to_gpu)
+    monkeypatch.setattr(faiss, "index_gpu_to_cpu", lambda index: index, raising=False)
+    return cloned
+
+
+@pytest.mark.parametrize(
+    ("factory", "sent_to_gpu"),
+    [("IVF16,Flat", ["IndexIVFFlat"]), ("IVF16_HNSW32,Flat", ["IndexFlat"]), ("Flat", ["IndexFlat"])],
+)
+def test_gpu_builds_clone_flat_quantizers_and_cluster_for_hnsw_ones(
+    tmp_path, cpu_as_gpu, factory, sent_to_gpu
+):
+    """An HNSW coarse quantizer has no GPU version: only the k-means assignments go to the GPUs, and the
+    index trained that way equals the CPU build."""
+    vectors = store_vectors(tmp_path / "emb", clustered_unit(2000, 16))
+    on_cpu, _ = build_index(vectors, "de", factory=factory, nprobe=4, recall_queries=100)
+    on_gpu, info = build_index(vectors, "de", factory=factory, nprobe=4, recall_queries=100, gpu=True)
+    assert cpu_as_gpu == sent_to_gpu and info.gpu
+    assert faiss.serialize_index(on_gpu).tobytes() == faiss.serialize_index(on_cpu).tobytes()
+    if "HNSW" in factory:
+        assert faiss.extract_index_ivf(on_gpu).clustering_index is None
+        cpu_as_gpu.clear()
+        ranges = [(0, 1000), (1000, 2000)]
+        build_index_in_shards(vectors, "de", tmp_path / "index", ranges, run_here, factory=factory, gpu=True)
+        assert cpu_as_gpu == ["IndexFlat"]  # the template's k-means; shards are populated on CPU
+
+
 def test_opq_ivf_pq_builds_saves_and_loads(tmp_path):
     vectors = store_vectors(tmp_path / "emb", clustered_unit(2000, 16))
     index, info = build_index(vectors, "de", factory="OPQ4,IVF16,PQ4np", recall_queries=200)

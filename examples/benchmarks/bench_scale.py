@@ -506,7 +506,19 @@ def _extrapolation_note(large: dict) -> str:
         f"the lent H100), i.e. roughly {billion / 100:,.0f}-{billion / 10:,.0f} GPU-hours, plus "
         f"{encoding}, e5-small packed bf16, bench_encode) and index building. At 1B rows the automatic "
         "index is OPQ48,IVF262144,PQ48 (56 B a vector: 56 GB per language), split by `index --max-memory` "
-        "into shards that each job searches in turn."
+        f"into shards that each job searches in turn.{_selection_extrapolation(large)}"
+    )
+
+
+def _selection_extrapolation(large: dict) -> str:
+    """The candidate selection runs in one process after the jobs; its work is linear in N."""
+    if large.get("select_s") is None:
+        return ""
+    hours = large["select_s"] * 1e9 / large["n"] / 3600
+    return (
+        f" The selection then runs in one process: {large['select_s']:g} s at {large['n']:,}, linear in N, "
+        f"so ~{hours:,.1f} h at 1B x 1B, with up to ~140 GB of scratch disk (40 B per pooled candidate, "
+        "9 B per sentence)."
     )
 
 

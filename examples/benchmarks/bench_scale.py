@@ -363,7 +363,7 @@ def notes(results: list[dict]) -> list[str]:
     lines += [_fewer_probes_note(r, large) for r in results if not at_fixed_nprobe(r)]
     lines += [_peak_note(results), _selection_note(results), _recall_note(large)]
     lines += [_reuse_note(r) for r in results if r.get("reused_indexes") and r["index_de_rss_gb"] is None]
-    lines += [f"- {r['n']:,}: {r['note']}" for r in results if r.get("note")]
+    lines += [f"- {_row_name(r)}: {r['note']}" for r in results if r.get("note")]
     lines.append(_extrapolation_note(large))
     return lines
 
@@ -413,7 +413,10 @@ def _list_size_note(size: int, fixed: list[dict]) -> str:
         f"N^{np.log(b['mine_s'] / a['mine_s']) / np.log(b['n'] / a['n']):.2f} from {a['n']:,} to {b['n']:,}"
         for a, b in itertools.pairwise(series)
     ]
-    per_query = ", ".join(f"{r['s_per_million_queries'] / 1e3:.2f} ms at {r['n']:,}" for r in series)
+    per_query = ", ".join(
+        f"{r['s_per_million_queries'] / 1e3:.2f} ms at {r['n']:,} (imbalance {_cell(r.get('imbalance'))})"
+        for r in series
+    )
     borrowed = [
         f"the {r['n']:,} point is the row built with {r['factory']} ({list_length(r):.1f} vectors a list)"
         for r in series
@@ -424,6 +427,10 @@ def _list_size_note(size: int, fixed: list[dict]) -> str:
         f"time grew as {' and '.join(steps) or 'n/a'} per side at nprobe {series[-1]['nprobe']} (linear is "
         f"N^1); time per query: {per_query}." + "".join(f" {text[0].upper()}{text[1:]}." for text in borrowed)
     )
+
+
+def _row_name(r: dict) -> str:
+    return f"{r['n']:,}" + (f" (--list-size {r['list_size']})" if r.get("list_size") else "")
 
 
 def _near(length: float | None, size: int) -> bool:
@@ -455,7 +462,7 @@ def _peak_note(results: list[dict]) -> str:
     peak = max(r["mine_rss_gb"] for r in results)
     at_3m = [r for r in results if r["n"] >= 3_000_000]
     measured = f"; measured {at_3m[-1]['mine_rss_gb']:.2f} GB at {at_3m[-1]['n']:,})" if at_3m else ")"
-    anon = [r for r in results if r.get("mine_anon_gb")]
+    anon = sorted((r for r in results if r.get("mine_anon_gb")), key=lambda r: r["n"])
     own = (
         f" In brackets, the anonymous part (the process's own memory; {anon[-1]['mine_anon_gb']:.2f} GB at "
         f"{anon[-1]['n']:,}): the rest are pages of the memory-mapped embeddings, which the kernel maps "
@@ -471,13 +478,17 @@ def _selection_note(results: list[dict]) -> str:
     measured = [r for r in results if r.get("select_s") is not None]
     if not measured:
         return "- Selection: not measured (no row has the selection columns)."
-    cells = ", ".join(f"{r['select_s']:g} s and {r['select_anon_gb']:g} GB at {r['n']:,}" for r in measured)
+    cells = ", ".join(
+        f"{r['select_s']:g} s and {r['select_anon_gb']:g} GB at {_row_name(r)}"
+        for r in sorted(measured, key=lambda r: r["n"])
+    )
     return (
         "- Selection column: the same `mine` run again over its saved neighbour lists, which only scores "
         "the candidates, takes them one-to-one and writes the pairs; in brackets its anonymous memory "
         f"({cells}). It reads the lists 1M queries at a time and keeps what grows with N (means, "
-        "used flags, sorted candidate runs) in memory-mapped scratch files, so its own memory does not "
-        "grow with N."
+        "used flags, sorted candidate runs) in memory-mapped scratch files: its own memory grows only "
+        "until the block (1M queries) and the merge window (4M candidates over all runs) are full, "
+        "which they are from 3M a side."
     )
 
 

@@ -8,14 +8,16 @@ re-normalised) so that every copy is a distinct vector near a real one, and a te
 and `bitextmine mine de en --threshold T`. Recall@4 compares the neighbour lists `mine` saved with exact
 search for a sample of source queries. With `--list-size L` the indexes are built with
 `bitextmine index --list-size L` (N / L lists, HNSW coarse quantizer) instead: a series of rows of its own,
-to show the time at a fixed list length.
+to show the time at a fixed list length. `--bases WORK` copies the de and en embeddings of another
+workspace instead of the demo's 8,400 a side (more distinct sentences: clusters that do not thin out into
+the lists as N grows); its rows are a series of their own too.
 
 Where mining at the index's nprobe would take hours here, `--mine-nprobe` mines with fewer probes: peak
 RSS is the same (same index, same neighbour lists), and the row also shows the search time at the index's
 nprobe estimated from the index's own recall probe (its ms per 1,000 other-language queries x 2N).
 
 Usage: python examples/benchmarks/bench_scale.py [--sizes 100000,300000,1000000,3000000] [--nprobe 8]
-       [--factory IVF8192_HNSW32,Flat | --list-size 366] [--mine-nprobe 1] [--keep] [--reuse]
+       [--factory IVF8192_HNSW32,Flat | --list-size 366] [--bases WORK] [--mine-nprobe 1] [--keep] [--reuse]
        (results of other sizes and series in --out are kept)
 Needs the demo workspace's embeddings (`make demo`).
 """
@@ -42,25 +44,35 @@ from benchlib import REPO, cpu_model
 RESULTS = Path(__file__).with_name("results")
 
 DEMO = REPO / "bitextmine-work" / "demo"
+DEMO_BASES = 8_400  # sentences a side in the demo workspace, the default --bases
 SHARD_ROWS = 100_000
 RECALL_QUERIES = 1000
 K = 4
 
 
-def base_vectors(lang: str) -> np.ndarray:
+def base_vectors(root: Path, lang: str) -> np.ndarray:
     from bitextmine.store import EmbeddingStore
 
-    vectors = EmbeddingStore(DEMO / "emb" / lang, lang).vectors()
+    vectors = EmbeddingStore(root / "emb" / lang, lang).vectors()
     return vectors.take(np.arange(len(vectors)))
 
 
-def write_language(work: Path, lang: str, base: np.ndarray, n: int, sigma: float, seed: int) -> None:
-    """N noisy copies of `base` rows as embedding shards, and matching text shards."""
+def base_count(root: Path, lang: str) -> int:
+    from bitextmine.store import EmbeddingStore
+
+    return len(EmbeddingStore(root / "emb" / lang, lang).vectors())
+
+
+def write_language(
+    work: Path, lang: str, base: np.ndarray, n: int, args: argparse.Namespace, seed: int
+) -> None:
+    """N noisy copies of `base` rows (from the workspace `args.bases`) as embedding shards, and
+    matching text shards."""
     from bitextmine.corpus import CorpusCounts, CorpusManifest, Row, SourceInfo, write_text_shards
     from bitextmine.fsutil import write_json
     from bitextmine.store import EmbeddingShard, EmbeddingStore, ModelIdentity
 
-    demo = EmbeddingStore(DEMO / "emb" / lang, lang).model
+    demo = EmbeddingStore(args.bases / "emb" / lang, lang).model
     store = EmbeddingStore(work / "emb" / lang, lang)
     store.bind(ModelIdentity("bench-scale", demo.fingerprint, base.shape[1], demo.settings, demo.precision))
     rng = np.random.default_rng(seed)
@@ -68,7 +80,7 @@ def write_language(work: Path, lang: str, base: np.ndarray, n: int, sigma: float
     text_shards = write_text_shards(rows, work / "corpora" / lang, SHARD_ROWS)
     for shard in text_shards:
         picked = base[rng.integers(len(base), size=shard.rows)]
-        noisy = picked + sigma * rng.standard_normal(picked.shape, dtype=np.float32)
+        noisy = picked + args.sigma * rng.standard_normal(picked.shape, dtype=np.float32)
         noisy /= np.linalg.norm(noisy, axis=1, keepdims=True)
         name = Path(shard.name).stem
         store.write_shard(EmbeddingShard(name, shard.rows, shard.sha256, 0, 0), noisy)
@@ -145,7 +157,7 @@ CLI = [sys.executable, "-m", "bitextmine"]
 def run_size(n: int, args: argparse.Namespace, bases: dict[str, np.ndarray], earlier: dict | None) -> dict:
     from bitextmine.index import choose_factory
 
-    work = workspace_dir(n, args)
+    work = workspace_dir(args, n)
     if args.list_size is not None:
         factory = choose_factory(n, 384, args.list_size)
     else:
@@ -165,6 +177,7 @@ def run_size(n: int, args: argparse.Namespace, bases: dict[str, np.ndarray], ear
         n=n,
         factory=factory,
         list_size=args.list_size,
+        bases=args.base_count,
         mine_s=round(seconds, 1),
         mine_rss_gb=round(rss, 2),
         mine_anon_gb=round(anon, 2),
@@ -185,8 +198,9 @@ def run_size(n: int, args: argparse.Namespace, bases: dict[str, np.ndarray], ear
     return result
 
 
-def workspace_dir(n: int, args: argparse.Namespace) -> Path:
-    return args.scratch / (f"n{n}" if args.list_size is None else f"n{n}-list{args.list_size}")
+def workspace_dir(args: argparse.Namespace, n: int) -> Path:
+    name = f"n{n}" + ("" if args.list_size is None else f"-list{args.list_size}")
+    return args.scratch / (name + ("" if args.base_count == DEMO_BASES else f"-bases{args.base_count}"))
 
 
 def mine_command(work: Path, args: argparse.Namespace, nprobe: int | None) -> list[str]:
@@ -235,7 +249,7 @@ def prepare_and_index(work: Path, n: int, factory: str, args: argparse.Namespace
     shutil.rmtree(work, ignore_errors=True)
     started = time.perf_counter()
     for seed, lang in enumerate(("de", "en")):
-        write_language(work, lang, bases[lang], n, args.sigma, seed)
+        write_language(work, lang, bases[lang], n, args, seed)
     result: dict = {"prepare_s": round(time.perf_counter() - started, 1)}
     for lang, other in (("de", "en"), ("en", "de")):
         command = [*CLI, "index", lang, "-w", str(work), "--queries-from", other]
@@ -272,11 +286,11 @@ def report(results: list[dict], args: argparse.Namespace) -> str:
         "lists were equal (nprobe x N / nlist; N for Flat); per scanned vector: divided by that times the "
         "imbalance, the mean length of a list picked as the vectors fall (where the imbalance is known).",
         "",
-        "| N per side | index | list length | nprobe (index / mine) | list imbalance | index de s "
-        "| index peak GB (anon) "
+        "| N per side | sentences copied | index | list length | nprobe (index / mine) | list imbalance "
+        "| index de s | index peak GB (anon) "
         "| mine s | mine peak GB (anon) | selection s (anon GB) | s per 1M queries | ns per listed vector "
         "| ns per scanned vector | recall@4 | pairs kept |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         probes = "-" if r["nprobe"] is None else f"{r['nprobe']} / {r.get('mine_nprobe', r['nprobe'])}"
@@ -286,7 +300,8 @@ def report(results: list[dict], args: argparse.Namespace) -> str:
         )
         mine_peak = _peak([r["mine_rss_gb"]], [r.get("mine_anon_gb")])
         lines.append(
-            f"| {r['n']:,} | {r['factory']} | {_cell(_rounded(list_length(r)))} | {probes} "
+            f"| {r['n']:,} | {r.get('bases', DEMO_BASES):,} | {r['factory']} "
+            f"| {_cell(_rounded(list_length(r)))} | {probes} "
             f"| {_cell(r.get('imbalance'))} | {r['index_de_s']} "
             f"| {index_peak} | {r['mine_s']} | {mine_peak} | {_selection(r)} | {r['s_per_million_queries']} "
             f"| {ns_per_listed_vector(r):.0f} | {_cell(_whole(ns_per_scanned_vector(r)))} "
@@ -295,9 +310,15 @@ def report(results: list[dict], args: argparse.Namespace) -> str:
     return "\n".join([*lines, "", *notes(results)]) + "\n"
 
 
-def row_order(r: dict) -> tuple[int, int]:
-    """The library's default index rule first, then each fixed list size; by N within each."""
-    return (r.get("list_size") or 0, r["n"])
+def row_key(r: dict) -> tuple[int, int | None, int]:
+    """N and the series: the list size (None: the library's rule) and the sentences copied."""
+    return (r["n"], r.get("list_size"), r.get("bases", DEMO_BASES))
+
+
+def row_order(r: dict) -> tuple[int, int, int]:
+    """The demo's sentences first, the library's index rule before fixed list sizes, then by N."""
+    n, list_size, bases = row_key(r)
+    return (bases != DEMO_BASES, list_size or 0, n)
 
 
 def list_length(r: dict) -> float | None:
@@ -351,14 +372,13 @@ def at_fixed_nprobe(r: dict) -> bool:
 def notes(results: list[dict]) -> list[str]:
     """Scaling read off the table, the 8 GB target, fewer-probe rows, and the 1B x 1B extrapolation."""
     fixed = [r for r in results if at_fixed_nprobe(r)]
-    default = [r for r in fixed if r.get("list_size") is None]
+    default = [r for r in fixed if row_key(r)[1:] == (None, DEMO_BASES)]
     if len(default) < 2:
         return []
     small, large = default[-2], default[-1]
     lines = [_scaling_note(small, large)]
-    lines += [
-        _list_size_note(size, fixed) for size in sorted({r["list_size"] for r in fixed if r.get("list_size")})
-    ]
+    series = sorted({row_key(r)[1:] for r in fixed if r.get("list_size")})
+    lines += [_list_size_note(size, bases, fixed) for size, bases in series]
     lines.append(_work_note([r for r in fixed if "IVF" in r["factory"]]))
     lines += [_fewer_probes_note(r, large) for r in results if not at_fixed_nprobe(r)]
     lines += [_peak_note(results), _selection_note(results), _recall_note(large)]
@@ -403,11 +423,12 @@ def _work_note(ivf: list[dict]) -> str:
     )
 
 
-def _list_size_note(size: int, fixed: list[dict]) -> str:
-    """Scaling at one fixed list length: the `--list-size` rows, and default-rule rows whose lists are
-    within 1% of that length."""
-    by_n = {r["n"]: r for r in fixed if r.get("list_size") is None and _near(list_length(r), size)}
-    by_n.update({r["n"]: r for r in fixed if r.get("list_size") == size})
+def _list_size_note(size: int, bases: int, fixed: list[dict]) -> str:
+    """Scaling at one fixed list length: the `--list-size` rows of copies of `bases` sentences, and
+    default-rule rows of the same copies whose lists are within 1% of that length."""
+    same = [r for r in fixed if row_key(r)[2] == bases]
+    by_n = {r["n"]: r for r in same if r.get("list_size") is None and _near(list_length(r), size)}
+    by_n.update({r["n"]: r for r in same if r.get("list_size") == size})
     series = [by_n[n] for n in sorted(by_n)]
     steps = [
         f"N^{np.log(b['mine_s'] / a['mine_s']) / np.log(b['n'] / a['n']):.2f} from {a['n']:,} to {b['n']:,}"
@@ -423,14 +444,19 @@ def _list_size_note(size: int, fixed: list[dict]) -> str:
         if r.get("list_size") is None
     ]
     return (
-        f"- **At a fixed list length** (`index --list-size {size}`: IVF{{N/{size}}}_HNSW32,Flat), mining "
+        f"- **At a fixed list length** (`index --list-size {size}`: IVF{{N/{size}}}_HNSW32,Flat; copies of "
+        f"{bases:,} sentences a side), mining "
         f"time grew as {' and '.join(steps) or 'n/a'} per side at nprobe {series[-1]['nprobe']} (linear is "
         f"N^1); time per query: {per_query}." + "".join(f" {text[0].upper()}{text[1:]}." for text in borrowed)
     )
 
 
 def _row_name(r: dict) -> str:
-    return f"{r['n']:,}" + (f" (--list-size {r['list_size']})" if r.get("list_size") else "")
+    n, list_size, bases = row_key(r)
+    series = ([f"--list-size {list_size}"] if list_size else []) + (
+        [f"{bases:,} sentences"] if bases != DEMO_BASES else []
+    )
+    return f"{n:,}" + (f" ({', '.join(series)})" if series else "")
 
 
 def _near(length: float | None, size: int) -> bool:
@@ -493,9 +519,10 @@ def _selection_note(results: list[dict]) -> str:
 
 
 def _recall_note(r: dict) -> str:
-    copies = r["n"] // 8400
+    copies = r["n"] // r.get("bases", DEMO_BASES)
     return (
-        f"- Recall@4 at nprobe {r['nprobe']} is low ({r['recall_at_4']} at {r['n']:,}): each of the 8,400 "
+        f"- Recall@4 at nprobe {r['nprobe']} is low ({r['recall_at_4']} at {r['n']:,}): each of the "
+        f"{r.get('bases', DEMO_BASES):,} "
         f"real vectors has ~{copies:,} noisy copies at {r['n']:,}, so the exact top 4 are near-ties among "
         "copies spread over many lists, and a few probes miss most of them. `bitextmine index` without "
         "`--nprobe` tunes the probes on the other language's vectors to reach recall 0.95 and pays "
@@ -567,8 +594,8 @@ def encode_rate(md: Path, variant: str = "(e) packed, bf16") -> float | None:
 def remeasure_selection(args: argparse.Namespace) -> None:
     saved = json.loads(args.out.read_text())
     for n in (int(s) for s in args.sizes.split(",")):
-        row = next(r for r in saved["results"] if (r["n"], r.get("list_size")) == (n, args.list_size))
-        row.update(selection_columns(workspace_dir(n, args), args, row["mine_nprobe"]))
+        row = next(r for r in saved["results"] if row_key(r) == (n, args.list_size, args.base_count))
+        row.update(selection_columns(workspace_dir(args, n), args, row["mine_nprobe"]))
     args.out.write_text(json.dumps(saved, indent=2) + "\n")
 
 
@@ -579,6 +606,12 @@ def main() -> None:
     parser.add_argument("--sizes", default="100000,300000,1000000,3000000")
     parser.add_argument("--nprobe", type=int, default=8)
     parser.add_argument("--sigma", type=float, default=0.02)
+    parser.add_argument(
+        "--bases",
+        type=Path,
+        default=DEMO,
+        help="workspace whose de and en embeddings are copied [the demo's]",
+    )
     parser.add_argument("--threshold", type=float, default=1.03)
     parser.add_argument("--scratch", type=Path, default=REPO / "bitextmine-work" / "bench" / "scale")
     parser.add_argument("--keep", action="store_true", help="keep the workspaces")
@@ -598,14 +631,16 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.selection_only:
+        args.base_count = min(base_count(args.bases, lang) for lang in ("de", "en"))
         remeasure_selection(args)
     if args.report_only or args.selection_only:
         args.out.with_suffix(".md").write_text(report(json.loads(args.out.read_text())["results"], args))
         return
-    bases = {lang: base_vectors(lang) for lang in ("de", "en")}
+    bases = {lang: base_vectors(args.bases, lang) for lang in ("de", "en")}
+    args.base_count = min(len(vectors) for vectors in bases.values())
     earlier = json.loads(args.out.read_text())["results"] if args.out.is_file() else []
     for n in (int(s) for s in args.sizes.split(",")):
-        same = [r for r in earlier if (r["n"], r.get("list_size")) == (n, args.list_size)]
+        same = [r for r in earlier if row_key(r) == (n, args.list_size, args.base_count)]
         done = run_size(n, args, bases, same[0] if same else None)
         results = sorted([r for r in earlier if r not in same] + [done], key=row_order)
         earlier = results

@@ -86,9 +86,9 @@ class IndexInfo:
 def choose_factory(n: int, dim: int, list_size: int | None = None) -> str:
     """The index for `n` vectors of `dim` dimensions: exact, IVF-Flat, or OPQ+IVF-PQ (see FLAT_MAX).
 
-    With `list_size`, always IVF: n / list_size lists behind an HNSW coarse quantizer, so that a query
-    at a given nprobe scans the same number of vectors whatever n (the default list count grows like
-    sqrt(n), and so does the list length).
+    With `list_size`, always IVF: n / list_size lists behind an HNSW coarse quantizer, so that the lists
+    a query scans at a given nprobe keep their length whatever n (with the default list count, which
+    grows like sqrt(n), the list length grows like sqrt(n) too).
     """
     if list_size is not None:
         nlist = max(1, min(round(n / list_size), n // POINTS_PER_LIST))

@@ -418,8 +418,8 @@ def _work_note(ivf: list[dict]) -> str:
             else ""
         )
         + ". Time per query follows the list length N / nlist, which the library's nlist ~ 4 sqrt(N) lets "
-        "grow like sqrt(N) and `index --list-size L` holds at L, and the imbalance, which on these vectors "
-        "(8,400 sentences, each copied N / 8,400 times) grows as nlist nears their 8,400 tight clusters."
+        "grow like sqrt(N) and `index --list-size L` holds at L, and the list imbalance, which grew with "
+        "nlist in every series here, and the cost per scanned vector rose with the working set."
     )
 
 

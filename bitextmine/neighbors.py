@@ -27,6 +27,8 @@ class Neighbours:
 def exact_knn(queries: np.ndarray, base: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """(similarities, ids), each [len(queries), min(k, len(base))], best first."""
     k = min(k, len(base))
+    if k == 0:  # FAISS refuses k = 0
+        return np.zeros((len(queries), 0), np.float32), np.zeros((len(queries), 0), np.int64)
     index = faiss.IndexFlatIP(base.shape[1])
     index.add(np.ascontiguousarray(base, dtype=np.float32))
     sims, ids = index.search(np.ascontiguousarray(queries, dtype=np.float32), k)

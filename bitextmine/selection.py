@@ -143,6 +143,8 @@ def _best(
         scores = margin_scores(cos, means.fwd[other], means.bwd[rows][:, None], margin)
     scores = np.where(found, scores, -np.inf)
     local = np.flatnonzero(found.any(1))
+    if not len(local):
+        return np.zeros(0, CANDIDATE_DTYPE)
     column = scores[local].argmax(1)
     query, best = local + first, other[local, column]
     records = np.empty(len(local), CANDIDATE_DTYPE)

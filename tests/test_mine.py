@@ -91,6 +91,13 @@ def test_k_larger_than_a_side_is_clamped():
     assert [(int(s), int(t)) for s, t in zip(got.src, got.tgt, strict=True)] == [(i, j) for i, j, _ in want]
 
 
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_an_empty_side_gives_no_candidates(strategy):
+    src, tgt = bitext(10, 3, pairs=3, dim=8, seed=1)
+    assert len(mine_arrays(src, tgt[:0], strategy=strategy)) == 0
+    assert len(mine_arrays(src[:0], tgt, strategy=strategy)) == 0
+
+
 def test_planted_translations_are_found_above_the_rest():
     src, tgt = bitext(200, 200, pairs=50, dim=32, seed=3)
     got = mine_arrays(src, tgt)

@@ -53,7 +53,7 @@ class _Means:
     bwd: np.ndarray  # mean cosine of each target sentence to its source neighbours
 
 
-def check_strategy(strategy: str) -> str:
+def _check_strategy(strategy: str) -> str:
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown candidate strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
     return strategy
@@ -77,7 +77,7 @@ def select_candidates(
     its source or target was used.
     """
     check_margin(margin)
-    check_strategy(strategy)
+    _check_strategy(strategy)
     scratch.mkdir(parents=True, exist_ok=True)
     n_src, n_tgt = sizes
     means = _Means(_means(fwd, n_src, scratch / "fwd-mean.npy"), _means(bwd, n_tgt, scratch / "bwd-mean.npy"))

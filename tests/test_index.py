@@ -104,7 +104,7 @@ def test_chosen_factories_are_valid_faiss_strings(n, dim):
     index = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
     assert index.d == dim and index.metric_type == faiss.METRIC_INNER_PRODUCT
     if factory != "Flat":
-        assert faiss.extract_index_ivf(index).nlist * 39 <= training_rows(factory, n)
+        assert faiss.extract_index_ivf(index).nlist * 39 <= training_rows(factory, n, dim)
 
 
 @pytest.mark.parametrize(
@@ -123,7 +123,7 @@ def test_a_list_size_fixes_the_list_length(n, dim, list_size, expected):
     assert factory == expected
     index = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
     nlist = faiss.extract_index_ivf(index).nlist
-    assert nlist == 1 or nlist * 39 <= training_rows(factory, n)
+    assert nlist == 1 or nlist * 39 <= training_rows(factory, n, dim)
 
 
 def test_nprobe_and_training_rules():
@@ -131,9 +131,18 @@ def test_nprobe_and_training_rules():
     assert default_nprobe("OPQ48,IVF32768,PQ48np") == 4096
     assert default_nprobe("IVF512,Flat") == 64
     assert default_nprobe("IVF16,Flat") == 16
-    assert training_rows("IVF4096,Flat", 10**7) == 262_144
-    assert training_rows("IVF64,Flat", 5000) == 5000
-    assert training_rows("OPQ4,IVF16,PQ4np", 10**6) >= 256 * 39
+    assert training_rows("IVF4096,Flat", 10**7, 384) == 4096 * 256
+    assert training_rows("IVF64,Flat", 5000, 384) == 5000
+    assert training_rows("IVF16,Flat", 10**6, 384) == 100_000
+    assert training_rows("OPQ4,IVF16,PQ4np", 10**6, 32) >= 256 * 39
+
+
+def test_training_sample_is_bounded_in_bytes_but_keeps_64_rows_a_list():
+    affordable = 4 * 2**30 // (4 * 384)  # rows of a 4 GiB float32 sample
+    assert training_rows("IVF8197_HNSW32,Flat", 3 * 10**6, 384) == 8197 * 256 < affordable
+    assert training_rows("IVF16384,Flat", 10**8, 384) == affordable < 16384 * 256
+    assert training_rows("IVF16384,Flat", 10**8, 3072) == 16384 * 64  # 4 GiB is fewer rows at 3072-d
+    assert training_rows("OPQ48,IVF262144,PQ48np", 10**9, 384) == 262144 * 64
 
 
 def test_flat_search_equals_brute_force(tmp_path):

@@ -187,6 +187,8 @@ def run_size(n: int, args: argparse.Namespace, bases: dict[str, np.ndarray], ear
         nprobe=args.nprobe if ivf else None,
         mine_nprobe=mine_nprobe,
         imbalance=max((v for v in (index_imbalance(work, i) for i in infos) if v is not None), default=None),
+        train_rows=infos[0]["train_rows"],
+        training=training_rule(),
         probe_ms_per_1000=round(sum(i["search_ms_per_1000"] for i in infos) / 2, 1),
         reused_indexes=reused,
         note=args.note,
@@ -196,6 +198,13 @@ def run_size(n: int, args: argparse.Namespace, bases: dict[str, np.ndarray], ear
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     return result
+
+
+def training_rule() -> str:
+    """How the library sizes an IVF index's training sample (rows keep it: the rule changed once)."""
+    from bitextmine.index import TRAIN_PER_LIST
+
+    return f"{TRAIN_PER_LIST} a list"
 
 
 def workspace_dir(args: argparse.Namespace, n: int) -> Path:
@@ -310,15 +319,17 @@ def report(results: list[dict], args: argparse.Namespace) -> str:
     return "\n".join([*lines, "", *notes(results)]) + "\n"
 
 
-def row_key(r: dict) -> tuple[int, int | None, int]:
-    """N and the series: the list size (None: the library's rule) and the sentences copied."""
-    return (r["n"], r.get("list_size"), r.get("bases", DEMO_BASES))
+def row_key(r: dict) -> tuple[int, int | None, int, str]:
+    """N and the series: the list size (None: the library's rule), the sentences copied and the
+    training sample rule."""
+    return (r["n"], r.get("list_size"), r.get("bases", DEMO_BASES), r["training"])
 
 
-def row_order(r: dict) -> tuple[int, int, int]:
-    """The demo's sentences first, the library's index rule before fixed list sizes, then by N."""
-    n, list_size, bases = row_key(r)
-    return (bases != DEMO_BASES, list_size or 0, n)
+def row_order(r: dict) -> tuple[int, int, str, int]:
+    """The demo's sentences first, the library's index rule before fixed list sizes, earlier training
+    rules first, then by N."""
+    n, list_size, bases, training = row_key(r)
+    return (bases != DEMO_BASES, list_size or 0, training != training_rule(), n)
 
 
 def list_length(r: dict) -> float | None:
@@ -372,13 +383,13 @@ def at_fixed_nprobe(r: dict) -> bool:
 def notes(results: list[dict]) -> list[str]:
     """Scaling read off the table, the 8 GB target, fewer-probe rows, and the 1B x 1B extrapolation."""
     fixed = [r for r in results if at_fixed_nprobe(r)]
-    default = [r for r in fixed if row_key(r)[1:] == (None, DEMO_BASES)]
+    default = [r for r in fixed if row_key(r)[1:3] == (None, DEMO_BASES)]
     if len(default) < 2:
         return []
     small, large = default[-2], default[-1]
     lines = [_scaling_note(small, large)]
     series = sorted({row_key(r)[1:] for r in fixed if r.get("list_size")})
-    lines += [_list_size_note(size, bases, fixed) for size, bases in series]
+    lines += [_list_size_note(size, bases, training, fixed) for size, bases, training in series]
     lines.append(_work_note([r for r in fixed if "IVF" in r["factory"]]))
     lines += [_fewer_probes_note(r, large) for r in results if not at_fixed_nprobe(r)]
     lines += [_peak_note(results), _selection_note(results), _recall_note(large)]
@@ -423,10 +434,10 @@ def _work_note(ivf: list[dict]) -> str:
     )
 
 
-def _list_size_note(size: int, bases: int, fixed: list[dict]) -> str:
+def _list_size_note(size: int, bases: int, training: str, fixed: list[dict]) -> str:
     """Scaling at one fixed list length: the `--list-size` rows of copies of `bases` sentences, and
-    default-rule rows of the same copies whose lists are within 1% of that length."""
-    same = [r for r in fixed if row_key(r)[2] == bases]
+    default-rule rows of the same copies and training whose lists are within 1% of that length."""
+    same = [r for r in fixed if row_key(r)[2:] == (bases, training)]
     by_n = {r["n"]: r for r in same if r.get("list_size") is None and _near(list_length(r), size)}
     by_n.update({r["n"]: r for r in same if r.get("list_size") == size})
     series = [by_n[n] for n in sorted(by_n)]
@@ -445,16 +456,23 @@ def _list_size_note(size: int, bases: int, fixed: list[dict]) -> str:
     ]
     return (
         f"- **At a fixed list length** (`index --list-size {size}`: IVF{{N/{size}}}_HNSW32,Flat; copies of "
-        f"{bases:,} sentences a side), mining "
+        f"{bases:,} sentences a side; trained on {_training_sample(training)}), mining "
         f"time grew as {' and '.join(steps) or 'n/a'} per side at nprobe {series[-1]['nprobe']} (linear is "
         f"N^1); time per query: {per_query}." + "".join(f" {text[0].upper()}{text[1:]}." for text in borrowed)
     )
 
 
+def _training_sample(training: str) -> str:
+    """The training rule as the notes say it (the earlier rule also took at least 100k rows)."""
+    return f"{training} (at least 100k rows)" if training == "64 a list" else training
+
+
 def _row_name(r: dict) -> str:
-    n, list_size, bases = row_key(r)
-    series = ([f"--list-size {list_size}"] if list_size else []) + (
-        [f"{bases:,} sentences"] if bases != DEMO_BASES else []
+    n, list_size, bases, training = row_key(r)
+    series = (
+        ([f"--list-size {list_size}"] if list_size else [])
+        + ([f"{bases:,} sentences"] if bases != DEMO_BASES else [])
+        + ([f"trained on {training}"] if training != training_rule() and "IVF" in r["factory"] else [])
     )
     return f"{n:,}" + (f" ({', '.join(series)})" if series else "")
 
@@ -594,7 +612,8 @@ def encode_rate(md: Path, variant: str = "(e) packed, bf16") -> float | None:
 def remeasure_selection(args: argparse.Namespace) -> None:
     saved = json.loads(args.out.read_text())
     for n in (int(s) for s in args.sizes.split(",")):
-        row = next(r for r in saved["results"] if row_key(r) == (n, args.list_size, args.base_count))
+        key = (n, args.list_size, args.base_count, training_rule())
+        row = next(r for r in saved["results"] if row_key(r) == key)
         row.update(selection_columns(workspace_dir(args, n), args, row["mine_nprobe"]))
     args.out.write_text(json.dumps(saved, indent=2) + "\n")
 
@@ -640,7 +659,7 @@ def main() -> None:
     args.base_count = min(len(vectors) for vectors in bases.values())
     earlier = json.loads(args.out.read_text())["results"] if args.out.is_file() else []
     for n in (int(s) for s in args.sizes.split(",")):
-        same = [r for r in earlier if row_key(r) == (n, args.list_size, args.base_count)]
+        same = [r for r in earlier if row_key(r) == (n, args.list_size, args.base_count, training_rule())]
         done = run_size(n, args, bases, same[0] if same else None)
         results = sorted([r for r in earlier if r not in same] + [done], key=row_order)
         earlier = results

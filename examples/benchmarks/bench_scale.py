@@ -37,6 +37,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 from benchlib import REPO, cpu_model
@@ -97,13 +98,22 @@ def write_language(
     write_json(work / "corpora" / lang / "manifest.json", manifest.to_json())
 
 
-def timed(command: list[str]) -> tuple[float, float, float, str]:
-    """(wall seconds, peak RSS in GB, peak anonymous RSS in GB, output) of one command in its own process.
+class Timing(NamedTuple):
+    seconds: float
+    rss_gb: float  # peak RSS
+    anon_gb: float  # peak anonymous RSS
+    stolen: float  # share of the CPUs' time the hypervisor gave to other machines
+    others: float  # share of the CPU time used on this machine that went to other processes
+
+
+def timed(command: list[str]) -> Timing:
+    """Wall time, peak memory and CPU contention of one command in its own process; its output is
+    shown only when it fails.
 
     Peak RSS (wait4) also counts pages of memory-mapped files, which the kernel maps many at a time
     around each random read (fault-around) and reclaims first; RssAnon, sampled every 0.2 s from
-    /proc, is the process's own memory."""
-    started = time.perf_counter()
+    /proc, is the process's own memory. Stolen time slows the command without showing as load."""
+    started, cpu_before = time.perf_counter(), cpu_ticks()
     with tempfile.TemporaryFile("w+") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, text=True)
         peak_anon_kb = 0
@@ -116,10 +126,24 @@ def timed(command: list[str]) -> tuple[float, float, float, str]:
         process.returncode = os.waitstatus_to_exitcode(status)
         log.seek(0)
         output = log.read()
-    seconds = time.perf_counter() - started
+    seconds, ticks = time.perf_counter() - started, cpu_ticks() - cpu_before
     if process.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed:\n{output}")
-    return seconds, usage.ru_maxrss / 1024**2, peak_anon_kb / 1024**2, output
+    busy = (ticks[[0, 1, 2, 5, 6]].sum() / os.sysconf("SC_CLK_TCK")) or 1.0
+    own = usage.ru_utime + usage.ru_stime
+    return Timing(
+        seconds,
+        usage.ru_maxrss / 1024**2,
+        peak_anon_kb / 1024**2,
+        ticks[7] / max(ticks.sum(), 1),
+        max(0.0, 1 - own / busy),
+    )
+
+
+def cpu_ticks() -> np.ndarray:
+    """The machine's CPU time counters from /proc/stat (user nice system idle iowait irq softirq steal)."""
+    with open("/proc/stat") as stat:
+        return np.array(stat.readline().split()[1:9], dtype=np.int64)
 
 
 def anon_kb(pid: int) -> int:
@@ -170,7 +194,7 @@ def run_size(n: int, args: argparse.Namespace, bases: dict[str, np.ndarray], ear
     else:
         result = prepare_and_index(work, n, factory, args, bases)
     mine_nprobe = (args.mine_nprobe or args.nprobe) if ivf else None
-    seconds, rss, anon, _ = timed(mine_command(work, args, mine_nprobe))
+    seconds, rss, anon, stolen, others = timed(mine_command(work, args, mine_nprobe))
     stats = json.loads((work / "mined" / "de-en.stats.json").read_text())
     infos = [json.loads((work / "index" / f"{lang}.json").read_text()) for lang in ("de", "en")]
     result.update(
@@ -181,6 +205,8 @@ def run_size(n: int, args: argparse.Namespace, bases: dict[str, np.ndarray], ear
         mine_s=round(seconds, 1),
         mine_rss_gb=round(rss, 2),
         mine_anon_gb=round(anon, 2),
+        mine_stolen=round(stolen, 3),
+        mine_others=round(others, 3),
         s_per_million_queries=round(seconds / (2 * n) * 1e6, 1),
         kept=stats["counts"]["kept"],
         recall_at_4=round(recall_at_k(work, min(RECALL_QUERIES, n), seed=1), 4),
@@ -194,7 +220,11 @@ def run_size(n: int, args: argparse.Namespace, bases: dict[str, np.ndarray], ear
         note=args.note,
         **selection_columns(work, args, mine_nprobe),
     )
-    print(f"  N={n:,} mine: {seconds:.1f} s, peak {rss:.2f} GB, recall@4 {result['recall_at_4']}", flush=True)
+    print(
+        f"  N={n:,} mine: {seconds:.1f} s, peak {rss:.2f} GB, recall@4 {result['recall_at_4']}, "
+        f"{stolen:.1%} stolen, {others:.1%} to other processes",
+        flush=True,
+    )
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     return result
@@ -219,7 +249,7 @@ def mine_command(work: Path, args: argparse.Namespace, nprobe: int | None) -> li
 
 def selection_columns(work: Path, args: argparse.Namespace, nprobe: int | None) -> dict:
     """The same `mine` again: its neighbour lists are saved, so it only selects and writes the pairs."""
-    seconds, rss, anon, _ = timed(mine_command(work, args, nprobe))
+    seconds, rss, anon, *_ = timed(mine_command(work, args, nprobe))
     print(f"  {work.name} selection: {seconds:.1f} s, peak {rss:.2f} GB ({anon:.2f} GB anon)", flush=True)
     return {"select_s": round(seconds, 1), "select_rss_gb": round(rss, 2), "select_anon_gb": round(anon, 2)}
 
@@ -265,10 +295,12 @@ def prepare_and_index(work: Path, n: int, factory: str, args: argparse.Namespace
         command += ["--factory", factory] if args.list_size is None else ["--list-size", str(args.list_size)]
         if "IVF" in factory:
             command += ["--nprobe", str(args.nprobe)]
-        seconds, rss, anon, _ = timed(command)
+        seconds, rss, anon, stolen, others = timed(command)
         result[f"index_{lang}_s"], result[f"index_{lang}_rss_gb"] = round(seconds, 1), round(rss, 2)
         result[f"index_{lang}_anon_gb"] = round(anon, 2)
-        print(f"  N={n:,} index {lang}: {seconds:.1f} s, peak {rss:.2f} GB", flush=True)
+        result[f"index_{lang}_stolen"] = round(stolen, 3)
+        result[f"index_{lang}_others"] = round(others, 3)
+        print(f"  N={n:,} index {lang}: {seconds:.1f} s, peak {rss:.2f} GB, {stolen:.1%} stolen", flush=True)
     return result
 
 
@@ -293,13 +325,16 @@ def report(results: list[dict], args: argparse.Namespace) -> str:
         "imbalance: FAISS's imbalance factor of the inverted lists (the larger of the two indexes; 1 = equal "
         "lists). ns per listed vector: mine's time per query divided by the vectors its probes list if "
         "lists were equal (nprobe x N / nlist; N for Flat); per scanned vector: divided by that times the "
-        "imbalance, the mean length of a list picked as the vectors fall (where the imbalance is known).",
+        "imbalance, the mean length of a list picked as the vectors fall (where the imbalance is known). "
+        "Training rows a list: the k-means sample of `index` over the list count (the library took 64 a "
+        "list, at least 100k rows, before 2026-11-22, and 256 a list since).",
         "",
-        "| N per side | sentences copied | index | list length | nprobe (index / mine) | list imbalance "
+        "| N per side | sentences copied | index | list length | training rows a list "
+        "| nprobe (index / mine) | list imbalance "
         "| index de s | index peak GB (anon) "
         "| mine s | mine peak GB (anon) | selection s (anon GB) | s per 1M queries | ns per listed vector "
         "| ns per scanned vector | recall@4 | pairs kept |",
-        "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         probes = "-" if r["nprobe"] is None else f"{r['nprobe']} / {r.get('mine_nprobe', r['nprobe'])}"
@@ -310,7 +345,7 @@ def report(results: list[dict], args: argparse.Namespace) -> str:
         mine_peak = _peak([r["mine_rss_gb"]], [r.get("mine_anon_gb")])
         lines.append(
             f"| {r['n']:,} | {r.get('bases', DEMO_BASES):,} | {r['factory']} "
-            f"| {_cell(_rounded(list_length(r)))} | {probes} "
+            f"| {_cell(_rounded(list_length(r)))} | {_cell(_rounded(train_per_list(r)))} | {probes} "
             f"| {_cell(r.get('imbalance'))} | {r['index_de_s']} "
             f"| {index_peak} | {r['mine_s']} | {mine_peak} | {_selection(r)} | {r['s_per_million_queries']} "
             f"| {ns_per_listed_vector(r):.0f} | {_cell(_whole(ns_per_scanned_vector(r)))} "
@@ -336,6 +371,12 @@ def list_length(r: dict) -> float | None:
     """Vectors per inverted list if the lists were equal (None: Flat)."""
     nlist = re.search(r"IVF(\d+)", r["factory"])
     return None if nlist is None else r["n"] / int(nlist.group(1))
+
+
+def train_per_list(r: dict) -> float | None:
+    """Training rows per inverted list (None: Flat)."""
+    length = list_length(r)
+    return None if length is None else r["train_rows"] * length / r["n"]
 
 
 def listed_vectors(r: dict) -> float:
@@ -395,6 +436,7 @@ def notes(results: list[dict]) -> list[str]:
     lines += [_peak_note(results), _selection_note(results), _recall_note(large)]
     lines += [_reuse_note(r) for r in results if r.get("reused_indexes") and r["index_de_rss_gb"] is None]
     lines += [f"- {_row_name(r)}: {r['note']}" for r in results if r.get("note")]
+    lines += [_contention_note(r) for r in results if "mine_stolen" in r]
     lines.append(_extrapolation_note(large))
     return lines
 
@@ -545,6 +587,14 @@ def _recall_note(r: dict) -> str:
         "copies spread over many lists, and a few probes miss most of them. `bitextmine index` without "
         "`--nprobe` tunes the probes on the other language's vectors to reach recall 0.95 and pays "
         "proportionally more search time; this benchmark fixes nprobe to look at scaling."
+    )
+
+
+def _contention_note(r: dict) -> str:
+    """How much of the CPUs `mine` had, measured from /proc/stat during the run."""
+    return (
+        f"- {_row_name(r)}: during `mine`, {r['mine_stolen']:.1%} of the CPUs' time was stolen by the "
+        f"hypervisor and {r['mine_others']:.1%} of the busy CPU time went to other processes."
     )
 
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from bitextmine.errors import BitextmineError
 from bitextmine.fsutil import read_json, write_json
+from bitextmine.index_search import search
 from bitextmine.index_shards import (
     ShardedIndex,
     ShardFile,
@@ -585,12 +586,3 @@ def _stale(lang: str) -> BitextmineError:
         f"index of '{lang}' is stale (built from other embeddings, or by an older bitextmine): "
         f"rerun `bitextmine index {lang}`"
     )
-
-
-def search(index: faiss.Index, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """(sims float32, ids int64), each [len(queries), min(k, ntotal)], best first; ids -1 where none."""
-    k = min(k, index.ntotal)
-    if k == 0:
-        return np.zeros((len(queries), 0), np.float32), np.zeros((len(queries), 0), np.int64)
-    sims, ids = index.search(np.ascontiguousarray(queries, dtype=np.float32), k)
-    return sims, ids

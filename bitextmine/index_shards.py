@@ -23,6 +23,7 @@ import numpy as np
 
 from bitextmine.errors import BitextmineError
 from bitextmine.fsutil import atomic_path
+from bitextmine.index_search import search
 from bitextmine.mine import SearchShard, merge_top_k
 from bitextmine.store import EmbeddingStore
 
@@ -118,7 +119,7 @@ class ShardedIndex:
     def search_shards(self) -> list[SearchShard]:
         """The shards as `find_neighbours` takes them: each searched in turn, ids offset to global rows."""
         return [
-            SearchShard(lambda q, n, shard=shard: _search(self.load(shard), q, n), offset=shard.start)
+            SearchShard(lambda q, n, shard=shard: search(self.load(shard), q, n), offset=shard.start)
             for shard in self.shards
         ]
 
@@ -155,8 +156,3 @@ def read_index_cached(path: Path) -> faiss.Index:
 def release_index() -> None:
     """Free the index kept loaded."""
     _loaded.clear()
-
-
-def _search(index: faiss.Index, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    k = min(k, index.ntotal)
-    return index.search(np.ascontiguousarray(queries, dtype=np.float32), k)

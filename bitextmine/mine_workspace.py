@@ -18,7 +18,8 @@ from bitextmine.encoder.loading import resolve_model_dir
 from bitextmine.errors import BitextmineError
 from bitextmine.faults import crash_point
 from bitextmine.fsutil import atomic_open, write_json
-from bitextmine.index import IndexInfo, load_index, load_index_info, search
+from bitextmine.index import IndexInfo, load_index, load_index_info
+from bitextmine.index_search import search
 from bitextmine.index_shards import ShardedIndex, release_index
 from bitextmine.launcher import ShardJob
 from bitextmine.lock import workspace_locks
@@ -45,7 +46,7 @@ class MineOptions:
         None  # a number, "auto" (calibrated, from the model dir) or None (keep all)
     )
     nprobe: int | None = None
-    block_rows: int = 16_384  # queries searched at once
+    block_rows: int = 65_536  # queries searched at once (index_search scans each list once per block)
     job_rows: int = 1_000_000  # queries per neighbour job (the unit of resume and of cluster jobs)
     model: str | None = None  # where "auto" looks for thresholds; default: the model that made the embeddings
 
@@ -233,7 +234,7 @@ def _neighbour_dir(
 ) -> Path:
     """WORK/mined/.neighbours/PAIR-PLAN: PLAN digests what the neighbour lists depend on."""
     built = [[i.factory, i.nprobe, i.fetch, i.vectors, i.plan] for i in (src_info, tgt_info)]
-    key = [built, options.k, options.nprobe, options.job_rows]
+    key = [built, options.k, options.nprobe, options.job_rows, options.block_rows]
     plan = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
     return workspace.mined_dir() / NEIGHBOURS_DIR / f"{pair}-{plan}"
 

@@ -19,10 +19,10 @@ from bitextmine.index import (
     list_imbalance,
     load_index,
     save_index,
-    search,
     set_nprobe,
     training_rows,
 )
+from bitextmine.index_search import search
 from bitextmine.index_shards import bytes_per_vector, plan_ranges
 from bitextmine.neighbors import rerank
 from bitextmine.store import EmbeddingShard, EmbeddingStore, ModelIdentity, ShardedVectors
@@ -302,6 +302,17 @@ def test_rerank_keeps_the_exact_best_and_marks_missing_hits():
         assert top[q, : len(want)].tolist() == want and (top[q, len(want) :] == -1).all()
         np.testing.assert_allclose(cos[q, : len(want)], [queries[q] @ base[i] for i in want], atol=1e-6)
         assert np.isnan(cos[q, len(want) :]).all()
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 2, 4])
+def test_rerank_in_chunks_equals_one_pass(chunk_rows):
+    base, queries = random_unit(30, 8, seed=2), random_unit(5, 8, seed=3)
+    ids = np.random.default_rng(4).integers(-1, 30, size=(5, 6))
+    whole = rerank(queries, ids, lambda i: base[i], 3, chunk_rows=100)
+    chunked = rerank(queries, ids, lambda i: base[i], 3, chunk_rows=chunk_rows)
+    for got, want in zip(chunked, whole, strict=True):
+        assert got.tobytes() == want.tobytes()
+    assert [a.shape for a in rerank(queries[:0], ids[:0], lambda i: base[i], 3)] == [(0, 3), (0, 3)]
 
 
 @pytest.fixture(scope="module")

@@ -252,7 +252,8 @@ def index_job(store_root: Path, factory: str, out: Path, threads: int) -> None:
     """Runs in its own process: build, measure, search; writes a JSON line of results."""
     import faiss
 
-    from bitextmine.index import build_index, search, set_nprobe
+    from bitextmine.index import build_index, set_nprobe
+    from bitextmine.index_search import search
     from bitextmine.store import EmbeddingStore
 
     faiss.omp_set_num_threads(threads)

@@ -48,6 +48,7 @@ DEMO = REPO / "bitextmine-work" / "demo"
 DEMO_BASES = 8_400  # sentences a side in the demo workspace, the default --bases
 SHARD_ROWS = 100_000
 RECALL_QUERIES = 1000
+SPEED_QUERIES = 32_768  # queries timed with FAISS's search and the library's
 K = 4
 
 
@@ -175,6 +176,30 @@ def recall_at_k(work: Path, queries: int, seed: int) -> float:
     return float(hits.mean())
 
 
+def search_ms(work: Path, nprobe: int | None, queries: int = SPEED_QUERIES) -> dict:
+    """ms per query of FAISS's own search and of the library's `search` (list by list for IVF-Flat), one
+    after the other in this process: en queries (the first rows) against the de index, as mine does."""
+    import faiss
+
+    from bitextmine.index_search import search
+    from bitextmine.mine_workspace import MineOptions
+    from bitextmine.store import EmbeddingStore
+
+    block = MineOptions.block_rows
+    index = faiss.read_index(str(work / "index" / "de.faiss"))
+    if nprobe is not None:
+        faiss.extract_index_ivf(index).nprobe = nprobe
+    x = EmbeddingStore(work / "emb" / "en", "en").vectors().take(np.arange(queries))
+    times = {}
+    for name, run in (("faiss", index.search), ("library", lambda q, k: search(index, q, k))):
+        run(x[:1000], K)  # warm-up: pages of the index
+        started = time.perf_counter()
+        for first in range(0, queries, block):
+            run(x[first : first + block], K)
+        times[f"{name}_search_ms"] = round((time.perf_counter() - started) / queries * 1e3, 4)
+    return times
+
+
 CLI = [sys.executable, "-m", "bitextmine"]
 
 
@@ -210,6 +235,7 @@ def run_size(n: int, args: argparse.Namespace, bases: dict[str, np.ndarray], ear
         s_per_million_queries=round(seconds / (2 * n) * 1e6, 1),
         kept=stats["counts"]["kept"],
         recall_at_4=round(recall_at_k(work, min(RECALL_QUERIES, n), seed=1), 4),
+        **search_ms(work, mine_nprobe, min(SPEED_QUERIES, n)),
         nprobe=args.nprobe if ivf else None,
         mine_nprobe=mine_nprobe,
         imbalance=max((v for v in (index_imbalance(work, i) for i in infos) if v is not None), default=None),
@@ -332,9 +358,10 @@ def report(results: list[dict], args: argparse.Namespace) -> str:
         "| N per side | sentences copied | index | list length | training rows a list "
         "| nprobe (index / mine) | list imbalance "
         "| index de s | index peak GB (anon) "
-        "| mine s | mine peak GB (anon) | selection s (anon GB) | s per 1M queries | ns per listed vector "
+        "| mine s | mine peak GB (anon) | selection s (anon GB) | s per 1M queries "
+        "| search ms a query: FAISS / bitextmine | ns per listed vector "
         "| ns per scanned vector | recall@4 | pairs kept |",
-        "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         probes = "-" if r["nprobe"] is None else f"{r['nprobe']} / {r.get('mine_nprobe', r['nprobe'])}"
@@ -348,6 +375,7 @@ def report(results: list[dict], args: argparse.Namespace) -> str:
             f"| {_cell(_rounded(list_length(r)))} | {_cell(_rounded(train_per_list(r)))} | {probes} "
             f"| {_cell(r.get('imbalance'))} | {r['index_de_s']} "
             f"| {index_peak} | {r['mine_s']} | {mine_peak} | {_selection(r)} | {r['s_per_million_queries']} "
+            f"| {_search_speeds(r)} "
             f"| {ns_per_listed_vector(r):.0f} | {_cell(_whole(ns_per_scanned_vector(r)))} "
             f"| {r['recall_at_4']} | {r['kept']:,} |"
         )
@@ -403,6 +431,12 @@ def _peak(rss: list[float | None], anon: list[float | None]) -> str:
     most_rss = max((v for v in rss if v is not None), default=None)
     most_anon = max((v for v in anon if v is not None), default=None)
     return _cell(most_rss) + ("" if most_anon is None else f" ({most_anon:g})")
+
+
+def _search_speeds(r: dict) -> str:
+    if r.get("faiss_search_ms") is None:
+        return "-"
+    return f"{r['faiss_search_ms']:.3f} / {r['library_search_ms']:.3f}"
 
 
 def _selection(r: dict) -> str:

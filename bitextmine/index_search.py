@@ -1,0 +1,69 @@
+"""k-NN search of a FAISS index, with IVF-Flat inner-product indexes scanned list by list.
+
+FAISS scans an IVF-Flat index one query at a time: each query streams its probed lists from memory and
+takes one dot product per vector. For a block of queries it is cheaper to go list by list: read each
+probed list once for all the queries of the block that probe it, score them with one matrix product
+and keep each query's best k of that list. The probes are FAISS's own (the coarse quantizer's search
+at the index's nprobe), so the candidates and the top k are FAISS's, up to the float rounding of the
+scores. `bench_scale` measures both: the lists' scan is what grows with N at a fixed nprobe.
+"""
+
+from __future__ import annotations
+
+import faiss
+import numpy as np
+import torch
+
+MISSING_SIM = np.finfo(np.float32).min  # what FAISS reports for an inner product not found
+
+
+def search(index: faiss.Index, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(sims float32, ids int64), each [len(queries), min(k, ntotal)], best first; ids -1 where none."""
+    k = min(k, index.ntotal)
+    queries = np.ascontiguousarray(queries, dtype=np.float32)
+    if k == 0 or len(queries) == 0:
+        return np.zeros((len(queries), k), np.float32), np.zeros((len(queries), k), np.int64)
+    if scans_by_list(index):
+        return _search_by_list(index, queries, k)
+    return index.search(queries, k)
+
+
+def scans_by_list(index: faiss.Index) -> bool:
+    """Whether `search` scans `index` list by list: inner-product IVF with raw float32 vectors in memory."""
+    return (
+        isinstance(index, faiss.IndexIVFFlat)
+        and index.metric_type == faiss.METRIC_INNER_PRODUCT
+        and isinstance(faiss.downcast_InvertedLists(index.invlists), faiss.ArrayInvertedLists)
+    )
+
+
+def _search_by_list(ivf: faiss.IndexIVFFlat, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    nprobe = min(ivf.nprobe, ivf.nlist)
+    _, probes = ivf.quantizer.search(queries, nprobe)
+    # each (query, probe) pair has k slots, in probe order: a query's candidates from all its lists
+    sims = np.full((len(queries), nprobe * k), MISSING_SIM, np.float32)
+    ids = np.full((len(queries), nprobe * k), -1, np.int64)
+    pairs = np.argsort(probes, axis=None, kind="stable")  # flat indexes of probes, grouped by list
+    lists = probes.ravel()[pairs]
+    for group in np.split(pairs, np.flatnonzero(np.diff(lists)) + 1):
+        list_no = int(probes.flat[group[0]])
+        size = ivf.invlists.list_size(list_no) if list_no >= 0 else 0
+        if size == 0:
+            continue
+        vectors, row_ids = _list_contents(ivf, list_no, size)
+        rows = group // nprobe
+        scores = torch.from_numpy(queries[rows]) @ torch.from_numpy(vectors).T
+        best = torch.topk(scores, min(k, size), dim=1)
+        slots = (group % nprobe)[:, None] * k + np.arange(best.indices.shape[1])
+        sims[rows[:, None], slots] = best.values.numpy()
+        ids[rows[:, None], slots] = row_ids[best.indices.numpy()]
+    order = np.argsort(-sims, axis=1, kind="stable")[:, :k]
+    return np.take_along_axis(sims, order, 1), np.take_along_axis(ids, order, 1)
+
+
+def _list_contents(ivf: faiss.IndexIVFFlat, list_no: int, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(vectors float32 [size, d], ids int64 [size]) of one inverted list: views of the index's memory,
+    valid while the index lives and is not modified."""
+    codes = faiss.rev_swig_ptr(ivf.invlists.get_codes(list_no), size * ivf.code_size)
+    row_ids = faiss.rev_swig_ptr(ivf.invlists.get_ids(list_no), size)
+    return codes.view(np.float32).reshape(size, ivf.d), row_ids

@@ -1,0 +1,115 @@
+"""The list-by-list scan of IVF-Flat indexes against FAISS's own search and a numpy brute force."""
+
+from __future__ import annotations
+
+import faiss
+import numpy as np
+import pytest
+
+from bitextmine.index_search import MISSING_SIM, scans_by_list, search
+
+
+def unit(x: np.ndarray) -> np.ndarray:
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def clustered(n: int, dim: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((32, dim))
+    return unit(centres[rng.integers(32, size=n)] + 0.5 * rng.standard_normal((n, dim)))
+
+
+def ivf_index(factory: str, base: np.ndarray, nprobe: int) -> faiss.Index:
+    index = faiss.index_factory(base.shape[1], factory, faiss.METRIC_INNER_PRODUCT)
+    index.train(base)
+    index.add(base)
+    if faiss.try_extract_index_ivf(index) is not None:
+        faiss.extract_index_ivf(index).nprobe = nprobe
+    return faiss.deserialize_index(faiss.serialize_index(index))  # as `mine` reads it from disk
+
+
+def probed_brute_force(index: faiss.Index, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Top k by inner product over the rows of each query's probed lists, written from scratch."""
+    ivf = faiss.extract_index_ivf(index)
+    base = index.reconstruct_n(0, index.ntotal)
+    _, assigned = ivf.quantizer.search(base, 1)
+    _, probes = ivf.quantizer.search(queries, min(ivf.nprobe, ivf.nlist))
+    sims = np.full((len(queries), k), MISSING_SIM, np.float32)
+    ids = np.full((len(queries), k), -1, np.int64)
+    for q, lists in enumerate(probes):
+        rows = np.flatnonzero(np.isin(assigned[:, 0], lists[lists >= 0]))
+        scores = base[rows] @ queries[q]
+        best = np.argsort(-scores, kind="stable")[:k]
+        sims[q, : len(best)], ids[q, : len(best)] = scores[best], rows[best]
+    return sims, ids
+
+
+@pytest.mark.parametrize("factory", ["IVF16,Flat", "IVF16_HNSW32,Flat"])
+@pytest.mark.parametrize("nprobe", [1, 3, 16, 40])
+@pytest.mark.parametrize("k", [1, 4, 50])
+def test_list_scan_finds_what_faiss_finds(factory, nprobe, k):
+    base, queries = clustered(2000, 24, seed=0), clustered(300, 24, seed=1)
+    index = ivf_index(factory, base, nprobe)
+    assert scans_by_list(index)
+    sims, ids = search(index, queries, k)
+    want_sims, want_ids = index.search(queries, k)
+    np.testing.assert_array_equal(ids, want_ids)  # random floats: no ties
+    np.testing.assert_allclose(sims, want_sims, rtol=0, atol=1e-5)
+    ref_sims, ref_ids = probed_brute_force(index, queries, k)
+    np.testing.assert_array_equal(ids, ref_ids)
+    np.testing.assert_allclose(sims, ref_sims, rtol=0, atol=1e-5)
+
+
+def test_fewer_rows_than_k_in_the_probed_lists_are_padded_like_faiss():
+    base, queries = clustered(400, 16, seed=2), clustered(50, 16, seed=3)
+    index = ivf_index("IVF8,Flat", base, nprobe=1)
+    sims, ids = search(index, queries, 300)
+    want_sims, want_ids = index.search(queries, 300)
+    assert (ids == -1).any()
+    np.testing.assert_array_equal(ids, want_ids)
+    np.testing.assert_array_equal(sims[ids < 0], want_sims[want_ids < 0])
+    np.testing.assert_allclose(sims[ids >= 0], want_sims[want_ids >= 0], rtol=0, atol=1e-5)
+
+
+def test_empty_lists_and_duplicate_rows():
+    """Rows in a few lists only (others empty), each row three times: tied scores, same multiset of hits."""
+    rng = np.random.default_rng(4)
+    train = clustered(2000, 16, seed=5)
+    rows = np.repeat(unit(rng.standard_normal((40, 16)) + 3 * train[0]), 3, axis=0)
+    index = faiss.index_factory(16, "IVF32,Flat", faiss.METRIC_INNER_PRODUCT)
+    index.train(train)
+    index.add(rows)
+    index.nprobe = 8
+    queries = rows[::7] + 0.01
+    assert faiss.extract_index_ivf(index).invlists.imbalance_factor() > 2
+    sims, ids = search(index, queries, 6)
+    want_sims, want_ids = index.search(queries, 6)
+    np.testing.assert_allclose(sims, want_sims, rtol=0, atol=1e-5)
+    # among ties either copy will do, but every hit is a row with the score reported for it
+    found = ids >= 0
+    np.testing.assert_array_equal(found, want_ids >= 0)
+    exact = np.einsum("nd,nkd->nk", queries, rows[np.where(found, ids, 0)])
+    np.testing.assert_allclose(exact[found], sims[found], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("factory", ["Flat", "IVF8,SQ8", "IVF8,PQ4np"])
+def test_other_indexes_are_searched_by_faiss(factory):
+    base, queries = clustered(1000, 16, seed=6), clustered(20, 16, seed=7)
+    index = ivf_index(factory, base, nprobe=4)
+    assert not scans_by_list(index)
+    for got, want in zip(search(index, queries, 5), index.search(queries, 5), strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_l2_ivf_flat_is_left_to_faiss():
+    assert not scans_by_list(faiss.index_factory(16, "IVF8,Flat"))
+
+
+def test_same_call_same_bytes_and_empty_inputs():
+    base, queries = clustered(1000, 16, seed=8), clustered(100, 16, seed=9)
+    index = ivf_index("IVF8_HNSW32,Flat", base, nprobe=4)
+    first, second = search(index, queries, 4), search(index, queries, 4)
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(first, second, strict=True))
+    sims, ids = search(index, queries[:0], 4)
+    assert sims.shape == ids.shape == (0, 4)
+    assert search(index, queries, 0)[1].shape == (100, 0)

@@ -48,9 +48,10 @@ MIN_LISTS, MAX_LISTS = 16, 262_144
 POINTS_PER_LIST = 39  # FAISS warns below 39 training points per centroid
 PQ_TRAIN_MIN = 256 * POINTS_PER_LIST  # 8-bit PQ codebooks have 256 centroids each
 # k-means trained on few points per list leaves the lists unequal, and a query's scan grows with that
-# imbalance (list_imbalance). On copies of 72,401 e5 sentences with 366 vectors a list, 64 training points
-# a list gave imbalance 1.57 at 300k and 1.68 at 1M; 256 a list (the most FAISS's k-means keeps: it
-# subsamples above max_points_per_centroid) gave 1.26 and 1.42, for 4x the training time.
+# imbalance (list_imbalance). In bench_scale (copies of 72,401 e5 sentences, 366 vectors a list), the
+# earlier rule's 122 and 64 training rows a list gave imbalance 1.37 at 300k and 1.68 at 1M; 256 a list
+# (the most FAISS's k-means keeps: it subsamples above max_points_per_centroid) gave 1.25 and 1.41, for
+# about 2x the indexing time at 1M.
 TRAIN_PER_LIST = 256
 MIN_TRAIN_PER_LIST = 64  # where TRAIN_SAMPLE_BYTES allows fewer
 TRAIN_SAMPLE_BYTES = 4 * 2**30  # the float32 training sample is held in RAM

@@ -5,7 +5,7 @@ takes one dot product per vector. For a block of queries it is cheaper to go lis
 probed list once for all the queries of the block that probe it, score them with one matrix product
 and keep each query's best k of that list. The probes are FAISS's own (the coarse quantizer's search
 at the index's nprobe), so the candidates and the top k are FAISS's, up to the float rounding of the
-scores. `bench_scale` measures both: the lists' scan is what grows with N at a fixed nprobe.
+scores. `bench_scale` times both on the same queries.
 """
 
 from __future__ import annotations

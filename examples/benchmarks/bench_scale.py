@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -578,14 +579,20 @@ def _fewer_probes_note(r: dict, fixed: dict) -> str:
     )
 
 
+def _cells_by_size(results: list[dict], column: str, cell: Callable[[dict], str]) -> str:
+    """`cell` of each row that has `column`, by N, comma-separated ("" when none has it)."""
+    measured = sorted((r for r in results if r.get(column) is not None), key=lambda r: r["n"])
+    return ", ".join(cell(r) for r in measured)
+
+
 def _search_note(results: list[dict]) -> str:
-    timed = [r for r in results if r.get("faiss_search_ms") is not None]
-    if not timed:
-        return "- Search columns: not measured (no row has them)."
-    cells = ", ".join(
-        f"{r['faiss_search_ms'] / r['library_search_ms']:.1f}x at {_row_name(r)}"
-        for r in sorted(timed, key=lambda r: r["n"])
+    cells = _cells_by_size(
+        results,
+        "faiss_search_ms",
+        lambda r: f"{r['faiss_search_ms'] / r['library_search_ms']:.1f}x at {_row_name(r)}",
     )
+    if not cells:
+        return "- Search columns: not measured (no row has them)."
     return (
         f"- Search columns: {SPEED_QUERIES:,} en queries against the de index at mine's nprobe, in blocks "
         "of mine's size, searched by FAISS's own `search` and then by bitextmine's (`index_search.py`: "
@@ -612,13 +619,11 @@ def _peak_note(results: list[dict]) -> str:
 
 
 def _selection_note(results: list[dict]) -> str:
-    measured = [r for r in results if r.get("select_s") is not None]
-    if not measured:
-        return "- Selection: not measured (no row has the selection columns)."
-    cells = ", ".join(
-        f"{r['select_s']:g} s and {r['select_anon_gb']:g} GB at {_row_name(r)}"
-        for r in sorted(measured, key=lambda r: r["n"])
+    cells = _cells_by_size(
+        results, "select_s", lambda r: f"{r['select_s']:g} s and {r['select_anon_gb']:g} GB at {_row_name(r)}"
     )
+    if not cells:
+        return "- Selection: not measured (no row has the selection columns)."
     return (
         "- Selection column: the same `mine` run again over its saved neighbour lists, which only scores "
         "the candidates, takes them one-to-one and writes the pairs; in brackets its anonymous memory "

@@ -53,10 +53,8 @@ def rerank(
     """
     parts = [
         _rerank(queries[first : first + chunk_rows], ids[first : first + chunk_rows], take, k)
-        for first in range(0, len(ids), chunk_rows)
+        for first in range(0, max(len(ids), 1), chunk_rows)  # one empty part for no queries
     ]
-    if not parts:
-        return np.zeros((0, min(k, ids.shape[1])), np.float32), np.zeros((0, min(k, ids.shape[1])), np.int64)
     return np.concatenate([cos for cos, _ in parts]), np.concatenate([found for _, found in parts])
 
 

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from bitextmine.index_search import MISSING_SIM, scans_by_list, search
+from bitextmine.index_shards import list_sizes
 
 
 def unit(x: np.ndarray) -> np.ndarray:
@@ -81,7 +82,7 @@ def test_empty_lists_and_duplicate_rows():
     index.add(rows)
     index.nprobe = 8
     queries = rows[::7] + 0.01
-    assert faiss.extract_index_ivf(index).invlists.imbalance_factor() > 2
+    assert (list_sizes(faiss.extract_index_ivf(index)) == 0).any()
     sims, ids = search(index, queries, 6)
     want_sims, want_ids = index.search(queries, 6)
     np.testing.assert_allclose(sims, want_sims, rtol=0, atol=1e-5)

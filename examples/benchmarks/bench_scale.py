@@ -354,7 +354,7 @@ def report(results: list[dict], args: argparse.Namespace) -> str:
         "lists were equal (nprobe x N / nlist; N for Flat); per scanned vector: divided by that times the "
         "imbalance, the mean length of a list picked as the vectors fall (where the imbalance is known). "
         "Training rows a list: the k-means sample of `index` over the list count (the library took 64 a "
-        "list, at least 100k rows, before 2026-11-22, and 256 a list since).",
+        "list before 2026-11-22 and 256 a list since, at least 100k rows in both).",
         "",
         "| N per side | sentences copied | index | list length | training rows a list "
         "| nprobe (index / mine) | list imbalance "
@@ -533,15 +533,10 @@ def _list_size_note(size: int, bases: int, training: str, fixed: list[dict]) -> 
     ]
     return (
         f"- **At a fixed list length** (`index --list-size {size}`: IVF{{N/{size}}}_HNSW32,Flat; copies of "
-        f"{bases:,} sentences a side; trained on {_training_sample(training)}), mining "
+        f"{bases:,} sentences a side; trained on {training}), mining "
         f"time grew as {' and '.join(steps) or 'n/a'} per side at nprobe {series[-1]['nprobe']} (linear is "
         f"N^1); time per query: {per_query}." + "".join(f" {text[0].upper()}{text[1:]}." for text in borrowed)
     )
-
-
-def _training_sample(training: str) -> str:
-    """The training rule as the notes say it (the earlier rule also took at least 100k rows)."""
-    return f"{training} (at least 100k rows)" if training == "64 a list" else training
 
 
 def _row_name(r: dict) -> str:

@@ -87,6 +87,11 @@ class IndexInfo:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
+    @property
+    def nlist(self) -> int | None:
+        """Inverted lists of the index (None: not IVF)."""
+        return _nlist(self.factory)
+
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> IndexInfo:
         return cls(**data)

@@ -15,6 +15,14 @@ import numpy as np
 import torch
 
 MISSING_SIM = np.finfo(np.float32).min  # what FAISS reports for an inner product not found
+# A probed list is scored for all the block's queries that probe it with one matrix product, and a
+# product of fewer query rows costs more a vector: on 2 cores, balanced lists of 366 vectors cost 11.6 ns
+# a vector at 640 queries a list, 22.6 ns at 64 (examples/benchmarks/bench_list_scan.py). So the block
+# grows with nlist / nprobe, between these bounds (the upper one keeps a block's float32 queries and
+# candidate slots near 0.5 GB).
+QUERIES_A_LIST = 512
+MIN_BLOCK_ROWS = 65_536
+MAX_BLOCK_ROWS = 262_144
 
 
 def search(index: faiss.Index, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -26,6 +34,15 @@ def search(index: faiss.Index, queries: np.ndarray, k: int) -> tuple[np.ndarray,
     if scans_by_list(index):
         return _search_by_list(index, queries, k)
     return index.search(queries, k)
+
+
+def query_block_rows(nlist: int | None, nprobe: int | None) -> int:
+    """Queries to search at once against an index of `nlist` IVF lists probed `nprobe` at a time (None:
+    not IVF): QUERIES_A_LIST queries a list on average, within MIN_BLOCK_ROWS..MAX_BLOCK_ROWS."""
+    if not nlist or not nprobe:
+        return MIN_BLOCK_ROWS
+    wanted = -(-QUERIES_A_LIST * nlist // min(nprobe, nlist))
+    return int(np.clip(wanted, MIN_BLOCK_ROWS, MAX_BLOCK_ROWS))
 
 
 def scans_by_list(index: faiss.Index) -> bool:

@@ -19,7 +19,7 @@ from bitextmine.errors import BitextmineError
 from bitextmine.faults import crash_point
 from bitextmine.fsutil import atomic_open, write_json
 from bitextmine.index import IndexInfo, load_index, load_index_info
-from bitextmine.index_search import search
+from bitextmine.index_search import query_block_rows, search
 from bitextmine.index_shards import ShardedIndex, release_index
 from bitextmine.launcher import ShardJob
 from bitextmine.lock import workspace_locks
@@ -46,7 +46,7 @@ class MineOptions:
         None  # a number, "auto" (calibrated, from the model dir) or None (keep all)
     )
     nprobe: int | None = None
-    block_rows: int = 65_536  # queries searched at once (index_search scans each list once per block)
+    block_rows: int | None = None  # queries searched at once; None: index_search.query_block_rows
     job_rows: int = 1_000_000  # queries per neighbour job (the unit of resume and of cluster jobs)
     model: str | None = None  # where "auto" looks for thresholds; default: the model that made the embeddings
 
@@ -170,8 +170,8 @@ def _mine(
     tgt_info = load_index_info(workspace.index_dir(), tgt_lang, tgt.vectors)
     work = _neighbour_dir(workspace, pair, options, src_info, tgt_info)
     jobs = [
-        *_neighbour_jobs(workspace, work, "fwd", src, tgt, options),
-        *_neighbour_jobs(workspace, work, "bwd", tgt, src, options),
+        *_neighbour_jobs(workspace, work, "fwd", src, tgt, options, search_block_rows(options, tgt_info)),
+        *_neighbour_jobs(workspace, work, "bwd", tgt, src, options, search_block_rows(options, src_info)),
     ]
     if run_jobs is None:
         _run_here(jobs, progress)
@@ -234,13 +234,25 @@ def _neighbour_dir(
 ) -> Path:
     """WORK/mined/.neighbours/PAIR-PLAN: PLAN digests what the neighbour lists depend on."""
     built = [[i.factory, i.nprobe, i.fetch, i.vectors, i.plan] for i in (src_info, tgt_info)]
-    key = [built, options.k, options.nprobe, options.job_rows, options.block_rows]
+    blocks = [search_block_rows(options, info) for info in (tgt_info, src_info)]
+    key = [built, options.k, options.nprobe, options.job_rows, blocks]
     plan = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
     return workspace.mined_dir() / NEIGHBOURS_DIR / f"{pair}-{plan}"
 
 
+def search_block_rows(options: MineOptions, base_info: IndexInfo) -> int:
+    """Queries searched at once against the index described by `base_info`."""
+    return options.block_rows or query_block_rows(base_info.nlist, options.nprobe or base_info.nprobe)
+
+
 def _neighbour_jobs(
-    workspace: Workspace, work: Path, direction: str, query: Language, base: Language, options: MineOptions
+    workspace: Workspace,
+    work: Path,
+    direction: str,
+    query: Language,
+    base: Language,
+    options: MineOptions,
+    block_rows: int,
 ) -> list[ShardJob]:
     rows = len(query.vectors)
     ranges = [(a, min(a + options.job_rows, rows)) for a in range(0, rows, options.job_rows)]
@@ -253,7 +265,7 @@ def _neighbour_jobs(
             b,
             options.k,
             options.nprobe,
-            options.block_rows,
+            block_rows,
             out=work / f"{direction}-{a:012d}-{b:012d}.npy",
         )
         for a, b in ranges

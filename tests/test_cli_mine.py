@@ -263,3 +263,16 @@ def test_sharded_indexes_small_jobs_and_submitit_jobs_mine_the_same_pairs(worksp
     assert code == 0, output
     assert (work / "mined" / "de-en.tsv.zst").read_bytes() == reference
     assert list((work / "logs" / "mine").glob("*_log.err"))
+
+
+def test_query_blocks_follow_the_searched_index_and_its_nprobe():
+    from bitextmine.index import IndexInfo
+    from bitextmine.mine_workspace import MineOptions, search_block_rows
+
+    def info(factory: str, nprobe: int | None) -> IndexInfo:
+        return IndexInfo("de", factory, 384, 10**6, nprobe, "f", 0, 4, 0, None, 0.0, False)
+
+    assert search_block_rows(MineOptions(), info("IVF2732_HNSW32,Flat", 8)) == 174_848
+    assert search_block_rows(MineOptions(nprobe=16), info("IVF2732_HNSW32,Flat", 8)) == 87_424
+    assert search_block_rows(MineOptions(), info("Flat", None)) == 65_536
+    assert search_block_rows(MineOptions(block_rows=100), info("IVF2732_HNSW32,Flat", 8)) == 100

@@ -6,7 +6,15 @@ import faiss
 import numpy as np
 import pytest
 
-from bitextmine.index_search import MISSING_SIM, scans_by_list, search
+from bitextmine.index_search import (
+    MAX_BLOCK_ROWS,
+    MIN_BLOCK_ROWS,
+    MISSING_SIM,
+    QUERIES_A_LIST,
+    query_block_rows,
+    scans_by_list,
+    search,
+)
 from bitextmine.index_shards import list_sizes
 
 
@@ -114,3 +122,30 @@ def test_same_call_same_bytes_and_empty_inputs():
     sims, ids = search(index, queries[:0], 4)
     assert sims.shape == ids.shape == (0, 4)
     assert search(index, queries, 0)[1].shape == (100, 0)
+
+
+def test_a_query_finds_the_same_whatever_block_it_is_searched_in():
+    base, queries = clustered(3000, 32, seed=10), clustered(400, 32, seed=11)
+    index = ivf_index("IVF24_HNSW32,Flat", base, nprobe=5)
+    whole = search(index, queries, 4)
+    parts = [search(index, queries[a : a + 37], 4) for a in range(0, len(queries), 37)]
+    np.testing.assert_array_equal(whole[1], np.concatenate([p[1] for p in parts]))
+    np.testing.assert_allclose(whole[0], np.concatenate([p[0] for p in parts]), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("nlist", "nprobe", "rows"),
+    [
+        (None, None, MIN_BLOCK_ROWS),  # not IVF
+        (820, 8, MIN_BLOCK_ROWS),  # 52,480 wanted
+        (2732, 8, 174_848),  # QUERIES_A_LIST queries a list on average
+        (2732, 7, 199_827),  # rounded up
+        (8200, 8, MAX_BLOCK_ROWS),
+        (64, 100, MIN_BLOCK_ROWS),  # nprobe above nlist probes every list
+        (1000, 1, MAX_BLOCK_ROWS),
+    ],
+)
+def test_query_blocks_grow_with_lists_a_probe_within_bounds(nlist, nprobe, rows):
+    assert query_block_rows(nlist, nprobe) == rows
+    if MIN_BLOCK_ROWS < rows < MAX_BLOCK_ROWS:
+        assert rows * nprobe / nlist == pytest.approx(QUERIES_A_LIST, abs=nprobe / nlist)

@@ -177,27 +177,35 @@ def recall_at_k(work: Path, queries: int, seed: int) -> float:
     return float(hits.mean())
 
 
-def search_ms(work: Path, nprobe: int | None, queries: int = SPEED_QUERIES) -> dict:
-    """ms per query of FAISS's own search and of the library's `search` (list by list for IVF-Flat), one
-    after the other in this process: en queries (the first rows) against the de index, as mine does."""
+def search_ms(work: Path, nprobe: int | None, n: int) -> dict:
+    """ms per query of FAISS's own search (SPEED_QUERIES queries) and of the library's `search` (list by
+    list for IVF-Flat) on one block of mine's size, one after the other in this process: en queries
+    (the first rows) against the de index, as mine does; and the vectors a query scans, on average."""
     import faiss
 
-    from bitextmine.index_search import search
-    from bitextmine.mine_workspace import MineOptions
+    from bitextmine.index_search import query_block_rows, search
+    from bitextmine.index_shards import list_sizes
     from bitextmine.store import EmbeddingStore
 
-    block = MineOptions.block_rows
     index = faiss.read_index(str(work / "index" / "de.faiss"))
-    if nprobe is not None:
-        faiss.extract_index_ivf(index).nprobe = nprobe
-    x = EmbeddingStore(work / "emb" / "en", "en").vectors().take(np.arange(queries))
-    times = {}
-    for name, run in (("faiss", index.search), ("library", lambda q, k: search(index, q, k))):
+    ivf = faiss.try_extract_index_ivf(index)
+    if ivf is not None and nprobe is not None:
+        ivf.nprobe = nprobe
+    block = min(n, query_block_rows(ivf and ivf.nlist, ivf and ivf.nprobe))
+    x = EmbeddingStore(work / "emb" / "en", "en").vectors().take(np.arange(block))
+    times = {"search_block_rows": block}
+    for name, run, queries in (
+        ("faiss", index.search, x[:SPEED_QUERIES]),
+        ("library", lambda q, k: search(index, q, k), x),
+    ):
         run(x[:1000], K)  # warm-up: pages of the index
         started = time.perf_counter()
-        for first in range(0, queries, block):
-            run(x[first : first + block], K)
-        times[f"{name}_search_ms"] = round((time.perf_counter() - started) / queries * 1e3, 4)
+        run(queries, K)
+        times[f"{name}_search_ms"] = round((time.perf_counter() - started) / len(queries) * 1e3, 4)
+    if ivf is not None:
+        _, probes = ivf.quantizer.search(x, ivf.nprobe)
+        sizes = np.append(list_sizes(ivf), 0)  # probe -1 (none) scans nothing
+        times["scanned_per_query"] = round(float(sizes[probes].sum(axis=1).mean()), 1)
     return times
 
 
@@ -236,7 +244,7 @@ def run_size(n: int, args: argparse.Namespace, bases: dict[str, np.ndarray], ear
         s_per_million_queries=round(seconds / (2 * n) * 1e6, 1),
         kept=stats["counts"]["kept"],
         recall_at_4=round(recall_at_k(work, min(RECALL_QUERIES, n), seed=1), 4),
-        **search_ms(work, mine_nprobe, min(SPEED_QUERIES, n)),
+        **search_ms(work, mine_nprobe, n),
         nprobe=args.nprobe if ivf else None,
         mine_nprobe=mine_nprobe,
         imbalance=max((v for v in (index_imbalance(work, i) for i in infos) if v is not None), default=None),
@@ -588,11 +596,22 @@ def _search_note(results: list[dict]) -> str:
     )
     if not cells:
         return "- Search columns: not measured (no row has them)."
+    scanned = _cells_by_size(
+        results,
+        "scanned_per_query",
+        lambda r: (
+            f"{r['library_search_ms'] * 1e6 / r['scanned_per_query']:.1f} ns "
+            f"({r['scanned_per_query']:,.0f} vectors, blocks of {r['search_block_rows']:,}) at {_row_name(r)}"
+        ),
+    )
+    blocks = f" Its time a scanned vector (probe search included): {scanned}." if scanned else ""
     return (
-        f"- Search columns: {SPEED_QUERIES:,} en queries against the de index at mine's nprobe, in blocks "
-        "of mine's size, searched by FAISS's own `search` and then by bitextmine's (`index_search.py`: "
-        "IVF-Flat scanned list by list, each probed list scored once per block with one matrix product), "
-        f"one after the other in the benchmark's process after `mine`. bitextmine's was faster by {cells}. "
+        "- Search columns: en queries against the de index at mine's nprobe: the first "
+        f"{SPEED_QUERIES:,} searched by FAISS's own `search`, then one block of mine's size (it grows with "
+        "nlist / nprobe; rows without `search_block_rows`: the same 32,768 queries) by bitextmine's "
+        "(`index_search.py`: IVF-Flat scanned list by list, each probed list scored once per block with "
+        "one matrix product), one after the other in the benchmark's process after `mine`. bitextmine's "
+        f"was faster by {cells}.{blocks} "
         "Rows without them were mined with FAISS's search."
     )
 

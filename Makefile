@@ -9,7 +9,7 @@ MODEL  ?= $(SHARED)/models/multilingual-e5-small-q4
 BUCC   ?= $(SHARED)/data/bucc-like
 WORK   ?= bitextmine-work/demo
 
-.PHONY: install test demo bench bench-encode bench-mine bench-train bench-scale bench-analysis lint format clean
+.PHONY: install test demo bench bench-encode bench-mine bench-train bench-scale bench-list-scan bench-ivf-balance bench-analysis lint format clean
 
 install: $(VENV)/.installed
 
@@ -54,6 +54,17 @@ bench-mine: install
 # with noise; needs `make demo` first): wall time, peak RSS, recall. About an hour on 2 cores.
 bench-scale: install
 	$(BIN)/python examples/benchmarks/bench_scale.py
+
+# The IVF-Flat list scan's time per scanned vector by list count and query block, on balanced synthetic
+# lists (~4.6 GB of lists at the largest count; a few minutes).
+bench-list-scan: install
+	$(BIN)/python examples/benchmarks/bench_list_scan.py
+
+# IVF list balance of bench_scale's vectors by copies per sentence and list count, copying the embeddings
+# of the workspace BASES (default: the demo's; needs `make demo` first; ~5 min).
+BASES ?= $(WORK)
+bench-ivf-balance: install
+	$(BIN)/python examples/benchmarks/bench_ivf_balance.py --bases $(BASES)
 
 # Word-level alignment per layer (eval words, de-en and zh-en) and token matching (eval tokens) for the shared
 # model, and for TRAINED=DIR (a `bitextmine train` output) when given; ~30 min per model on 2 cores.

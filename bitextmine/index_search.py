@@ -16,10 +16,10 @@ import torch
 
 MISSING_SIM = np.finfo(np.float32).min  # what FAISS reports for an inner product not found
 # A probed list is scored for all the block's queries that probe it with one matrix product, and a
-# product of fewer query rows costs more a vector: on 2 cores, balanced lists of 366 vectors cost 11.6 ns
-# a vector at 640 queries a list, 22.6 ns at 64 (examples/benchmarks/bench_list_scan.py). So the block
-# grows with nlist / nprobe, between these bounds (the upper one keeps a block's float32 queries and
-# candidate slots near 0.5 GB).
+# product of fewer query rows costs more a vector: on 2 cores, equal lists of 366 vectors cost 8.8 ns a
+# vector at 639 queries a list, 18.2 ns at 64 and 10.9 ns at 256 (examples/benchmarks/bench_list_scan.py).
+# So the block grows with nlist / nprobe, between these bounds (the upper one keeps a block's float32
+# queries and candidate slots near 0.6 GB).
 QUERIES_A_LIST = 512
 MIN_BLOCK_ROWS = 65_536
 MAX_BLOCK_ROWS = 262_144
@@ -55,8 +55,16 @@ def scans_by_list(index: faiss.Index) -> bool:
 
 
 def _search_by_list(ivf: faiss.IndexIVFFlat, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    nprobe = min(ivf.nprobe, ivf.nlist)
-    _, probes = ivf.quantizer.search(queries, nprobe)
+    _, probes = ivf.quantizer.search(queries, min(ivf.nprobe, ivf.nlist))
+    return scan_lists(ivf, queries, probes, k)
+
+
+def scan_lists(
+    ivf: faiss.IndexIVFFlat, queries: np.ndarray, probes: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The k best (inner product, id) of each float32 query over the rows of its `probes` (list numbers
+    [len(queries), nprobe], -1 = none), list by list as `search` does after the probe search."""
+    nprobe = probes.shape[1]
     # each (query, probe) pair has k slots, in probe order: a query's candidates from all its lists
     sims = np.full((len(queries), nprobe * k), MISSING_SIM, np.float32)
     ids = np.full((len(queries), nprobe * k), -1, np.int64)

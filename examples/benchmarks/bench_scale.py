@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
-from benchlib import REPO, cpu_model
+from benchlib import REPO, base_vectors, cpu_model, noisy_copies
 
 RESULTS = Path(__file__).with_name("results")
 
@@ -51,13 +51,6 @@ SHARD_ROWS = 100_000
 RECALL_QUERIES = 1000
 SPEED_QUERIES = 32_768  # queries timed with FAISS's search and the library's
 K = 4
-
-
-def base_vectors(root: Path, lang: str) -> np.ndarray:
-    from bitextmine.store import EmbeddingStore
-
-    vectors = EmbeddingStore(root / "emb" / lang, lang).vectors()
-    return vectors.take(np.arange(len(vectors)))
 
 
 def base_count(root: Path, lang: str) -> int:
@@ -82,9 +75,7 @@ def write_language(
     rows = (Row(0, i + 1, f"{lang} {i}") for i in range(n))
     text_shards = write_text_shards(rows, work / "corpora" / lang, SHARD_ROWS)
     for shard in text_shards:
-        picked = base[rng.integers(len(base), size=shard.rows)]
-        noisy = picked + args.sigma * rng.standard_normal(picked.shape, dtype=np.float32)
-        noisy /= np.linalg.norm(noisy, axis=1, keepdims=True)
+        noisy = noisy_copies(base, shard.rows, args.sigma, rng)
         name = Path(shard.name).stem
         store.write_shard(EmbeddingShard(name, shard.rows, shard.sha256, 0, 0), noisy)
     manifest = CorpusManifest(
@@ -225,6 +216,7 @@ def run_size(n: int, args: argparse.Namespace, bases: dict[str, np.ndarray], ear
     if reused:
         print(f"  N={n:,}: reusing the vectors and indexes in {work}", flush=True)
         result = reused_index_columns(work, earlier)
+        shutil.rmtree(work / "mined", ignore_errors=True)  # with its saved lists, mine would search nothing
     else:
         result = prepare_and_index(work, n, factory, args, bases)
     mine_nprobe = (args.mine_nprobe or args.nprobe) if ivf else None
@@ -514,8 +506,10 @@ def _work_note(ivf: list[dict]) -> str:
             else ""
         )
         + ". Time per query follows the list length N / nlist, which the library's nlist ~ 4 sqrt(N) lets "
-        "grow like sqrt(N) and `index --list-size L` holds at L, and the list imbalance, which grew with "
-        "nlist in every series here, and the cost per scanned vector rose with the working set."
+        "grow like sqrt(N) and `index --list-size L` holds at L, and the list imbalance, which grew with N "
+        "in every series here (N grows by copying a fixed set of sentences; at one N the imbalance grows "
+        "with the copies of each sentence, and at equal copies with nlist: bench_ivf_balance.md). "
+        "With FAISS's search the cost per scanned vector also rose with the working set."
     )
 
 

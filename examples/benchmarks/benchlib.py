@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
+
 REPO = Path(__file__).resolve().parents[2]
 SHARED = Path(os.environ.get("BITEXTMINE_SHARED", REPO.parent / "shared"))
 MODEL = SHARED / "models" / "multilingual-e5-small-q4"
@@ -23,3 +25,18 @@ def cpu_model() -> str:
     """The CPU's model name from /proc/cpuinfo ("?" when absent)."""
     with open("/proc/cpuinfo") as fh:
         return next((line.split(":", 1)[1].strip() for line in fh if "model name" in line), "?")
+
+
+def base_vectors(root: Path, lang: str) -> np.ndarray:
+    """float32 embeddings of `lang` in the workspace `root` (all rows)."""
+    from bitextmine.store import EmbeddingStore
+
+    vectors = EmbeddingStore(root / "emb" / lang, lang).vectors()
+    return vectors.take(np.arange(len(vectors)))
+
+
+def noisy_copies(base: np.ndarray, rows: int, sigma: float, rng: np.random.Generator) -> np.ndarray:
+    """`rows` unit vectors: rows of `base` drawn with replacement, plus gaussian noise of `sigma`."""
+    picked = base[rng.integers(len(base), size=rows)]
+    noisy = picked + sigma * rng.standard_normal(picked.shape, dtype=np.float32)
+    return noisy / np.linalg.norm(noisy, axis=1, keepdims=True)

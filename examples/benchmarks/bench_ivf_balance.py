@@ -14,14 +14,11 @@ embeddings, as in bench_scale) scan at nprobe 8, relative to equal lists, and ti
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
-import platform
 import time
 from pathlib import Path
 
 import numpy as np
-from benchlib import REPO, base_vectors, cpu_model, noisy_copies
+from benchlib import REPO, base_vectors, noisy_copies, produced_by, save_results
 
 RESULTS = Path(__file__).parent / "results"
 QUERIES = 20_000
@@ -77,8 +74,7 @@ def report(results: list[dict], args: argparse.Namespace) -> str:
     lines = [
         "# bench_ivf_balance: IVF list balance by copies per sentence and by list count",
         "",
-        f"{datetime.date.today()} — {cpu_model()}, 2 cores; python {platform.python_version()}. Produced by "
-        "`examples/benchmarks/bench_ivf_balance.py` (`make bench-ivf-balance`).",
+        produced_by("bench_ivf_balance.py", "bench-ivf-balance"),
         "",
         f"Base: noisy copies (sigma {args.sigma}, as bench_scale) of a random subset of the "
         f"{args.de_count:,} "
@@ -120,11 +116,7 @@ def main() -> None:
     args.de_count, args.en_count = len(de), len(en)
     runs = [tuple(map(int, run.split(":"))) for run in args.runs.split(",")]
     results = [measure(n, min(distinct, len(de)), de, en, args) for n, distinct in runs]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"date": str(datetime.date.today()), "results": results}, indent=1) + "\n")
-    markdown = report(results, args)
-    args.out.with_suffix(".md").write_text(markdown)
-    print(markdown)
+    save_results(args.out, results, report(results, args))
 
 
 if __name__ == "__main__":

@@ -13,15 +13,12 @@ before 2026-11-22) and in blocks of `query_block_rows` (mine's block now), best 
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
-import platform
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
-from benchlib import REPO, cpu_model
+from benchlib import REPO, produced_by, save_results
 
 sys.path.insert(0, str(REPO))
 
@@ -107,8 +104,7 @@ def report(results: list[dict], args: argparse.Namespace) -> str:
     lines = [
         "# bench_list_scan: bitextmine's IVF-Flat list scan, time per scanned vector",
         "",
-        f"{datetime.date.today()} — {cpu_model()}, 2 cores; python {platform.python_version()}. Produced by "
-        "`examples/benchmarks/bench_list_scan.py` (`make bench-list-scan`).",
+        produced_by("bench_list_scan.py", "bench-list-scan"),
         "",
         f"Lists of exactly {args.list_size} random 384-d vectors; each query probes {args.nprobe} distinct "
         "lists drawn uniformly, so every query scans the same number of vectors at every list count. "
@@ -145,11 +141,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS / "bench_list_scan.json")
     args = parser.parse_args()
     results = [row for nlist in map(int, args.nlists.split(",")) for row in measure(nlist, args)]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"date": str(datetime.date.today()), "results": results}, indent=1) + "\n")
-    markdown = report(results, args)
-    args.out.with_suffix(".md").write_text(markdown)
-    print(markdown)
+    save_results(args.out, results, report(results, args))
 
 
 if __name__ == "__main__":

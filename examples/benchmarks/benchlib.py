@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import datetime
+import json
 import os
+import platform
 from pathlib import Path
 
 import numpy as np
@@ -40,3 +43,20 @@ def noisy_copies(base: np.ndarray, rows: int, sigma: float, rng: np.random.Gener
     picked = base[rng.integers(len(base), size=rows)]
     noisy = picked + sigma * rng.standard_normal(picked.shape, dtype=np.float32)
     return noisy / np.linalg.norm(noisy, axis=1, keepdims=True)
+
+
+def save_results(out: Path, results: list[dict], markdown: str) -> None:
+    """`results` as {date, results} JSON at `out` and `markdown` next to it (.md), which is also printed."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"date": str(datetime.date.today()), "results": results}, indent=1) + "\n")
+    out.with_suffix(".md").write_text(markdown)
+    print(markdown)
+
+
+def produced_by(script: str, make_target: str) -> str:
+    """The report line saying when, on what and by which script a result was measured."""
+    return (
+        f"{datetime.date.today()} — {cpu_model()}, {os.cpu_count()} cores; "
+        f"python {platform.python_version()}. Produced by `examples/benchmarks/{script}` "
+        f"(`make {make_target}`)."
+    )

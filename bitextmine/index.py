@@ -529,6 +529,17 @@ def set_nprobe(index: faiss.Index | ShardedIndex, nprobe: int) -> None:
         ivf.nprobe = nprobe
 
 
+def set_max_codes(index: faiss.Index | ShardedIndex, max_codes: int) -> None:
+    """Rows a query scans at most over its probed lists (FAISS's IndexIVF.max_codes; 0: no cap), in each
+    shard of a sharded index; no-op for non-IVF indexes, which scan every row."""
+    if isinstance(index, ShardedIndex):
+        index.max_codes = max_codes
+        return
+    ivf = faiss.try_extract_index_ivf(index)
+    if ivf is not None:
+        ivf.max_codes = max_codes
+
+
 def _ivf(index: faiss.Index | ShardedIndex) -> faiss.IndexIVF | None:
     return faiss.try_extract_index_ivf(index.template if isinstance(index, ShardedIndex) else index)
 
@@ -553,9 +564,15 @@ def save_index(index: faiss.Index | ShardedIndex, info: IndexInfo, index_dir: Pa
 
 
 def load_index(
-    index_dir: Path, lang: str, vectors: ShardedVectors, *, nprobe: int | None = None
+    index_dir: Path,
+    lang: str,
+    vectors: ShardedVectors,
+    *,
+    nprobe: int | None = None,
+    max_codes: int | None = None,
 ) -> tuple[faiss.Index | ShardedIndex, IndexInfo]:
-    """The saved index of `lang`, checked against the embeddings it must cover; `nprobe` overrides.
+    """The saved index of `lang`, checked against the embeddings it must cover; `nprobe` overrides the
+    stored one, and `max_codes` caps the rows an IVF query scans (`set_max_codes`).
 
     A sharded index is returned unloaded: its shards are read one at a time as they are searched."""
     index_dir = Path(index_dir)
@@ -572,6 +589,7 @@ def load_index(
         info = replace(info, nprobe=nprobe)
     if info.nprobe is not None:
         set_nprobe(index, info.nprobe)
+    set_max_codes(index, max_codes or 0)  # also clears a cap left on the cached index by a caller before
     return index, info
 
 

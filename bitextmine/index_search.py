@@ -4,8 +4,9 @@ FAISS scans an IVF-Flat index one query at a time: each query streams its probed
 takes one dot product per vector. For a block of queries it is cheaper to go list by list: read each
 probed list once for all the queries of the block that probe it, score them with one matrix product
 and keep each query's best k of that list. The probes are FAISS's own (the coarse quantizer's search
-at the index's nprobe), so the candidates and the top k are FAISS's, up to the float rounding of the
-scores. `bench_scale` times both on the same queries.
+at the index's nprobe), and the index's `max_codes` caps a query's scan as FAISS does (lists in probe
+order, the last one cut to what is left of the budget), so the candidates and the top k are FAISS's, up
+to the float rounding of the scores. `bench_scale` times both on the same queries.
 """
 
 from __future__ import annotations
@@ -56,15 +57,35 @@ def scans_by_list(index: faiss.Index) -> bool:
 
 def _search_by_list(ivf: faiss.IndexIVFFlat, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     _, probes = ivf.quantizer.search(queries, min(ivf.nprobe, ivf.nlist))
-    return scan_lists(ivf, queries, probes, k)
+    return scan_lists(ivf, queries, probes, k, ivf.max_codes)
+
+
+def list_sizes(ivf: faiss.IndexIVF) -> np.ndarray:
+    """Rows in each inverted list of `ivf`, int64 [nlist]."""
+    return np.array([ivf.invlists.list_size(i) for i in range(ivf.nlist)], dtype=np.int64)
+
+
+def scanned_rows(sizes: np.ndarray, probes: np.ndarray, max_codes: int = 0) -> np.ndarray:
+    """Rows a query scans in each of its `probes` (list numbers, -1 = none) of lists holding `sizes` rows:
+    whole lists, or with `max_codes` > 0, lists in probe order until max_codes rows in all (FAISS's
+    IndexIVF.max_codes: the list that reaches the budget is cut to its first rows)."""
+    rows = np.where(probes >= 0, sizes[probes], 0)
+    if max_codes > 0:
+        before = np.cumsum(rows, axis=1) - rows
+        rows = np.clip(max_codes - before, 0, rows)
+    return rows
 
 
 def scan_lists(
-    ivf: faiss.IndexIVFFlat, queries: np.ndarray, probes: np.ndarray, k: int
+    ivf: faiss.IndexIVFFlat, queries: np.ndarray, probes: np.ndarray, k: int, max_codes: int = 0
 ) -> tuple[np.ndarray, np.ndarray]:
     """The k best (inner product, id) of each float32 query over the rows of its `probes` (list numbers
-    [len(queries), nprobe], -1 = none), list by list as `search` does after the probe search."""
+    [len(queries), nprobe], -1 = none), list by list as `search` does after the probe search; at most
+    `max_codes` rows a query when > 0 (`scanned_rows`)."""
     nprobe = probes.shape[1]
+    if max_codes > 0:
+        limits = scanned_rows(list_sizes(ivf), probes, max_codes)
+        probes = np.where(limits > 0, probes, -1)
     # each (query, probe) pair has k slots, in probe order: a query's candidates from all its lists
     sims = np.full((len(queries), nprobe * k), MISSING_SIM, np.float32)
     ids = np.full((len(queries), nprobe * k), -1, np.int64)
@@ -78,10 +99,13 @@ def scan_lists(
         vectors, row_ids = _list_contents(ivf, list_no, size)
         rows = group // nprobe
         scores = torch.from_numpy(queries[rows]) @ torch.from_numpy(vectors).T
+        if max_codes > 0:
+            scores[torch.from_numpy(limits.flat[group][:, None] <= np.arange(size))] = -torch.inf
         best = torch.topk(scores, min(k, size), dim=1)
+        found = best.values.numpy() > -np.inf  # False only for rows past a query's budget
         slots = (group % nprobe)[:, None] * k + np.arange(best.indices.shape[1])
-        sims[rows[:, None], slots] = best.values.numpy()
-        ids[rows[:, None], slots] = row_ids[best.indices.numpy()]
+        sims[rows[:, None], slots] = np.where(found, best.values.numpy(), MISSING_SIM)
+        ids[rows[:, None], slots] = np.where(found, row_ids[best.indices.numpy()], -1)
     order = np.argsort(-sims, axis=1, kind="stable")[:, :k]
     return np.take_along_axis(sims, order, 1), np.take_along_axis(ids, order, 1)
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from bitextmine.errors import BitextmineError
 from bitextmine.fsutil import atomic_path
-from bitextmine.index_search import search
+from bitextmine.index_search import list_sizes, search
 from bitextmine.mine import SearchShard, merge_top_k
 from bitextmine.store import EmbeddingStore
 
@@ -94,6 +94,7 @@ class ShardedIndex:
         self.shards = shards
         self.template = template  # trained, empty: what nlist and nprobe are read from
         self.nprobe: int | None = None
+        self.max_codes = 0  # rows a query scans at most in each shard (0: no cap)
         self.ntotal = shards[-1].stop if shards else 0
         self._list_sizes: dict[str, np.ndarray] = {}  # per shard file, noted as shards load
 
@@ -105,6 +106,7 @@ class ShardedIndex:
                 self._list_sizes[shard.file] = list_sizes(ivf)
             if self.nprobe is not None:
                 ivf.nprobe = self.nprobe
+            ivf.max_codes = self.max_codes
         return index
 
     def list_sizes(self) -> np.ndarray | None:
@@ -134,10 +136,6 @@ class ShardedIndex:
             best = merge_top_k(best, hits, k)
         sims, ids = best
         return np.nan_to_num(sims, nan=-np.inf), ids
-
-
-def list_sizes(ivf: faiss.IndexIVF) -> np.ndarray:
-    return np.array([ivf.invlists.list_size(i) for i in range(ivf.nlist)], dtype=np.int64)
 
 
 _loaded: dict[tuple[Path, int], faiss.Index] = {}

@@ -46,6 +46,7 @@ class MineOptions:
         None  # a number, "auto" (calibrated, from the model dir) or None (keep all)
     )
     nprobe: int | None = None
+    max_codes: int | None = None  # rows an IVF query scans at most (FAISS max_codes); None: no cap
     block_rows: int | None = None  # queries searched at once; None: index_search.query_block_rows
     job_rows: int = 1_000_000  # queries per neighbour job (the unit of resume and of cluster jobs)
     model: str | None = None  # where "auto" looks for thresholds; default: the model that made the embeddings
@@ -236,6 +237,8 @@ def _neighbour_dir(
     built = [[i.factory, i.nprobe, i.fetch, i.vectors, i.plan] for i in (src_info, tgt_info)]
     blocks = [search_block_rows(options, info) for info in (tgt_info, src_info)]
     key = [built, options.k, options.nprobe, options.job_rows, blocks]
+    if options.max_codes:  # keyed only when set, so lists saved before the option existed stay valid
+        key.append(options.max_codes)
     plan = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
     return workspace.mined_dir() / NEIGHBOURS_DIR / f"{pair}-{plan}"
 
@@ -265,6 +268,7 @@ def _neighbour_jobs(
             b,
             options.k,
             options.nprobe,
+            options.max_codes,
             block_rows,
             out=work / f"{direction}-{a:012d}-{b:012d}.npy",
         )
@@ -308,6 +312,7 @@ class NeighbourTask:
     stop: int
     k: int
     nprobe: int | None
+    max_codes: int | None
     block_rows: int
     out: Path  # the job's neighbour lists (.npy)
 
@@ -321,7 +326,9 @@ def neighbours_job(task: NeighbourTask, progress: Callable[[int], None] | None =
     workspace = Workspace(task.root)
     queries = open_language(workspace, task.query_lang).vectors
     base = open_language(workspace, task.base_lang).vectors
-    index, info = load_index(workspace.index_dir(), task.base_lang, base, nprobe=task.nprobe)
+    index, info = load_index(
+        workspace.index_dir(), task.base_lang, base, nprobe=task.nprobe, max_codes=task.max_codes
+    )
     if isinstance(index, ShardedIndex):
         shards = index.search_shards()
     else:

@@ -91,6 +91,22 @@ def test_list_size_builds_an_hnsw_quantized_ivf_that_mines_the_same_pairs(worksp
     assert {r[1] for r in read_mined(work / "mined" / "de-en.tsv.zst") if r[1] == r[2]} == set(shared)
 
 
+def test_max_codes_caps_the_rows_each_query_scans(workspace):
+    """One IVF list holds each side in row order, so --max-codes 3 lets a query see the first 3 rows."""
+    work, _ = workspace
+    for lang in ("de", "en"):
+        assert run("index", lang, "-w", str(work), "--list-size", "25")[0] == 0
+    assert run("mine", "de", "en", "-w", str(work))[0] == 0
+    reference = (work / "mined" / "de-en.tsv.zst").read_bytes()
+    code, output = run("mine", "de", "en", "-w", str(work), "--max-codes", "25")
+    assert code == 0, output
+    assert (work / "mined" / "de-en.tsv.zst").read_bytes() == reference
+    code, output = run("mine", "de", "en", "-w", str(work), "--max-codes", "3")
+    assert code == 0, output
+    rows = read_mined(work / "mined" / "de-en.tsv.zst")
+    assert rows and all(r[3] in {"0:1", "0:2", "0:3"} or r[4] in {"0:1", "0:2", "0:3"} for r in rows)
+
+
 def test_missing_steps_and_mismatches_are_one_line_errors(workspace, tiny_model_dir, tmp_path):
     work, _ = workspace
     code, output = run("mine", "de", "en", "-w", str(work))

@@ -211,6 +211,11 @@ def test_save_load_round_trip(ivf, tmp_path):
         np.testing.assert_array_equal(got, want)
     overridden, overridden_info = load_index(index_dir, "de", vectors, nprobe=128)
     assert overridden_info.nprobe == 128 and faiss.extract_index_ivf(overridden).nprobe == 128
+    capped, _ = load_index(index_dir, "de", vectors, max_codes=10)
+    assert faiss.extract_index_ivf(capped).max_codes == 10
+    assert (search(capped, queries, 20)[1][:, 10:] == -1).all()
+    reloaded, _ = load_index(index_dir, "de", vectors)  # the same cached object: the cap is lifted
+    assert faiss.extract_index_ivf(reloaded).max_codes == 0
 
 
 def test_load_refuses_missing_and_stale_indexes(ivf, tmp_path):
@@ -392,6 +397,10 @@ def test_index_in_row_shards_searches_like_one_index(tmp_path, factory):
     loaded, loaded_info = load_index(tmp_path / "index", "de", vectors)
     assert loaded_info == info and loaded.ntotal == 3000
     np.testing.assert_array_equal(search(loaded, queries, 6)[1], want_ids)
+    if factory != "Flat":  # each shard scans at most max_codes rows of its own lists
+        capped, _ = load_index(tmp_path / "index", "de", vectors, max_codes=4)
+        assert (search(capped, queries, 20)[1][:, 3 * 4 :] == -1).all()
+        assert all(faiss.extract_index_ivf(capped.load(s)).max_codes == 4 for s in capped.shards)
 
 
 def test_sharded_build_resumes_with_the_missing_shards_only(tmp_path):

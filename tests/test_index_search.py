@@ -11,11 +11,12 @@ from bitextmine.index_search import (
     MIN_BLOCK_ROWS,
     MISSING_SIM,
     QUERIES_A_LIST,
+    list_sizes,
     query_block_rows,
+    scanned_rows,
     scans_by_list,
     search,
 )
-from bitextmine.index_shards import list_sizes
 
 
 def unit(x: np.ndarray) -> np.ndarray:
@@ -99,6 +100,48 @@ def test_empty_lists_and_duplicate_rows():
     np.testing.assert_array_equal(found, want_ids >= 0)
     exact = np.einsum("nd,nkd->nk", queries, rows[np.where(found, ids, 0)])
     np.testing.assert_allclose(exact[found], sims[found], rtol=0, atol=1e-5)
+
+
+def budgeted_brute_force(index: faiss.Index, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Top k over each query's probed lists taken in probe order, each list's rows in the order they
+    were added (row order here), until the index's max_codes rows in all; written from scratch."""
+    ivf = faiss.extract_index_ivf(index)
+    base = index.reconstruct_n(0, index.ntotal)
+    _, assigned = ivf.quantizer.search(base, 1)
+    _, probes = ivf.quantizer.search(queries, min(ivf.nprobe, ivf.nlist))
+    sims = np.full((len(queries), k), MISSING_SIM, np.float32)
+    ids = np.full((len(queries), k), -1, np.int64)
+    for q, lists in enumerate(probes):
+        rows = np.concatenate([np.flatnonzero(assigned[:, 0] == i) for i in lists if i >= 0])
+        rows = rows[: ivf.max_codes]
+        scores = base[rows] @ queries[q]
+        best = np.argsort(-scores, kind="stable")[:k]
+        sims[q, : len(best)], ids[q, : len(best)] = scores[best], rows[best]
+    return sims, ids
+
+
+@pytest.mark.parametrize("factory", ["IVF16,Flat", "IVF16_HNSW32,Flat"])
+@pytest.mark.parametrize("max_codes", [1, 3, 57, 400, 5000])
+def test_max_codes_cuts_the_scan_as_faiss_does(factory, max_codes):
+    base, queries = clustered(2000, 24, seed=12), clustered(200, 24, seed=13)
+    index = ivf_index(factory, base, nprobe=6)
+    faiss.extract_index_ivf(index).max_codes = max_codes
+    sims, ids = search(index, queries, 4)
+    want_sims, want_ids = index.search(queries, 4)
+    np.testing.assert_array_equal(ids, want_ids)
+    np.testing.assert_allclose(sims, want_sims, rtol=0, atol=1e-5)
+    ref_sims, ref_ids = budgeted_brute_force(index, queries, 4)
+    np.testing.assert_array_equal(ids, ref_ids)
+    np.testing.assert_allclose(sims, ref_sims, rtol=0, atol=1e-5)
+    assert (ids[:, 3] == -1).all() == (max_codes < 4)  # fewer rows than k leave empty slots
+
+
+def test_scanned_rows_stop_at_the_budget_in_probe_order():
+    sizes = np.array([5, 0, 7, 2])
+    probes = np.array([[2, 0, 3], [1, 3, -1], [0, 2, 3]])
+    np.testing.assert_array_equal(scanned_rows(sizes, probes), [[7, 5, 2], [0, 2, 0], [5, 7, 2]])
+    np.testing.assert_array_equal(scanned_rows(sizes, probes, 9), [[7, 2, 0], [0, 2, 0], [5, 4, 0]])
+    np.testing.assert_array_equal(scanned_rows(sizes, probes, 1), [[1, 0, 0], [0, 1, 0], [1, 0, 0]])
 
 
 @pytest.mark.parametrize("factory", ["Flat", "IVF8,SQ8", "IVF8,PQ4np"])

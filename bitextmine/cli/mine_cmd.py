@@ -183,6 +183,15 @@ def mine(
         ),
     ] = None,
     nprobe: Annotated[int | None, typer.Option(help="Override the indexes' stored nprobe.", min=1)] = None,
+    max_codes: Annotated[
+        int | None,
+        typer.Option(
+            help="Scan at most this many vectors a query in an IVF index (FAISS's max_codes): the probed "
+            "lists in order, the last one cut short. Bounds the time a query costs when k-means lists "
+            "are unequal, at the price of recall \\[default: scan every probed list].",
+            min=1,
+        ),
+    ] = None,
     model: ModelOption = None,
     job_rows: Annotated[
         int,
@@ -210,6 +219,7 @@ def mine(
             strategy=strategy,
             threshold=_threshold(threshold),
             nprobe=nprobe,
+            max_codes=max_codes,
             model=model,
             job_rows=job_rows,
         )

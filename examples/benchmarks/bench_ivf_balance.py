@@ -31,8 +31,7 @@ def measure(n: int, distinct: int, de: np.ndarray, en: np.ndarray, args: argpars
     import faiss
 
     from bitextmine.index import training_rows
-    from bitextmine.index_search import query_block_rows, search
-    from bitextmine.index_shards import list_sizes
+    from bitextmine.index_search import list_sizes, query_block_rows, search
 
     rng = np.random.default_rng(n + distinct)
     subset = de[np.sort(rng.choice(len(de), distinct, replace=False))]

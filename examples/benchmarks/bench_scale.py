@@ -174,8 +174,7 @@ def search_ms(work: Path, nprobe: int | None, n: int) -> dict:
     (the first rows) against the de index, as mine does; and the vectors a query scans, on average."""
     import faiss
 
-    from bitextmine.index_search import query_block_rows, search
-    from bitextmine.index_shards import list_sizes
+    from bitextmine.index_search import list_sizes, query_block_rows, search
     from bitextmine.store import EmbeddingStore
 
     index = faiss.read_index(str(work / "index" / "de.faiss"))

@@ -10,14 +10,16 @@ search for a sample of source queries. With `--list-size L` the indexes are buil
 `bitextmine index --list-size L` (N / L lists, HNSW coarse quantizer) instead: a series of rows of its own,
 to show the time at a fixed list length. `--bases WORK` copies the de and en embeddings of another
 workspace instead of the demo's 8,400 a side (more distinct sentences: clusters that do not thin out into
-the lists as N grows); its rows are a series of their own too.
+the lists as N grows); its rows are a series of their own too, as are those of `--max-codes C` (`mine
+--max-codes C`: a query scans at most C vectors of its probed lists).
 
 Where mining at the index's nprobe would take hours here, `--mine-nprobe` mines with fewer probes: peak
 RSS is the same (same index, same neighbour lists), and the row also shows the search time at the index's
 nprobe estimated from the index's own recall probe (its ms per 1,000 other-language queries x 2N).
 
 Usage: python examples/benchmarks/bench_scale.py [--sizes 100000,300000,1000000,3000000] [--nprobe 8]
-       [--factory IVF8192_HNSW32,Flat | --list-size 366] [--bases WORK] [--mine-nprobe 1] [--keep] [--reuse]
+       [--factory IVF8192_HNSW32,Flat | --list-size 366] [--bases WORK] [--max-codes 3660] [--mine-nprobe 1]
+       [--keep] [--reuse]
        (results of other sizes and series in --out are kept)
 Needs the demo workspace's embeddings (`make demo`).
 """
@@ -168,19 +170,21 @@ def recall_at_k(work: Path, queries: int, seed: int) -> float:
     return float(hits.mean())
 
 
-def search_ms(work: Path, nprobe: int | None, n: int) -> dict:
+def search_ms(work: Path, nprobe: int | None, max_codes: int, n: int) -> dict:
     """ms per query of FAISS's own search (SPEED_QUERIES queries) and of the library's `search` (list by
     list for IVF-Flat) on one block of mine's size, one after the other in this process: en queries
     (the first rows) against the de index, as mine does; and the vectors a query scans, on average."""
     import faiss
 
-    from bitextmine.index_search import list_sizes, query_block_rows, search
+    from bitextmine.index_search import list_sizes, query_block_rows, scanned_rows, search
     from bitextmine.store import EmbeddingStore
 
     index = faiss.read_index(str(work / "index" / "de.faiss"))
     ivf = faiss.try_extract_index_ivf(index)
     if ivf is not None and nprobe is not None:
         ivf.nprobe = nprobe
+    if ivf is not None:
+        ivf.max_codes = max_codes
     block = min(n, query_block_rows(ivf and ivf.nlist, ivf and ivf.nprobe))
     x = EmbeddingStore(work / "emb" / "en", "en").vectors().take(np.arange(block))
     times = {"search_block_rows": block}
@@ -194,8 +198,8 @@ def search_ms(work: Path, nprobe: int | None, n: int) -> dict:
         times[f"{name}_search_ms"] = round((time.perf_counter() - started) / len(queries) * 1e3, 4)
     if ivf is not None:
         _, probes = ivf.quantizer.search(x, ivf.nprobe)
-        sizes = np.append(list_sizes(ivf), 0)  # probe -1 (none) scans nothing
-        times["scanned_per_query"] = round(float(sizes[probes].sum(axis=1).mean()), 1)
+        scanned = scanned_rows(list_sizes(ivf), probes, max_codes)
+        times["scanned_per_query"] = round(float(scanned.sum(axis=1).mean()), 1)
     return times
 
 
@@ -227,6 +231,7 @@ def run_size(n: int, args: argparse.Namespace, bases: dict[str, np.ndarray], ear
         factory=factory,
         list_size=args.list_size,
         bases=args.base_count,
+        max_codes=args.max_codes,
         mine_s=round(seconds, 1),
         mine_rss_gb=round(rss, 2),
         mine_anon_gb=round(anon, 2),
@@ -235,7 +240,7 @@ def run_size(n: int, args: argparse.Namespace, bases: dict[str, np.ndarray], ear
         s_per_million_queries=round(seconds / (2 * n) * 1e6, 1),
         kept=stats["counts"]["kept"],
         recall_at_4=round(recall_at_k(work, min(RECALL_QUERIES, n), seed=1), 4),
-        **search_ms(work, mine_nprobe, n),
+        **search_ms(work, mine_nprobe, args.max_codes, n),
         nprobe=args.nprobe if ivf else None,
         mine_nprobe=mine_nprobe,
         imbalance=max((v for v in (index_imbalance(work, i) for i in infos) if v is not None), default=None),
@@ -270,7 +275,8 @@ def workspace_dir(args: argparse.Namespace, n: int) -> Path:
 
 def mine_command(work: Path, args: argparse.Namespace, nprobe: int | None) -> list[str]:
     command = [*CLI, "mine", "de", "en", "-w", str(work), "--threshold", str(args.threshold)]
-    return command + ([] if nprobe is None else ["--nprobe", str(nprobe)])
+    command += [] if nprobe is None else ["--nprobe", str(nprobe)]
+    return command + (["--max-codes", str(args.max_codes)] if args.max_codes else [])
 
 
 def selection_columns(work: Path, args: argparse.Namespace, nprobe: int | None) -> dict:
@@ -365,6 +371,7 @@ def report(results: list[dict], args: argparse.Namespace) -> str:
     ]
     for r in results:
         probes = "-" if r["nprobe"] is None else f"{r['nprobe']} / {r.get('mine_nprobe', r['nprobe'])}"
+        probes += f", <= {r['max_codes']:,} vectors" if r.get("max_codes") else ""
         langs = ("de", "en")
         index_peak = _peak(
             [r[f"index_{lang}_rss_gb"] for lang in langs], [r.get(f"index_{lang}_anon_gb") for lang in langs]
@@ -382,17 +389,17 @@ def report(results: list[dict], args: argparse.Namespace) -> str:
     return "\n".join([*lines, "", *notes(results)]) + "\n"
 
 
-def row_key(r: dict) -> tuple[int, int | None, int, str]:
-    """N and the series: the list size (None: the library's rule), the sentences copied and the
-    training sample rule."""
-    return (r["n"], r.get("list_size"), r.get("bases", DEMO_BASES), r["training"])
+def row_key(r: dict) -> tuple[int, int | None, int, str, int]:
+    """N and the series: the list size (None: the library's rule), the sentences copied, the training
+    sample rule and mine's cap on the vectors a query scans (0: none)."""
+    return (r["n"], r.get("list_size"), r.get("bases", DEMO_BASES), r["training"], r.get("max_codes") or 0)
 
 
-def row_order(r: dict) -> tuple[int, int, str, int]:
+def row_order(r: dict) -> tuple[bool, int, bool, int, int]:
     """The demo's sentences first, the library's index rule before fixed list sizes, earlier training
-    rules first, then by N."""
-    n, list_size, bases, training = row_key(r)
-    return (bases != DEMO_BASES, list_size or 0, training != training_rule(), n)
+    rules first, uncapped scans first, then by N."""
+    n, list_size, bases, training, max_codes = row_key(r)
+    return (bases != DEMO_BASES, list_size or 0, training != training_rule(), max_codes, n)
 
 
 def list_length(r: dict) -> float | None:
@@ -418,7 +425,10 @@ def ns_per_listed_vector(r: dict) -> float:
 
 
 def ns_per_scanned_vector(r: dict) -> float | None:
-    """Per vector a query scans when it falls into lists as the vectors do: listed x imbalance."""
+    """Per vector a query scans when it falls into lists as the vectors do: listed x imbalance; with a
+    cap (max_codes), per vector the benchmark's en queries scanned."""
+    if r.get("max_codes"):
+        return r["s_per_million_queries"] * 1e3 / r["scanned_per_query"]
     return None if r.get("imbalance") is None else ns_per_listed_vector(r) / r["imbalance"]
 
 
@@ -464,7 +474,7 @@ def notes(results: list[dict]) -> list[str]:
     small, large = default[-2], default[-1]
     lines = [_scaling_note(small, large)]
     series = sorted({row_key(r)[1:] for r in fixed if r.get("list_size")})
-    lines += [_list_size_note(size, bases, training, fixed) for size, bases, training in series]
+    lines += [_list_size_note(*key, fixed) for key in series]
     lines.append(_work_note([r for r in fixed if "IVF" in r["factory"]]))
     lines += [_fewer_probes_note(r, large) for r in results if not at_fixed_nprobe(r)]
     lines += [_search_note(results), _peak_note(results), _selection_note(results), _recall_note(large)]
@@ -512,10 +522,10 @@ def _work_note(ivf: list[dict]) -> str:
     )
 
 
-def _list_size_note(size: int, bases: int, training: str, fixed: list[dict]) -> str:
+def _list_size_note(size: int, bases: int, training: str, max_codes: int, fixed: list[dict]) -> str:
     """Scaling at one fixed list length: the `--list-size` rows of copies of `bases` sentences, and
-    default-rule rows of the same copies and training whose lists are within 1% of that length."""
-    same = [r for r in fixed if row_key(r)[2:] == (bases, training)]
+    default-rule rows of the same copies, training and cap whose lists are within 1% of that length."""
+    same = [r for r in fixed if row_key(r)[2:] == (bases, training, max_codes)]
     by_n = {r["n"]: r for r in same if r.get("list_size") is None and _near(list_length(r), size)}
     by_n.update({r["n"]: r for r in same if r.get("list_size") == size})
     series = [by_n[n] for n in sorted(by_n)]
@@ -527,6 +537,8 @@ def _list_size_note(size: int, bases: int, training: str, fixed: list[dict]) -> 
         f"{r['s_per_million_queries'] / 1e3:.3f} ms at {r['n']:,} (imbalance {_cell(r.get('imbalance'))})"
         for r in series
     )
+    recall = ", ".join(f"{r['recall_at_4']:g}" for r in series)
+    capped = f", at most {max_codes:,} vectors scanned a query (`mine --max-codes`)" if max_codes else ""
     borrowed = [
         f"the {r['n']:,} point is the row built with {r['factory']} ({list_length(r):.1f} vectors a list)"
         for r in series
@@ -534,18 +546,20 @@ def _list_size_note(size: int, bases: int, training: str, fixed: list[dict]) -> 
     ]
     return (
         f"- **At a fixed list length** (`index --list-size {size}`: IVF{{N/{size}}}_HNSW32,Flat; copies of "
-        f"{bases:,} sentences a side; trained on {training}), mining "
+        f"{bases:,} sentences a side; trained on {training}{capped}), mining "
         f"time grew as {' and '.join(steps) or 'n/a'} per side at nprobe {series[-1]['nprobe']} (linear is "
-        f"N^1); time per query: {per_query}." + "".join(f" {text[0].upper()}{text[1:]}." for text in borrowed)
+        f"N^1); time per query: {per_query}; recall@4 {recall}."
+        + "".join(f" {text[0].upper()}{text[1:]}." for text in borrowed)
     )
 
 
 def _row_name(r: dict) -> str:
-    n, list_size, bases, training = row_key(r)
+    n, list_size, bases, training, max_codes = row_key(r)
     series = (
         ([f"--list-size {list_size}"] if list_size else [])
         + ([f"{bases:,} sentences"] if bases != DEMO_BASES else [])
         + ([f"trained on {training}"] if training != training_rule() and "IVF" in r["factory"] else [])
+        + ([f"--max-codes {max_codes:,}"] if max_codes else [])
     )
     return f"{n:,}" + (f" ({', '.join(series)})" if series else "")
 
@@ -725,7 +739,7 @@ def encode_rate(md: Path, variant: str = "(e) packed, bf16") -> float | None:
 def remeasure_selection(args: argparse.Namespace) -> None:
     saved = json.loads(args.out.read_text())
     for n in (int(s) for s in args.sizes.split(",")):
-        key = (n, args.list_size, args.base_count, training_rule())
+        key = (n, args.list_size, args.base_count, training_rule(), args.max_codes)
         row = next(r for r in saved["results"] if row_key(r) == key)
         row.update(selection_columns(workspace_dir(args, n), args, row["mine_nprobe"]))
     args.out.write_text(json.dumps(saved, indent=2) + "\n")
@@ -749,6 +763,9 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the workspaces")
     parser.add_argument("--reuse", action="store_true", help="mine in kept workspaces without re-indexing")
     parser.add_argument("--mine-nprobe", type=int, help="probes for `mine` [default: --nprobe]")
+    parser.add_argument(
+        "--max-codes", type=int, default=0, help="`mine --max-codes`: vectors a query scans at most [no cap]"
+    )
     parser.add_argument("--note", help="a remark stored with the rows of this run (e.g. a shared CPU)")
     parser.add_argument("--out", type=Path, default=RESULTS / "bench_scale.json")
     parser.add_argument("--factory", help="IVF factory above 200k [default: the library's choice for N]")
@@ -772,8 +789,10 @@ def main() -> None:
     args.base_count = min(len(vectors) for vectors in bases.values())
     earlier = json.loads(args.out.read_text())["results"] if args.out.is_file() else []
     for n in (int(s) for s in args.sizes.split(",")):
-        same = [r for r in earlier if row_key(r) == (n, args.list_size, args.base_count, training_rule())]
-        done = run_size(n, args, bases, same[0] if same else None)
+        key = (n, args.list_size, args.base_count, training_rule(), args.max_codes)
+        same = [r for r in earlier if row_key(r) == key]
+        built = same or [r for r in earlier if row_key(r)[:4] == key[:4]]  # kept indexes, mined uncapped
+        done = run_size(n, args, bases, built[0] if built else None)
         results = sorted([r for r in earlier if r not in same] + [done], key=row_order)
         earlier = results
         args.out.write_text(

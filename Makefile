@@ -9,7 +9,7 @@ MODEL  ?= $(SHARED)/models/multilingual-e5-small-q4
 BUCC   ?= $(SHARED)/data/bucc-like
 WORK   ?= bitextmine-work/demo
 
-.PHONY: install test demo bench bench-encode bench-mine bench-train bench-scale bench-list-scan bench-ivf-balance bench-analysis lint format clean
+.PHONY: install test demo bench bench-encode bench-mine bench-train bench-scale bench-list-scan bench-ivf-balance bench-scan-budget bench-analysis lint format clean
 
 install: $(VENV)/.installed
 
@@ -65,6 +65,11 @@ bench-list-scan: install
 BASES ?= $(WORK)
 bench-ivf-balance: install
 	$(BIN)/python examples/benchmarks/bench_ivf_balance.py --bases $(BASES)
+
+# Recall@4 against the vectors a query scans, by nprobe and by a cap on the scan (mine --max-codes), in the
+# workspaces that `bench_scale.py --list-size 366 --keep` left (~10 min at 300k, 1M and 3M).
+bench-scan-budget: install
+	$(BIN)/python examples/benchmarks/bench_scan_budget.py
 
 # Word-level alignment per layer (eval words, de-en and zh-en) and token matching (eval tokens) for the shared
 # model, and for TRAINED=DIR (a `bitextmine train` output) when given; ~30 min per model on 2 cores.

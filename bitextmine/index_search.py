@@ -100,7 +100,7 @@ def scan_lists(
         rows = group // nprobe
         scores = torch.from_numpy(queries[rows]) @ torch.from_numpy(vectors).T
         if max_codes > 0:
-            scores[torch.from_numpy(limits.flat[group][:, None] <= np.arange(size))] = -torch.inf
+            _drop_rows_past_the_budget(scores, limits.flat[group])
         best = torch.topk(scores, min(k, size), dim=1)
         found = best.values.numpy() > -np.inf  # False only for rows past a query's budget
         slots = (group % nprobe)[:, None] * k + np.arange(best.indices.shape[1])
@@ -108,6 +108,14 @@ def scan_lists(
         ids[rows[:, None], slots] = np.where(found, row_ids[best.indices.numpy()], -1)
     order = np.argsort(-sims, axis=1, kind="stable")[:, :k]
     return np.take_along_axis(sims, order, 1), np.take_along_axis(ids, order, 1)
+
+
+def _drop_rows_past_the_budget(scores: torch.Tensor, limits: np.ndarray) -> None:
+    """Scores of a list's rows beyond each query's limit (rows it may scan there) set to -inf, in place."""
+    short = np.flatnonzero(limits < scores.shape[1])  # few: only the list where a query's budget ends
+    if len(short):
+        view = scores.numpy()
+        view[short] = np.where(np.arange(scores.shape[1]) < limits[short, None], view[short], -np.inf)
 
 
 def _list_contents(ivf: faiss.IndexIVFFlat, list_no: int, size: int) -> tuple[np.ndarray, np.ndarray]:

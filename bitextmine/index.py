@@ -521,23 +521,19 @@ def _train_on(index: faiss.Index, sample: np.ndarray, factory: str) -> None:
 
 def set_nprobe(index: faiss.Index | ShardedIndex, nprobe: int) -> None:
     """Lists to probe per query, also inside an OPQ pre-transform; no-op for non-IVF indexes."""
-    if isinstance(index, ShardedIndex):
-        index.nprobe = nprobe
-        return
-    ivf = faiss.try_extract_index_ivf(index)
-    if ivf is not None:
-        ivf.nprobe = nprobe
+    _set_search_parameter(index, "nprobe", nprobe)
 
 
 def set_max_codes(index: faiss.Index | ShardedIndex, max_codes: int) -> None:
     """Rows a query scans at most over its probed lists (FAISS's IndexIVF.max_codes; 0: no cap), in each
     shard of a sharded index; no-op for non-IVF indexes, which scan every row."""
-    if isinstance(index, ShardedIndex):
-        index.max_codes = max_codes
-        return
-    ivf = faiss.try_extract_index_ivf(index)
-    if ivf is not None:
-        ivf.max_codes = max_codes
+    _set_search_parameter(index, "max_codes", max_codes)
+
+
+def _set_search_parameter(index: faiss.Index | ShardedIndex, name: str, value: int) -> None:
+    target = index if isinstance(index, ShardedIndex) else faiss.try_extract_index_ivf(index)
+    if target is not None:
+        setattr(target, name, value)
 
 
 def _ivf(index: faiss.Index | ShardedIndex) -> faiss.IndexIVF | None:

@@ -8,7 +8,8 @@ bitextmine's search (probe search and list scan), and their top 4 is compared wi
 each N: without a cap at several nprobe, and at a larger nprobe with caps of multiples of the nominal
 scan (nprobe 8 x N / nlist, what equal lists would give). Each capped row also shows the recall the
 uncapped rows reach at the same mean scan (linear interpolation between their nprobe), so a cap that
-only moves along the nprobe curve shows a difference near 0.
+only moves along the nprobe curve shows a difference near 0. A few settings are also timed on one query
+block of `mine`'s size (best of --repeats, the settings taking turns), µs a query.
 
     python examples/benchmarks/bench_scan_budget.py [--work DIR ...]   # or: make bench-scan-budget
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +30,7 @@ RESULTS = Path(__file__).parent / "results"
 SCALE = REPO / "bitextmine-work" / "bench" / "scale-ls366"
 K = 4
 NOMINAL_NPROBE = 8
+TIMED = ((8, 0.0), (8, 1.25), (16, 1.25))  # (nprobe, cap as a multiple of the nominal scan; 0: none)
 
 
 def exact_kth(base, queries: np.ndarray) -> np.ndarray:
@@ -45,7 +48,7 @@ def exact_kth(base, queries: np.ndarray) -> np.ndarray:
 def measure(work: Path, args: argparse.Namespace) -> list[dict]:
     import faiss
 
-    from bitextmine.index_search import list_sizes, scanned_rows, search
+    from bitextmine.index_search import list_sizes, query_block_rows, scanned_rows, search
     from bitextmine.store import EmbeddingStore
 
     index = faiss.read_index(str(work / "index" / "de.faiss"))
@@ -59,6 +62,10 @@ def measure(work: Path, args: argparse.Namespace) -> list[dict]:
     nominal = NOMINAL_NPROBE * ivf.ntotal / ivf.nlist
     settings = [(nprobe, 0) for nprobe in args.nprobes]
     settings += [(args.cap_nprobe, round(factor * nominal)) for factor in args.caps]
+    timed = [(nprobe, round(factor * nominal)) for nprobe, factor in TIMED]
+    settings += [s for s in timed if s not in settings]
+    block = en.take(np.arange(min(len(en), query_block_rows(ivf.nlist, NOMINAL_NPROBE))))
+    seconds = time_settings(index, np.ascontiguousarray(block, dtype=np.float32), timed, args.repeats)
     results = []
     for nprobe, max_codes in settings:
         ivf.nprobe, ivf.max_codes = nprobe, max_codes
@@ -73,9 +80,30 @@ def measure(work: Path, args: argparse.Namespace) -> list[dict]:
             "nominal": round(nominal, 1),
             "recall_at_4": round(float((sims >= kth[:, None] - 1e-6).mean()), 4),
         }
+        if (nprobe, max_codes) in seconds:
+            row["search_us"] = round(seconds[nprobe, max_codes] / len(block) * 1e6, 1)
         print(row, flush=True)
         results.append(row)
     return results
+
+
+def time_settings(index, block: np.ndarray, settings: list[tuple[int, int]], repeats: int) -> dict:
+    """Best seconds of bitextmine's search of `block` at each (nprobe, max_codes), taking turns."""
+    import faiss
+
+    from bitextmine.index_search import search
+
+    ivf = faiss.extract_index_ivf(index)
+    search(index, block[:1000], K)  # warm-up: pages of the index
+    best: dict[tuple[int, int], float] = {}
+    for _ in range(repeats):
+        for nprobe, max_codes in settings:
+            ivf.nprobe, ivf.max_codes = nprobe, max_codes
+            started = time.perf_counter()
+            search(index, block, K)
+            elapsed = time.perf_counter() - started
+            best[nprobe, max_codes] = min(elapsed, best.get((nprobe, max_codes), elapsed))
+    return best
 
 
 def recall_at_same_scan(row: dict, results: list[dict]) -> float:
@@ -100,8 +128,8 @@ def report(results: list[dict], args: argparse.Namespace) -> str:
         "uncapped rows reach at the same mean scan (interpolated between their nprobe).",
         "",
         "| N | nlist | nprobe | cap (vectors) | scanned a query | x nominal | recall@4 "
-        "| uncapped at that scan | difference |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| uncapped at that scan | difference | search µs a query |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         capped = r["max_codes"] > 0
@@ -110,7 +138,8 @@ def report(results: list[dict], args: argparse.Namespace) -> str:
         lines.append(
             f"| {r['n']:,} | {r['nlist']:,} | {r['nprobe']} | {cap} "
             f"| {r['scanned']:,.0f} | {r['scanned'] / r['nominal']:.2f}x | {r['recall_at_4']:.4f} "
-            + (f"| {same_scan:.4f} | {r['recall_at_4'] - same_scan:+.4f} |" if capped else "| - | - |")
+            + (f"| {same_scan:.4f} | {r['recall_at_4'] - same_scan:+.4f} " if capped else "| - | - ")
+            + f"| {r.get('search_us', '-')} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -129,6 +158,7 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=2000)
     parser.add_argument("--nprobes", type=lambda s: [int(v) for v in s.split(",")], default="4,6,8,10,12,16")
     parser.add_argument("--cap-nprobe", type=int, default=16)
+    parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument(
         "--caps",
         type=lambda s: [float(v) for v in s.split(",")],

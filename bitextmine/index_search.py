@@ -102,10 +102,12 @@ def scan_lists(
         if max_codes > 0:
             _drop_rows_past_the_budget(scores, limits.flat[group])
         best = torch.topk(scores, min(k, size), dim=1)
-        found = best.values.numpy() > -np.inf  # False only for rows past a query's budget
-        slots = (group % nprobe)[:, None] * k + np.arange(best.indices.shape[1])
-        sims[rows[:, None], slots] = np.where(found, best.values.numpy(), MISSING_SIM)
-        ids[rows[:, None], slots] = np.where(found, row_ids[best.indices.numpy()], -1)
+        best_sims, best_ids = best.values.numpy(), row_ids[best.indices.numpy()]
+        if max_codes > 0:  # a -inf is a row past the query's budget: not found
+            best_sims, best_ids = _found_only(best_sims, best_ids)
+        slots = (group % nprobe)[:, None] * k + np.arange(best_sims.shape[1])
+        sims[rows[:, None], slots] = best_sims
+        ids[rows[:, None], slots] = best_ids
     order = np.argsort(-sims, axis=1, kind="stable")[:, :k]
     return np.take_along_axis(sims, order, 1), np.take_along_axis(ids, order, 1)
 
@@ -116,6 +118,11 @@ def _drop_rows_past_the_budget(scores: torch.Tensor, limits: np.ndarray) -> None
     if len(short):
         view = scores.numpy()
         view[short] = np.where(np.arange(scores.shape[1]) < limits[short, None], view[short], -np.inf)
+
+
+def _found_only(sims: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    found = sims > -np.inf
+    return np.where(found, sims, MISSING_SIM), np.where(found, ids, -1)
 
 
 def _list_contents(ivf: faiss.IndexIVFFlat, list_no: int, size: int) -> tuple[np.ndarray, np.ndarray]:

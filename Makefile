@@ -9,7 +9,7 @@ MODEL  ?= $(SHARED)/models/multilingual-e5-small-q4
 BUCC   ?= $(SHARED)/data/bucc-like
 WORK   ?= bitextmine-work/demo
 
-.PHONY: install test demo bench bench-encode bench-mine bench-train bench-scale bench-list-scan bench-ivf-balance bench-scan-budget bench-analysis lint format clean
+.PHONY: install test demo bench bench-encode bench-mine bench-train bench-scale bench-list-scan bench-ivf-balance bench-scan-budget bench-coarse-search bench-analysis lint format clean
 
 install: $(VENV)/.installed
 
@@ -70,6 +70,11 @@ bench-ivf-balance: install
 # workspaces that `bench_scale.py --list-size 366 --keep` left (~10 min at 300k, 1M and 3M).
 bench-scan-budget: install
 	$(BIN)/python examples/benchmarks/bench_scan_budget.py
+
+# The probe search of the same workspaces' HNSW-quantized indexes by efSearch, against a flat (exact)
+# search of the centroids: time a query and the share of the nearest lists found (~5 min).
+bench-coarse-search: install
+	$(BIN)/python examples/benchmarks/bench_coarse_search.py
 
 # Word-level alignment per layer (eval words, de-en and zh-en) and token matching (eval tokens) for the shared
 # model, and for TRAINED=DIR (a `bitextmine train` output) when given; ~30 min per model on 2 cores.

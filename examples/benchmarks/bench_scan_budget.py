@@ -23,12 +23,11 @@ import time
 from pathlib import Path
 
 import numpy as np
-from benchlib import REPO, produced_by, save_results
+from benchlib import REPO, add_kept_workspaces, kept_workspaces, produced_by, save_results
 
 sys.path.insert(0, str(REPO))
 
 RESULTS = Path(__file__).parent / "results"
-SCALE = REPO / "bitextmine-work" / "bench" / "scale-ls366"
 K = 4
 NOMINAL_NPROBE = 8
 TIMED = ((8, 0.0), (8, 1.25), (16, 1.25))  # (nprobe, cap as a multiple of the nominal scan; 0: none)
@@ -151,13 +150,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument(
-        "--work",
-        type=Path,
-        nargs="+",
-        default=sorted(SCALE.glob("n*-list366-bases*"), key=lambda p: int(p.name[1:].split("-")[0])),
-        help="kept bench_scale workspaces [bitextmine-work/bench/scale-ls366/*]",
-    )
+    add_kept_workspaces(parser)
     parser.add_argument("--queries", type=int, default=2000)
     parser.add_argument("--nprobes", type=lambda s: [int(v) for v in s.split(",")], default="4,6,8,10,12,16")
     parser.add_argument("--cap-nprobe", type=int, default=16)
@@ -170,11 +163,7 @@ def main() -> None:
     )
     parser.add_argument("--out", type=Path, default=RESULTS / "bench_scan_budget.json")
     args = parser.parse_args()
-    if not args.work:
-        parser.error(
-            f"no kept bench_scale workspaces in {SCALE}: run bench_scale with --list-size 366 --keep"
-        )
-    results = [row for work in args.work for row in measure(work, args)]
+    results = [row for work in kept_workspaces(parser, args.work) for row in measure(work, args)]
     save_results(args.out, results, report(results, args))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import os
@@ -13,6 +14,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[2]
 SHARED = Path(os.environ.get("BITEXTMINE_SHARED", REPO.parent / "shared"))
 MODEL = SHARED / "models" / "multilingual-e5-small-q4"
+KEPT_SCALE = REPO / "bitextmine-work" / "bench" / "scale-ls366"  # bench_scale.py --list-size 366 --keep
 
 
 def peak_rss_mb() -> float:
@@ -60,3 +62,22 @@ def produced_by(script: str, make_target: str) -> str:
         f"python {platform.python_version()}. Produced by `examples/benchmarks/{script}` "
         f"(`make {make_target}`)."
     )
+
+
+def add_kept_workspaces(parser: argparse.ArgumentParser) -> None:
+    """--work: bench_scale workspaces to measure in (see `kept_workspaces`)."""
+    parser.add_argument(
+        "--work",
+        type=Path,
+        nargs="+",
+        help="kept bench_scale workspaces [bitextmine-work/bench/scale-ls366/*]",
+    )
+
+
+def kept_workspaces(parser: argparse.ArgumentParser, work: list[Path] | None) -> list[Path]:
+    """`work`, else the workspaces `bench_scale.py --list-size 366 --keep` left, by N (a usage error
+    when there are none)."""
+    found = work or sorted(KEPT_SCALE.glob("n*-list366-bases*"), key=lambda p: int(p.name[1:].split("-")[0]))
+    if not found:
+        parser.error(f"no kept workspaces in {KEPT_SCALE}: run bench_scale.py --list-size 366 --keep")
+    return found

@@ -46,6 +46,11 @@ FLAT_MAX = 200_000
 IVF_FLAT_MAX = 4_000_000
 MIN_LISTS, MAX_LISTS = 16, 262_144
 POINTS_PER_LIST = 39  # FAISS warns below 39 training points per centroid
+# `--list-size` indexes find a query's lists by a flat (exact, BLAS) search of the centroids up to this
+# many lists, an HNSW graph above: on 2 cores, for blocks of 65,536 queries and nprobe 8, the flat
+# search took 10.2 us a query over 820 centroids and 22.1 over 2,732, HNSW32 at FAISS's default efSearch
+# 23.8 and 29.4 while missing 1.1% and 2.7% of the nearest lists (examples/benchmarks/bench_coarse_search.py).
+FLAT_QUANTIZER_MAX_LISTS = 4096
 PQ_TRAIN_MIN = 256 * POINTS_PER_LIST  # 8-bit PQ codebooks have 256 centroids each
 # k-means trained on few points per list leaves the lists unequal, and a query's scan grows with that
 # imbalance (list_imbalance). In bench_scale (copies of 72,401 e5 sentences, 366 vectors a list), the
@@ -100,13 +105,14 @@ class IndexInfo:
 def choose_factory(n: int, dim: int, list_size: int | None = None) -> str:
     """The index for `n` vectors of `dim` dimensions: exact, IVF-Flat, or OPQ+IVF-PQ (see FLAT_MAX).
 
-    With `list_size`, always IVF: n / list_size lists behind an HNSW coarse quantizer, so that the lists
-    a query scans at a given nprobe keep their length whatever n (with the default list count, which
-    grows like sqrt(n), the list length grows like sqrt(n) too).
+    With `list_size`, always IVF: n / list_size lists, so that the lists a query scans at a given nprobe
+    keep their length whatever n (with the default list count, which grows like sqrt(n), the list
+    length grows like sqrt(n) too), behind an HNSW coarse quantizer above FLAT_QUANTIZER_MAX_LISTS.
     """
     if list_size is not None:
         nlist = max(1, min(round(n / list_size), n // POINTS_PER_LIST))
-        return _with_storage(n, dim, f"IVF{nlist}_HNSW32")
+        graph = "_HNSW32" if nlist > FLAT_QUANTIZER_MAX_LISTS else ""
+        return _with_storage(n, dim, f"IVF{nlist}{graph}")
     if n <= FLAT_MAX:
         return "Flat"
     return _with_storage(n, dim, f"IVF{_lists(n, 4 if n <= IVF_FLAT_MAX else 16)}")

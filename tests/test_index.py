@@ -110,12 +110,15 @@ def test_chosen_factories_are_valid_faiss_strings(n, dim):
 @pytest.mark.parametrize(
     ("n", "dim", "list_size", "expected"),
     [
-        (300_000, 384, 366, "IVF820_HNSW32,Flat"),
+        (300_000, 384, 366, "IVF820,Flat"),  # flat coarse search up to 4,096 lists
         (3_000_000, 384, 366, "IVF8197_HNSW32,Flat"),
-        (100_000, 384, 1000, "IVF100_HNSW32,Flat"),  # IVF even where the default is exact search
+        (100_000, 384, 1000, "IVF100,Flat"),  # IVF even where the default is exact search
         (10**9, 384, 4096, "OPQ48,IVF244141_HNSW32,PQ48np"),
-        (100, 32, 5, "IVF2_HNSW32,Flat"),  # at most n / 39 lists: k-means needs 39 points a centroid
-        (10, 32, 5, "IVF1_HNSW32,Flat"),
+        (100, 32, 5, "IVF2,Flat"),  # at most n / 39 lists: k-means needs 39 points a centroid
+        (10, 32, 5, "IVF1,Flat"),
+        (409_600, 32, 100, "IVF4096,Flat"),
+        (409_700, 32, 100, "IVF4097_HNSW32,Flat"),  # an HNSW graph finds the lists above 4,096
+        (10**7, 384, 4096, "OPQ48,IVF2441,PQ48np"),
     ],
 )
 def test_a_list_size_fixes_the_list_length(n, dim, list_size, expected):

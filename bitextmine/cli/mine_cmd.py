@@ -45,9 +45,9 @@ def index(
     list_size: Annotated[
         int | None,
         typer.Option(
-            help="Vectors per IVF list: N / L lists behind an HNSW coarse quantizer, so the lists a "
-            "query scans at a given --nprobe do not lengthen as N grows (k-means training grows with "
-            "the list count) \\[default: about 4 sqrt(N) lists, 16 sqrt(N) above 4M vectors].",
+            help="Vectors per IVF list: N / L lists (behind an HNSW coarse quantizer above 4,096), so "
+            "the lists a query scans at a given --nprobe do not lengthen as N grows (k-means training "
+            "grows with the list count) \\[default: about 4 sqrt(N) lists, 16 sqrt(N) above 4M vectors].",
             min=1,
         ),
     ] = None,

@@ -42,8 +42,9 @@ def measure(work: Path, args: argparse.Namespace) -> list[dict]:
 
     index = faiss.read_index(str(work / "index" / "de.faiss"))  # owns the IVF: keep it alive
     ivf = faiss.extract_index_ivf(index)
-    hnsw = faiss.downcast_index(ivf.quantizer)
-    centroids = hnsw.storage.reconstruct_n(0, ivf.nlist)
+    quantizer = faiss.downcast_index(ivf.quantizer)
+    hnsw = quantizer if isinstance(quantizer, faiss.IndexHNSW) else None  # else flat: nothing to compare
+    centroids = (hnsw.storage if hnsw else quantizer).reconstruct_n(0, ivf.nlist)
     en = EmbeddingStore(work / "emb" / "en", "en").vectors()
     queries = np.ascontiguousarray(en.take(np.arange(min(args.queries, len(en)))), dtype=np.float32)
 
@@ -52,7 +53,7 @@ def measure(work: Path, args: argparse.Namespace) -> list[dict]:
 
     flat_us, exact = timed(flat, queries)
     rows = [{"n": ivf.ntotal, "nlist": ivf.nlist, "search": "flat", "us": round(flat_us, 1), "found": 1.0}]
-    for ef in args.ef:
+    for ef in args.ef if hnsw else []:
         hnsw.hnsw.efSearch = ef
         us, ids = timed(lambda q: hnsw.search(q, NPROBE)[1], queries)
         found = np.mean([len(np.intersect1d(a, b)) for a, b in zip(ids, exact, strict=True)]) / NPROBE

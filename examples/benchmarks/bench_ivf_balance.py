@@ -1,12 +1,13 @@
 """IVF list balance of bench_scale's vectors: by copies per distinct sentence, and by list count.
 
-bench_scale reaches N vectors a side by repeating a fixed set of real embeddings with small noise, so
-a larger N also means more copies of each sentence. This benchmark separates the two: it trains the
-library's IVF (`IVF{N / list size}_HNSW32,Flat`, inner product, `index.training_rows` sampled rows) on
-noisy copies of a random subset of the de embeddings, for several (N, distinct sentences) pairs, and
-reports FAISS's imbalance factor of the lists and how many vectors en queries (noisy copies of all en
-embeddings, as in bench_scale) scan at nprobe 8, relative to equal lists, and times bitextmine's search
-(probe search and list scan) of one block of such queries of `mine`'s size.
+bench_scale reaches N vectors a side by repeating a fixed set of real embeddings with small noise, so a
+larger N also means more copies of each sentence. This benchmark separates the two: it trains the IVF
+that bench_scale's `--list-size` rows were built with (`IVF{N / list size}_HNSW32,Flat`, inner product,
+`index.training_rows` sampled rows) on noisy copies of a random subset of the de embeddings, for several
+(N, distinct sentences) pairs, and reports FAISS's imbalance factor of the lists and how many vectors en
+queries (noisy copies of all en embeddings, as in bench_scale) scan at nprobe 8, relative to equal
+lists, and times bitextmine's search (probe search and list scan) of one block of such queries of
+`mine`'s size.
 
     python examples/benchmarks/bench_ivf_balance.py [--bases WORK]   # or: make bench-ivf-balance
 """

@@ -7,8 +7,8 @@ re-normalised) so that every copy is a distinct vector near a real one, and a te
 `bitextmine index` for both languages with the library's IVF-Flat list count for N and a fixed nprobe,
 and `bitextmine mine de en --threshold T`. Recall@4 compares the neighbour lists `mine` saved with exact
 search for a sample of source queries. With `--list-size L` the indexes are built with
-`bitextmine index --list-size L` (N / L lists, HNSW coarse quantizer) instead: a series of rows of its own,
-to show the time at a fixed list length. `--bases WORK` copies the de and en embeddings of another
+`bitextmine index --list-size L` (N / L lists; HNSW coarse quantizer above 4,096) instead: a series of
+its own, to show the time at a fixed list length. `--bases WORK` copies the de and en embeddings of another
 workspace instead of the demo's 8,400 a side (more distinct sentences: clusters that do not thin out into
 the lists as N grows); its rows are a series of their own too, as are those of `--max-codes C` (`mine
 --max-codes C`: a query scans at most C vectors of its probed lists).
@@ -539,13 +539,16 @@ def _list_size_note(size: int, bases: int, training: str, max_codes: int, fixed:
     )
     recall = ", ".join(f"{r['recall_at_4']:g}" for r in series)
     capped = f", at most {max_codes:,} vectors scanned a query (`mine --max-codes`)" if max_codes else ""
+    factories = " or ".join(
+        sorted({re.sub(r"IVF\d+", f"IVF{{N/{size}}}", r["factory"]) for r in series if r.get("list_size")})
+    )
     borrowed = [
         f"the {r['n']:,} point is the row built with {r['factory']} ({list_length(r):.1f} vectors a list)"
         for r in series
         if r.get("list_size") is None
     ]
     return (
-        f"- **At a fixed list length** (`index --list-size {size}`: IVF{{N/{size}}}_HNSW32,Flat; copies of "
+        f"- **At a fixed list length** (`index --list-size {size}`: {factories}; copies of "
         f"{bases:,} sentences a side; trained on {training}{capped}), mining "
         f"time grew as {' and '.join(steps) or 'n/a'} per side at nprobe {series[-1]['nprobe']} (linear is "
         f"N^1); time per query: {per_query}; recall@4 {recall}."

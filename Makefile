@@ -67,12 +67,12 @@ bench-ivf-balance: install
 	$(BIN)/python examples/benchmarks/bench_ivf_balance.py --bases $(BASES)
 
 # Recall@4 against the vectors a query scans, by nprobe and by a cap on the scan (mine --max-codes), in the
-# workspaces that `bench_scale.py --list-size 366 --keep` left (~10 min at 300k, 1M and 3M).
+# workspaces that `bench_scale.py --list-size 366 --keep` left (~7 min at 300k, 1M and 3M).
 bench-scan-budget: install
 	$(BIN)/python examples/benchmarks/bench_scan_budget.py
 
 # The probe search of the same workspaces' HNSW-quantized indexes by efSearch, against a flat (exact)
-# search of the centroids: time a query and the share of the nearest lists found (~5 min).
+# search of the centroids: time a query and the share of the nearest lists found (~2 min).
 bench-coarse-search: install
 	$(BIN)/python examples/benchmarks/bench_coarse_search.py
 

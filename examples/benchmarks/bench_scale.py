@@ -357,7 +357,8 @@ def report(results: list[dict], args: argparse.Namespace) -> str:
         "imbalance: FAISS's imbalance factor of the inverted lists (the larger of the two indexes; 1 = equal "
         "lists). ns per listed vector: mine's time per query divided by the vectors its probes list if "
         "lists were equal (nprobe x N / nlist; N for Flat); per scanned vector: divided by that times the "
-        "imbalance, the mean length of a list picked as the vectors fall (where the imbalance is known). "
+        "imbalance, the mean length of a list picked as the vectors fall (where the imbalance is known; "
+        "rows with a cap, `<= C vectors`: by the vectors the search columns' en queries scanned under it). "
         "Training rows a list: the k-means sample of `index` over the list count (the library took 64 a "
         "list before 2026-11-22 and 256 a list since, at least 100k rows in both).",
         "",

@@ -66,8 +66,9 @@ BASES ?= $(WORK)
 bench-ivf-balance: install
 	$(BIN)/python examples/benchmarks/bench_ivf_balance.py --bases $(BASES)
 
-# Recall@4 against the vectors a query scans, by nprobe and by a cap on the scan (mine --max-codes), in the
-# workspaces that `bench_scale.py --list-size 366 --keep` left (~7 min at 300k, 1M and 3M).
+# Recall@4 against the vectors a query scans, by nprobe and by a cap on the scan (mine --max-codes), and the
+# search time a query with all sizes taking turns, in the workspaces that `bench_scale.py --list-size 366
+# --keep` left (~11 min at 300k, 1M and 3M; the timing holds the three indexes at once, ~7 GB at 3M).
 bench-scan-budget: install
 	$(BIN)/python examples/benchmarks/bench_scan_budget.py
 

@@ -5,8 +5,9 @@ query's nprobe nearest centroids does not cost N / L dot products. This benchmar
 search costs and how exact it is as the list count grows: in bench_scale's kept workspaces (`--keep`),
 one block of en queries (the first --queries rows) searches the de index's quantizer for its nprobe
 nearest centroids at several HNSW efSearch (FAISS's default is 16), and `faiss.knn` finds the exact ones
-over all centroids (BLAS). Columns: µs a query, and the share of the exact nprobe nearest centroids
-the HNSW search returns (which lists a query scans; a missed one costs recall).
+over all centroids (BLAS). Columns: µs a query, the share of the exact nprobe nearest centroids the
+HNSW search returns (which lists a query scans; a missed one costs recall), and the centroids a query
+is compared with (FAISS's HNSW statistics; all of them for the flat search), with the time a comparison.
 
     python examples/benchmarks/bench_coarse_search.py [--work DIR ...]   # or: make bench-coarse-search
 """
@@ -29,7 +30,10 @@ NPROBE = 8
 
 def timed(search, queries: np.ndarray) -> tuple[float, np.ndarray]:
     """(µs a query, ids) of `search(queries)` after a warm-up on the first 1,000."""
+    import faiss
+
     search(queries[:1000])
+    faiss.cvar.hnsw_stats.reset()
     started = time.perf_counter()
     ids = search(queries)
     return (time.perf_counter() - started) / len(queries) * 1e6, ids
@@ -53,9 +57,11 @@ def measure(work: Path, args: argparse.Namespace) -> list[dict]:
 
     flat_us, exact = timed(flat, queries)
     rows = [{"n": ivf.ntotal, "nlist": ivf.nlist, "search": "flat", "us": round(flat_us, 1), "found": 1.0}]
+    rows[0]["distances"] = ivf.nlist
     for ef in args.ef if hnsw else []:
         hnsw.hnsw.efSearch = ef
         us, ids = timed(lambda q: hnsw.search(q, NPROBE)[1], queries)
+        distances = faiss.cvar.hnsw_stats.ndis / len(queries)  # the stats count the timed search only
         found = np.mean([len(np.intersect1d(a, b)) for a, b in zip(ids, exact, strict=True)]) / NPROBE
         rows.append(
             {
@@ -64,6 +70,7 @@ def measure(work: Path, args: argparse.Namespace) -> list[dict]:
                 "search": f"HNSW32, efSearch {ef}",
                 "us": round(us, 1),
                 "found": round(float(found), 3),
+                "distances": round(distances),
             }
         )
     for row in rows:
@@ -81,13 +88,16 @@ def report(results: list[dict], args: argparse.Namespace) -> str:
         f"nlist = N / 366). {args.queries:,} en queries (one block) look for their {NPROBE} nearest "
         "centroids of the de index: with its HNSW32 quantizer at several efSearch (FAISS's default: 16), "
         "and exactly with `faiss.knn` over all centroids. Found: share of the exact nearest centroids the "
-        "search returned.",
+        "search returned. Distances: centroids a query is compared with (HNSW: FAISS's hnsw_stats.ndis over "
+        "the timed search).",
         "",
-        "| N | nlist | search | µs a query | found |",
-        "|---:|---:|---|---:|---:|",
+        "| N | nlist | search | µs a query | found | distances a query | ns a distance |",
+        "|---:|---:|---|---:|---:|---:|---:|",
     ]
     lines += [
-        f"| {r['n']:,} | {r['nlist']:,} | {r['search']} | {r['us']} | {r['found']:.3f} |" for r in results
+        f"| {r['n']:,} | {r['nlist']:,} | {r['search']} | {r['us']} | {r['found']:.3f} "
+        f"| {r['distances']:,} | {r['us'] / r['distances'] * 1e3:.1f} |"
+        for r in results
     ]
     return "\n".join(lines) + "\n"
 

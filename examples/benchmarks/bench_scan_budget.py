@@ -134,9 +134,11 @@ def time_interleaved(works: list[Path], repeats: int) -> list[dict]:
 
 
 def quantizer_name(ivf) -> str:
+    """ "HNSW{M}" or "flat": the coarse quantizer, as `index` builds it."""
     import faiss
 
-    return "HNSW32" if isinstance(faiss.downcast_index(ivf.quantizer), faiss.IndexHNSW) else "flat"
+    quantizer = faiss.downcast_index(ivf.quantizer)
+    return f"HNSW{quantizer.hnsw.nb_neighbors(1)}" if isinstance(quantizer, faiss.IndexHNSW) else "flat"
 
 
 def elapsed(call) -> tuple[float, float]:
@@ -191,10 +193,10 @@ def timing_report(rows: list[dict]) -> list[str]:
     """The timing table, and how a query's search time grew with N at each setting."""
     lines = [
         "",
-        "Search time, all sizes loaded at once and taking turns, µs a query (best of the repeats): the "
-        "probe search alone, the list scan (whole search minus probe search) and the whole search, in "
-        "brackets its CPU time over the process's threads. Block: the queries searched at once (`mine`'s "
-        "block for that nlist).",
+        "Search time, all sizes loaded at once and taking turns, µs a query (each column's best of the "
+        "repeats): the probe search alone, the list scan (whole search minus probe search) and the whole "
+        "search, in brackets its CPU time over the process's threads. Block: the queries searched at "
+        "once (`mine`'s block for that nlist).",
         "",
         "| N | nlist | quantizer | nprobe | cap (vectors) | block | probe search µs | list scan µs "
         "| search µs (CPU µs) |",

@@ -9,7 +9,7 @@ MODEL  ?= $(SHARED)/models/multilingual-e5-small-q4
 BUCC   ?= $(SHARED)/data/bucc-like
 WORK   ?= bitextmine-work/demo
 
-.PHONY: install test demo bench bench-encode bench-mine bench-train bench-scale bench-list-scan bench-ivf-balance bench-scan-budget bench-coarse-search bench-analysis lint format clean
+.PHONY: install test test-fast demo bench bench-encode bench-mine bench-train bench-scale bench-list-scan bench-ivf-balance bench-scan-budget bench-coarse-search bench-analysis lint format clean
 
 install: $(VENV)/.installed
 
@@ -21,6 +21,10 @@ $(VENV)/.installed: pyproject.toml
 
 test: install
 	$(BIN)/pytest -q
+
+# The unit tests only (no CLI run end to end, no subprocess, no real model): the fast loop, under a minute.
+test-fast: install
+	$(BIN)/pytest -q -m "not integration"
 
 # The main job: encode both sides of the BUCC-format de-en dev split as plain corpora, index them,
 # learn the threshold on that split (into a copy of the model: calibrate writes bitextmine.json),

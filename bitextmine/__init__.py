@@ -1,3 +1,121 @@
-"""bitextmine: bitext mining with cross-lingual sentence encoders."""
+"""bitextmine: mine translation pairs from monolingual corpora with a cross-lingual sentence encoder.
+
+The public Python API (docs/api.md). The workspace steps are the functions the command line runs::
+
+    import bitextmine as bm
+
+    work = bm.Workspace("bitextmine-work")
+    bm.encode(["de.txt"], "de", work, model="intfloat/multilingual-e5-small")
+    bm.encode(["en.txt"], "en", work, model="intfloat/multilingual-e5-small")
+    bm.index(work, "de"), bm.index(work, "en")
+    summary = bm.mine(work, "de", "en", bm.MineOptions(threshold=1.06))
+
+and in memory::
+
+    encoder = bm.load_encoder("intfloat/multilingual-e5-small")
+    src, tgt = bm.embed(encoder, german), bm.embed(encoder, english)
+    pairs = bm.mine_arrays(src, tgt)  # one-to-one candidates: pairs.src, pairs.tgt, pairs.score
+
+Names are imported on first use, so `import bitextmine` loads neither torch nor FAISS and changes no
+global state (threads, logging, warning filters) until a function is called.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "Workspace": "bitextmine.workspace.layout",
+    "BitextmineError": "bitextmine.errors",
+    "BitextmineWarning": "bitextmine.errors",
+    "encode": "bitextmine.steps.encode",
+    "EncodeOptions": "bitextmine.steps.encode",
+    "EncodeReporter": "bitextmine.steps.encode",
+    "EncodeSummary": "bitextmine.steps.encode",
+    "index": "bitextmine.steps.index",
+    "IndexOptions": "bitextmine.steps.index",
+    "IndexInfo": "bitextmine.search.faiss_index",
+    "mine": "bitextmine.steps.mine",
+    "MineOptions": "bitextmine.steps.mine",
+    "MineSummary": "bitextmine.steps.mine",
+    "calibrate": "bitextmine.steps.calibrate",
+    "evaluate_bucc": "bitextmine.steps.calibrate",
+    "MiningSettings": "bitextmine.evaluation.calibration",
+    "read_bucc": "bitextmine.evaluation.bucc",
+    "sample_split": "bitextmine.evaluation.bucc",
+    "score_mined_file": "bitextmine.evaluation.calibration",
+    "train": "bitextmine.train.loop",
+    "TrainConfig": "bitextmine.train.loop",
+    "EncoderSpec": "bitextmine.encoder.spec",
+    "SentenceEncoder": "bitextmine.encoder.encoder",
+    "load_encoder": "bitextmine.encoder.encoder",
+    "embed": "bitextmine.encoder.cache",
+    "mine_arrays": "bitextmine.mining.arrays",
+    "Candidates": "bitextmine.mining.selection",
+    "LauncherConfig": "bitextmine.launch.config",
+}
+
+__all__ = [
+    "BitextmineError",
+    "BitextmineWarning",
+    "Candidates",
+    "EncodeOptions",
+    "EncodeReporter",
+    "EncodeSummary",
+    "EncoderSpec",
+    "IndexInfo",
+    "IndexOptions",
+    "LauncherConfig",
+    "MineOptions",
+    "MineSummary",
+    "MiningSettings",
+    "SentenceEncoder",
+    "TrainConfig",
+    "Workspace",
+    "calibrate",
+    "embed",
+    "encode",
+    "evaluate_bucc",
+    "index",
+    "load_encoder",
+    "mine",
+    "mine_arrays",
+    "read_bucc",
+    "sample_split",
+    "score_mined_file",
+    "train",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'bitextmine' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])
+
+
+if TYPE_CHECKING:
+    from bitextmine.encoder.cache import embed
+    from bitextmine.encoder.encoder import SentenceEncoder, load_encoder
+    from bitextmine.encoder.spec import EncoderSpec
+    from bitextmine.errors import BitextmineError, BitextmineWarning
+    from bitextmine.evaluation.bucc import read_bucc, sample_split
+    from bitextmine.evaluation.calibration import MiningSettings, score_mined_file
+    from bitextmine.launch.config import LauncherConfig
+    from bitextmine.mining.arrays import mine_arrays
+    from bitextmine.mining.selection import Candidates
+    from bitextmine.search.faiss_index import IndexInfo
+    from bitextmine.steps.calibrate import calibrate, evaluate_bucc
+    from bitextmine.steps.encode import EncodeOptions, EncodeReporter, EncodeSummary, encode
+    from bitextmine.steps.index import IndexOptions, index
+    from bitextmine.steps.mine import MineOptions, MineSummary, mine
+    from bitextmine.train.loop import TrainConfig, train
+    from bitextmine.workspace.layout import Workspace

@@ -1,4 +1,4 @@
-"""Tests for bitextmine.bucc: BUCC 2018 files, precision/recall/F1 and the threshold sweep."""
+"""Tests for bitextmine.evaluation.bucc: BUCC 2018 files, precision/recall/F1 and the threshold sweep."""
 
 from __future__ import annotations
 
@@ -9,16 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bitextmine.bucc import (
-    BuccError,
-    Scores,
-    parse_pair,
-    read_bucc,
-    score_pairs,
-    sweep_threshold,
-)
-from bitextmine.errors import BitextmineError
-from tests.conftest import require_shared
+from bitextmine.errors import BitextmineError, BitextmineWarning
+from bitextmine.evaluation.bucc import BuccError, Scores, read_bucc, score_pairs, sweep_threshold
+from tests.helpers import require_shared
 
 DE = b"d1\tDer Hund schl\xc3\xa4ft.\r\nd2\tEin Mann\tf\xc3\xa4hrt.\nd3\tPreise stiegen.\n"
 EN = b"e1\tPrices rose.\ne2\tThe dog sleeps.\r\ne3\tUnrelated.\n"
@@ -100,7 +93,6 @@ SIDE_ERRORS = [
     (b"d1\t\n", 1, "expected ID<TAB>SENTENCE"),
     (b"d1\tA.\r\n\r\n", 2, "expected ID<TAB>SENTENCE"),
     (b"d1\tA.\nd2\tB.\nd1\tC.\n", 3, "duplicate id d1 (first on line 1)"),
-    (b"d1\tA.\nd2\tB\xe4d\n", 2, "invalid UTF-8"),
 ]
 
 
@@ -129,8 +121,18 @@ GOLD_ERRORS = [
     (b"d1\te2\nd3\te1\nd1\te3\n", 3, "de id d1 is already paired (line 1)"),
     (b"d1\te2\nd3\te2\n", 2, "en id e2 is already paired (line 1)"),
     (b"d1\te2\nd3\te1\nd1\te2\n", 3, "duplicate pair d1 e2 (first on line 1)"),
-    (b"d1\te2\n\xffd3\te1\n", 2, "invalid UTF-8"),
+    (b"d1\te2\n\xffd3\te1\n", 2, "unknown de id \ufffdd3"),  # replaced (one policy: text/reader.py)
 ]
+
+
+def test_invalid_utf8_is_replaced_and_reported_once_per_file(tmp_path: Path) -> None:
+    write_split(tmp_path, de=b"d1\tA.\nd2\tB\xe4d\nd3\t\xff\xfe C.\n")
+    with pytest.warns(BitextmineWarning) as caught:
+        split = read_bucc(tmp_path, "de-en", "dev")
+    assert split.src.sentences == ["A.", "B\ufffdd", "\ufffd\ufffd C."]
+    assert [str(w.message) for w in caught] == [
+        f"{tmp_path / 'de-en.dev.de'}:2: invalid UTF-8 replaced by U+FFFD (2 lines in this file)"
+    ]
 
 
 @pytest.mark.parametrize(("content", "line", "fragment"), GOLD_ERRORS)
@@ -139,15 +141,6 @@ def test_gold_file_errors(tmp_path: Path, content: bytes, line: int, fragment: s
     with pytest.raises(BuccError) as excinfo:
         read_bucc(tmp_path, "de-en", "dev")
     assert_one_line_error(excinfo, f"{tmp_path / 'de-en.dev.gold'}:{line}: ", fragment)
-
-
-def test_parse_pair() -> None:
-    assert parse_pair("de-en") == ("de", "en")
-    assert parse_pair("zh_Hans-en") == ("zh_Hans", "en")
-    for bad in ["de", "de_en", "de-", "-en", "en-en", "de-en-fr", "de en", "de-en\n", ""]:
-        with pytest.raises(BuccError, match="de-en") as excinfo:
-            parse_pair(bad)
-        assert "\n" not in str(excinfo.value)
 
 
 def test_read_real_dev_split() -> None:

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -19,10 +20,12 @@ import zstandard
 from typer.testing import CliRunner
 
 from bitextmine.cli import app
-from bitextmine.corpus import read_text_shard
 from bitextmine.encoder.encoder import SentenceEncoder
 from bitextmine.errors import BitextmineWarning
-from tests.conftest import TRAINING_TEXT, require_shared
+from bitextmine.workspace.corpus import read_text_shard
+from tests.helpers import TRAINING_TEXT, require_shared
+
+pytestmark = pytest.mark.integration  # the CLI end to end (docs: make test-fast leaves these out)
 
 runner = CliRunner()
 
@@ -220,7 +223,7 @@ def test_sigkill_mid_run_then_rerun_equals_uninterrupted_run(tmp_path, tiny_mode
     assert rows == 6000
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_encode_real_bucc_slice_with_e5(tmp_path, e5_dir):
     lines = (require_shared("data/bucc-like/de-en") / "de-en.dev.en").read_text().splitlines()[:30]
     source = write_zst(tmp_path / "en.zst", [line.split("\t", 1)[1] for line in lines])
@@ -267,8 +270,10 @@ def test_shard_jobs_through_submitit_encode_what_the_local_run_encodes(tmp_path,
     assert len(list((tmp_path / "jobs" / "logs" / "encode").glob("*_log.out"))) == 2
 
 
-def test_library_warnings_print_on_one_line(capsys):
-    from bitextmine.cli.common import _show_warning
+def test_library_warnings_print_on_one_line_each_time(capsys):
+    from bitextmine.cli.app import user_errors
 
-    _show_warning(BitextmineWarning("xFormers has no bfloat16 kernel here"), BitextmineWarning, "x.py", 3)
-    assert capsys.readouterr().err == "warning: xFormers has no bfloat16 kernel here\n"
+    with user_errors():  # what every command runs in
+        for _ in range(2):
+            warnings.warn("xFormers has no bfloat16 kernel here", BitextmineWarning, stacklevel=1)
+    assert capsys.readouterr().err == "warning: xFormers has no bfloat16 kernel here\n" * 2

@@ -2,53 +2,16 @@
 
 from __future__ import annotations
 
-import io
 import json
 import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
-import zstandard
-from typer.testing import CliRunner
 
-from bitextmine.cli import app
-from tests.conftest import TRAINING_TEXT
+from tests.helpers import read_mined, run, sentences
 
-runner = CliRunner()
-
-
-def run(*args: str) -> tuple[int, str]:
-    result = runner.invoke(app, list(args))
-    return result.exit_code, result.output
-
-
-def sentences(n: int, seed: int) -> list[str]:
-    rng = np.random.default_rng(seed)
-    words = " ".join(TRAINING_TEXT).split()
-    return [" ".join(rng.choice(words, size=rng.integers(4, 12))) + f" n{seed}x{i}" for i in range(n)]
-
-
-@pytest.fixture
-def workspace(tmp_path, tiny_model_dir):
-    """de and en corpora sharing 10 identical sentences (perfect 'translations'), encoded."""
-    shared = sentences(10, seed=0)
-    de = shared + sentences(15, seed=1)
-    en = sentences(12, seed=2) + shared
-    work = tmp_path / "work"
-    model = str(tiny_model_dir("bert"))
-    for lang, lines in (("de", de), ("en", en)):
-        path = tmp_path / f"{lang}.txt"
-        path.write_text("\n".join(lines) + "\n")
-        code, output = run("encode", str(path), "-l", lang, "-m", model, "-w", str(work), "--shard-size", "7")
-        assert code == 0, output
-    return work, shared
-
-
-def read_mined(path: Path) -> list[list[str]]:
-    with open(path, "rb") as fh:
-        text = io.TextIOWrapper(zstandard.ZstdDecompressor().stream_reader(fh), encoding="utf-8").read()
-    return [line.split("\t") for line in text.splitlines()]
+pytestmark = pytest.mark.integration  # the CLI end to end (docs: make test-fast leaves these out)
 
 
 def test_index_then_mine_finds_the_identical_sentences(workspace):
@@ -282,8 +245,8 @@ def test_sharded_indexes_small_jobs_and_submitit_jobs_mine_the_same_pairs(worksp
 
 
 def test_query_blocks_follow_the_searched_index_and_its_nprobe():
-    from bitextmine.index import IndexInfo
-    from bitextmine.mine_workspace import MineOptions, search_block_rows
+    from bitextmine.search.faiss_index import IndexInfo
+    from bitextmine.steps.mine import MineOptions, search_block_rows
 
     def info(factory: str, nprobe: int | None) -> IndexInfo:
         return IndexInfo("de", factory, 384, 10**6, nprobe, "f", 0, 4, 0, None, 0.0, False)

@@ -1,4 +1,4 @@
-"""Tests for bitextmine.corpus: reading, cleaning, dedup, shards and manifest."""
+"""Tests for bitextmine.text (reading, cleaning, dedup) and bitextmine.workspace.corpus (shards, manifest)."""
 
 from __future__ import annotations
 
@@ -21,21 +21,17 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bitextmine import corpus
-from bitextmine.corpus import (
-    CorpusCounts,
-    CorpusError,
+from bitextmine.text import reader as corpus
+from bitextmine.text.cleaning import clean_line
+from bitextmine.text.dedup import Deduplicator
+from bitextmine.text.reader import CorpusCounts, CorpusError, Row, iter_rows, open_binary
+from bitextmine.workspace.corpus import (
     CorpusManifest,
-    Deduplicator,
-    Row,
     SourceInfo,
     TextShard,
     build_corpus,
-    clean_line,
     iter_corpus,
-    iter_rows,
     load_manifest,
-    open_binary,
     read_text_shard,
     write_text_shards,
 )

@@ -13,7 +13,7 @@ from transformers import AutoModel
 from bitextmine.encoder.attention import BlockDiagonalSDPA, XFormersBlockDiagonal, select_attention
 from bitextmine.encoder.encoder import SentenceEncoder
 from bitextmine.encoder.packed import PackedBertForward, head_dim_of
-from tests.test_packed import max_length, packed_hidden, padded_reference, random_sequences
+from tests.helpers import max_length, packed_hidden, padded_reference, random_sequences
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 CUDA = torch.device("cuda")

@@ -13,7 +13,7 @@ from transformers import AutoModel, AutoTokenizer
 from bitextmine.encoder.encoder import SentenceEncoder
 from bitextmine.encoder.settings import EncoderSettings, resolve_settings
 from bitextmine.errors import BitextmineError
-from tests.conftest import TRAINING_TEXT, require_shared
+from tests.helpers import TRAINING_TEXT, require_shared
 
 
 def reference_embeddings(model_dir, sentences, *, prefix="", pooling="mean", max_length=512) -> np.ndarray:
@@ -69,7 +69,7 @@ def test_encoder_keeps_input_order_and_handles_a_single_sentence(tiny_model_dir)
     assert encoder.encode(["Hund"]).vectors.shape == (1, 32)
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_packed_e5_matches_model_card_reference(e5_dir):
     lines = (require_shared("data/bucc-like/de-en") / "de-en.dev.de").read_text().splitlines()[:40]
     sentences = [line.split("\t", 1)[1] for line in lines]

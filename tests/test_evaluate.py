@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bitextmine.errors import BitextmineError
-from bitextmine.evaluate import (
+from bitextmine.errors import BitextmineError, BitextmineWarning
+from bitextmine.evaluation.retrieval import (
     TatoebaResult,
     TatoebaRow,
     XsimResult,
@@ -24,8 +24,8 @@ from bitextmine.evaluate import (
     tatoeba_languages,
     xsim_errors,
 )
-from bitextmine.margin import MARGINS
-from tests.conftest import require_shared
+from bitextmine.mining.margin import MARGINS
+from tests.helpers import require_shared
 
 # ---------------------------------------------------------------------------------------------------
 # Metrics against brute force
@@ -161,15 +161,18 @@ def test_read_tatoeba_errors(tmp_path: Path) -> None:
     assert one_line_error(read_tatoeba, tmp_path, "deu") == f"{deu}: 2 lines but {eng} has 1"
     write(eng, "")
     assert one_line_error(read_tatoeba, tmp_path, "deu") == f"{eng}: empty file"
-    write(deu, b"ok\nfine\nbad \xff byte\n")
-    assert one_line_error(read_tatoeba, tmp_path, "deu") == f"{deu}:3: invalid UTF-8"
+    write(deu, b"ok\nfine\nbad \x00 byte\n")
+    assert (
+        one_line_error(read_tatoeba, tmp_path, "deu") == f"{deu}:3: binary data (NUL byte); not a text file"
+    )
 
 
 def test_read_flores_errors(tmp_path: Path) -> None:
     path = tmp_path / "deu.dev"
     assert one_line_error(read_flores, tmp_path, "deu") == f"{path}: no such file"
     write(path, b"\xc3\n")
-    assert one_line_error(read_flores, tmp_path, "deu") == f"{path}:1: invalid UTF-8"
+    with pytest.warns(BitextmineWarning, match=f"{path}:1: invalid UTF-8 replaced by U\\+FFFD"):
+        assert read_flores(tmp_path, "deu") == ["\ufffd"]
     write(tmp_path / "deu.devtest", "a\nb\n")
     assert read_flores(tmp_path, "deu", "devtest") == ["a", "b"]
 

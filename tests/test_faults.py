@@ -18,7 +18,9 @@ import numpy as np
 import pytest
 
 from bitextmine.faults import FAULT_ENV
-from tests.test_cli_mine import sentences
+from tests.helpers import sentences
+
+pytestmark = pytest.mark.integration  # the CLI end to end (docs: make test-fast leaves these out)
 
 TIMINGS = {"build_seconds", "search_ms_per_1000", "exact_ms_per_1000", "seconds"}
 SKIPPED = {"locks", "logs"}  # lock files and job logs are not outputs

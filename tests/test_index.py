@@ -9,23 +9,26 @@ import numpy as np
 import pytest
 
 from bitextmine.errors import BitextmineError
-from bitextmine.index import (
+from bitextmine.launch.jobs import run_jobs
+from bitextmine.search.faiss_index import (
     RERANK_FETCH,
     IndexInfo,
     build_index,
-    build_index_in_shards,
     choose_factory,
     default_nprobe,
+    finish_sharded_build,
     list_imbalance,
     load_index,
     save_index,
     set_nprobe,
+    start_sharded_build,
     training_rows,
 )
-from bitextmine.index_search import search
-from bitextmine.index_shards import bytes_per_vector, plan_ranges
-from bitextmine.neighbors import rerank
-from bitextmine.store import EmbeddingShard, EmbeddingStore, ModelIdentity, ShardedVectors
+from bitextmine.search.ivf_scan import search
+from bitextmine.search.knn import rerank
+from bitextmine.search.sharded import bytes_per_vector, plan_ranges
+from bitextmine.steps.index import populate_jobs
+from bitextmine.workspace.embeddings import EmbeddingShard, EmbeddingStore, ModelIdentity, ShardedVectors
 
 
 def unit(x: np.ndarray) -> np.ndarray:
@@ -244,7 +247,7 @@ def test_invalid_factory_and_unavailable_gpu_are_user_errors(tmp_path):
         with pytest.raises(BitextmineError, match="GPU"):
             build_index(vectors, "de", gpu=True)
         with pytest.raises(BitextmineError, match="GPU"):  # before any shard is written
-            build_index_in_shards(vectors, "de", tmp_path / "index", [(0, 50), (50, 100)], run_here, gpu=True)
+            build_index_in_shards(vectors, "de", tmp_path / "index", [(0, 50), (50, 100)], gpu=True)
         assert not (tmp_path / "index").exists()
 
 
@@ -257,7 +260,7 @@ def cpu_as_gpu(monkeypatch) -> list[str]:
         cloned.append(type(faiss.downcast_index(index)).__name__)
         return index
 
-    monkeypatch.setattr("bitextmine.index._check_gpu", lambda: None)
+    monkeypatch.setattr("bitextmine.search.faiss_index._check_gpu", lambda: None)
     monkeypatch.setattr(faiss, "index_cpu_to_all_gpus", to_gpu)
     monkeypatch.setattr(faiss, "index_gpu_to_cpu", lambda index: index, raising=False)
     return cloned
@@ -281,7 +284,7 @@ def test_gpu_builds_clone_flat_quantizers_and_cluster_for_hnsw_ones(
         assert faiss.extract_index_ivf(on_gpu).clustering_index is None
         cpu_as_gpu.clear()
         ranges = [(0, 1000), (1000, 2000)]
-        build_index_in_shards(vectors, "de", tmp_path / "index", ranges, run_here, factory=factory, gpu=True)
+        build_index_in_shards(vectors, "de", tmp_path / "index", ranges, factory=factory, gpu=True)
         assert cpu_as_gpu == ["IndexFlat"]  # the template's k-means; shards are populated on CPU
 
 
@@ -346,7 +349,7 @@ def test_other_language_queries_tune_nprobe_to_the_fewest_reaching_the_target(iv
 
 
 def test_automatic_ivf_flat_gives_way_to_flat_only_when_slower_than_exact(ivf, other_language, monkeypatch):
-    import bitextmine.index as index_module
+    import bitextmine.search.faiss_index as index_module
 
     vectors, _, _ = ivf
     monkeypatch.setattr(index_module, "FLAT_MAX", 1000)
@@ -365,6 +368,7 @@ def test_automatic_ivf_flat_gives_way_to_flat_only_when_slower_than_exact(ivf, o
     assert info.factory == "IVF512,Flat" and info.note == ""  # an explicit factory is kept
 
 
+@pytest.mark.integration
 def test_pq_indexes_fetch_more_and_rerank_exactly(tmp_path):
     vectors = store_vectors(tmp_path / "emb", clustered_unit(4000, 16))
     _, plain = build_index(vectors, "de", factory="OPQ4,IVF16,PQ4np", nprobe=16, fetch=4, recall_queries=300)
@@ -373,8 +377,14 @@ def test_pq_indexes_fetch_more_and_rerank_exactly(tmp_path):
     assert reranked.recall > plain.recall and reranked.recall >= 0.95
 
 
-def run_here(jobs) -> list:
-    return [job.fn(*job.args, **job.kwargs) for job in jobs]
+def build_index_in_shards(vectors, lang, index_dir, ranges, *, ran=None, factory=None, gpu=False, **tuning):
+    """The index step's sharded path: train the template, run the populate jobs not done, finish."""
+    build = start_sharded_build(vectors, lang, index_dir, ranges, factory=factory, gpu=gpu)
+    jobs = populate_jobs(build)
+    if ran is not None:
+        ran.extend(job.name for job in jobs if not job.done())
+    run_jobs(jobs)
+    return finish_sharded_build(build, **tuning)
 
 
 @pytest.mark.parametrize("factory", ["Flat", "IVF32,Flat"])
@@ -385,7 +395,7 @@ def test_index_in_row_shards_searches_like_one_index(tmp_path, factory):
     ranges = plan_ranges(3000, factory, 16, max_bytes=3000 * bytes_per_vector(factory, 16) / 3)
     assert ranges == [(0, 1000), (1000, 2000), (2000, 3000)]
     sharded, info = build_index_in_shards(
-        vectors, "de", tmp_path / "index", ranges, run_here, factory=factory, nprobe=4
+        vectors, "de", tmp_path / "index", ranges, factory=factory, nprobe=4
     )
     whole, _ = build_index(vectors, "de", factory=factory, nprobe=4)
     queries = random_unit(40, 16, seed=8)
@@ -410,18 +420,11 @@ def test_sharded_build_resumes_with_the_missing_shards_only(tmp_path):
     vectors = store_vectors(tmp_path / "emb", clustered_unit(3000, 16), shard_rows=1000)
     ranges = [(0, 1200), (1200, 3000)]
     index_dir = tmp_path / "index"
-    _, info = build_index_in_shards(vectors, "de", index_dir, ranges, run_here, factory="IVF32,Flat")
+    _, info = build_index_in_shards(vectors, "de", index_dir, ranges, factory="IVF32,Flat")
     first = {p.name: p.read_bytes() for p in index_dir.iterdir()}
     (index_dir / info.shards[1]["file"]).unlink()
     ran: list[str] = []
-    build_index_in_shards(
-        vectors,
-        "de",
-        index_dir,
-        ranges,
-        lambda jobs: ran.extend(j.name for j in jobs) or run_here(jobs),
-        factory="IVF32,Flat",
-    )
+    build_index_in_shards(vectors, "de", index_dir, ranges, ran=ran, factory="IVF32,Flat")
     assert ran == ["index de shard 2/2"]
     assert {p.name: p.read_bytes() for p in index_dir.iterdir()} == first
 

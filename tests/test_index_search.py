@@ -6,7 +6,7 @@ import faiss
 import numpy as np
 import pytest
 
-from bitextmine.index_search import (
+from bitextmine.search.ivf_scan import (
     MAX_BLOCK_ROWS,
     MIN_BLOCK_ROWS,
     MISSING_SIM,

@@ -16,11 +16,15 @@ from typer.testing import CliRunner
 
 from bitextmine.cli.launcher_options import NO_FLAGS, LauncherFlags, with_launcher_options
 from bitextmine.errors import BitextmineError
-from bitextmine.launcher import LauncherConfig, ShardJob, _executor, load_launcher_config, run_jobs
+from bitextmine.launch.config import LauncherConfig, load_launcher_config
+from bitextmine.launch.jobs import Job, run_jobs
+from bitextmine.launch.submitit_runner import _executor
 from tests import launcher_jobs
 
 REPO = Path(__file__).resolve().parents[1]
-BOTH = pytest.mark.parametrize("launcher", ["local", "submitit-local"])
+BOTH = pytest.mark.parametrize(
+    "launcher", ["local", pytest.param("submitit-local", marks=pytest.mark.integration)]
+)
 
 
 @pytest.fixture(autouse=True)
@@ -40,28 +44,45 @@ def _calls(path: Path) -> int:
 @BOTH
 def test_results_come_in_job_order_and_progress_once_per_job(tmp_path, launcher):
     jobs = [
-        ShardJob(f"encode shard {i}", launcher_jobs.write_value, (tmp_path / f"out{i}", value))
+        Job(f"encode shard {i}", launcher_jobs.write_value, (tmp_path / f"out{i}", value))
         for i, value in enumerate([30, 10, 20])
     ]
-    finished: list[ShardJob] = []
+    finished: list[int] = []
     assert run_jobs(jobs, _config(tmp_path, launcher), "encode", finished.append) == [30, 10, 20]
-    assert sorted(job.name for job in finished) == [job.name for job in jobs]
+    assert finished == [1, 1, 1]  # each job's one unit of work, reported by it here or by the runner
     assert all(_calls(tmp_path / f"out{i}") == 1 for i in range(3))
+
+
+@BOTH
+def test_jobs_whose_outputs_exist_are_done_and_not_run_again(tmp_path, launcher):
+    outputs = [tmp_path / "done.out", tmp_path / "todo.out"]
+    outputs[0].write_text("from an earlier run\n")
+    calls = tmp_path / "calls"
+    jobs = [
+        Job(path.name, launcher_jobs.write_output, (path, calls), outputs=(path,), work=10)
+        for path in outputs
+    ]
+    progress: list[int] = []
+    assert run_jobs(jobs, _config(tmp_path, launcher), "encode", progress.append) == [None, 1]
+    assert progress == [10, 10] and _calls(calls) == 1
+    assert outputs[0].read_text() == "from an earlier run\n" and outputs[1].read_text() == "written\n"
+    assert not Job("no outputs", launcher_jobs.write_value, (calls, 1)).done()
 
 
 @BOTH
 def test_job_failing_once_succeeds_on_retry(tmp_path, launcher):
     marker = tmp_path / "marker"
-    job = ShardJob("index shard 0", launcher_jobs.fail_first_time, (marker,), {"value": 7})
+    job = Job("index shard 0", launcher_jobs.fail_first_time, (marker, 7))
     assert run_jobs([job], _config(tmp_path, launcher, retries=1), "index") == [7]
     assert marker.exists()
 
 
+@pytest.mark.integration
 def test_job_failing_every_time_is_reported_with_its_logs(tmp_path):
     calls = tmp_path / "calls"
     jobs = [
-        ShardJob("encode de shard 00001", launcher_jobs.write_value, (tmp_path / "ok", 1)),
-        ShardJob("encode de shard 00003", launcher_jobs.always_fail, (calls,)),
+        Job("encode de shard 00001", launcher_jobs.write_value, (tmp_path / "ok", 1)),
+        Job("encode de shard 00003", launcher_jobs.always_fail, (calls,)),
     ]
     with pytest.raises(BitextmineError) as info:
         run_jobs(jobs, _config(tmp_path, "submitit-local", retries=1), "encode")
@@ -78,7 +99,7 @@ def test_job_failing_every_time_is_reported_with_its_logs(tmp_path):
 
 def test_in_process_failure_names_the_shard_and_the_error(tmp_path):
     calls = tmp_path / "calls"
-    job = ShardJob("encode de shard 00003", launcher_jobs.always_fail, (calls,))
+    job = Job("encode de shard 00003", launcher_jobs.always_fail, (calls,))
     expected = (
         r"^encode de shard 00003 failed \(3 attempts\): RuntimeError: this shard is cursed \(at .+\.py:\d+\)$"
     )
@@ -90,7 +111,7 @@ def test_in_process_failure_names_the_shard_and_the_error(tmp_path):
 @BOTH
 def test_without_retries_a_failure_is_reported_at_once(tmp_path, launcher):
     calls = tmp_path / "calls"
-    job = ShardJob("mine block 2", launcher_jobs.always_fail, (calls,))
+    job = Job("mine block 2", launcher_jobs.always_fail, (calls,))
     with pytest.raises(BitextmineError, match=r"mine block 2 (failed )?\(1 attempt\)"):
         run_jobs([job], _config(tmp_path, launcher, retries=0), "mine")
     assert _calls(calls) == 1
@@ -98,15 +119,16 @@ def test_without_retries_a_failure_is_reported_at_once(tmp_path, launcher):
 
 def test_user_error_in_process_passes_through_without_retry(tmp_path):
     calls = tmp_path / "calls"
-    job = ShardJob("encode de shard 0", launcher_jobs.user_error, (calls,))
+    job = Job("encode de shard 0", launcher_jobs.user_error, (calls,))
     with pytest.raises(BitextmineError, match=r"^corpus.txt line 3: not UTF-8$"):
         run_jobs([job], _config(tmp_path, "local"), "encode")
     assert _calls(calls) == 1
 
 
+@pytest.mark.integration
 def test_user_error_in_a_submitit_job_is_not_retried(tmp_path):
     calls = tmp_path / "calls"
-    job = ShardJob("encode de shard 0", launcher_jobs.user_error, (calls,))
+    job = Job("encode de shard 0", launcher_jobs.user_error, (calls,))
     with pytest.raises(BitextmineError) as info:
         run_jobs([job], _config(tmp_path, "submitit-local"), "encode")
     assert str(info.value) == (
@@ -115,14 +137,16 @@ def test_user_error_in_a_submitit_job_is_not_retried(tmp_path):
     assert _calls(calls) == 1
 
 
+@pytest.mark.integration
 def test_submitit_local_runs_at_most_array_parallelism_jobs(tmp_path):
     outputs = [tmp_path / "a", tmp_path / "b"]
-    jobs = [ShardJob(path.name, launcher_jobs.timed, (path, 0.3)) for path in outputs]
+    jobs = [Job(path.name, launcher_jobs.timed, (path, 0.3)) for path in outputs]
     run_jobs(jobs, _config(tmp_path, "submitit-local", array_parallelism=1), "encode")
     (start_a, end_a), (start_b, end_b) = (map(float, path.read_text().split()) for path in outputs)
     assert end_a <= start_b or end_b <= start_a
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "sigint", [signal.default_int_handler, signal.SIG_IGN], ids=["foreground", "background"]
 )
@@ -132,11 +156,11 @@ def test_interrupt_cancels_running_jobs(tmp_path, sigint):
     previous = signal.signal(signal.SIGINT, sigint)
     pid_file = tmp_path / "pid"
     jobs = [
-        ShardJob("fast", launcher_jobs.write_value, (tmp_path / "fast", 1)),
-        ShardJob("slow", launcher_jobs.sleep_long, (pid_file,)),
+        Job("fast", launcher_jobs.write_value, (tmp_path / "fast", 1)),
+        Job("slow", launcher_jobs.sleep_long, (pid_file,)),
     ]
 
-    def interrupt(job: ShardJob) -> None:
+    def interrupt(units: int) -> None:
         _wait_for(pid_file.exists)
         raise KeyboardInterrupt
 
@@ -165,7 +189,7 @@ def _alive(pid: int) -> bool:
 
 def test_missing_submitit(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "submitit", None)
-    job = ShardJob("encode shard 0", launcher_jobs.write_value, (tmp_path / "out", 5))
+    job = Job("encode shard 0", launcher_jobs.write_value, (tmp_path / "out", 5))
     with pytest.raises(
         BitextmineError, match=r"^--launcher slurm needs submitit: pip install 'bitextmine\[slurm\]'$"
     ):

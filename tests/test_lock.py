@@ -11,13 +11,16 @@ import sys
 import pytest
 
 from bitextmine.errors import BitextmineError
-from bitextmine.lock import workspace_locks
-from tests.test_cli_mine import run, workspace  # noqa: F401  (fixture)
+from bitextmine.workspace.layout import Workspace
+from bitextmine.workspace.locks import workspace_locks
+from tests.helpers import run
+
+pytestmark = pytest.mark.integration  # the CLI end to end (docs: make test-fast leaves these out)
 
 
-def test_second_writer_and_readers_are_refused_while_a_writer_holds_the_lock(workspace):  # noqa: F811
+def test_second_writer_and_readers_are_refused_while_a_writer_holds_the_lock(workspace):
     work, _ = workspace
-    with workspace_locks(work, write=["lang-de"]):
+    with workspace_locks(Workspace(work), write=["lang-de"]):
         code, output = run("encode", os.devnull, "-l", "de", "-m", "unused", "-w", str(work))
         message = " ".join(output.split())
         assert code == 1 and "lang-de.lock: in use by pid" in message and str(os.getpid()) in message
@@ -30,13 +33,13 @@ def test_second_writer_and_readers_are_refused_while_a_writer_holds_the_lock(wor
 
 def test_readers_share_and_a_reader_blocks_a_writer(tmp_path):
     with (
-        workspace_locks(tmp_path, write=[], read=["index-de"]),
-        workspace_locks(tmp_path, write=[], read=["index-de"]),
+        workspace_locks(Workspace(tmp_path), write=[], read=["index-de"]),
+        workspace_locks(Workspace(tmp_path), write=[], read=["index-de"]),
         pytest.raises(BitextmineError, match="in use by a run that reads it; cannot write"),
-        workspace_locks(tmp_path, write=["index-de"]),
+        workspace_locks(Workspace(tmp_path), write=["index-de"]),
     ):
         pass
-    with workspace_locks(tmp_path, write=["index-de"]):
+    with workspace_locks(Workspace(tmp_path), write=["index-de"]):
         pass
 
 
@@ -45,8 +48,10 @@ def test_a_killed_holder_leaves_no_stale_lock(tmp_path):
         [
             sys.executable,
             "-c",
-            "import sys, time; from pathlib import Path; from bitextmine.lock import workspace_locks\n"
-            "with workspace_locks(Path(sys.argv[1]), write=['mine-de-en']):\n"
+            "import sys, time; from pathlib import Path\n"
+            "from bitextmine.workspace.layout import Workspace\n"
+            "from bitextmine.workspace.locks import workspace_locks\n"
+            "with workspace_locks(Workspace(Path(sys.argv[1])), write=['mine-de-en']):\n"
             "    print('held', flush=True); time.sleep(60)",
             str(tmp_path),
         ],
@@ -56,10 +61,10 @@ def test_a_killed_holder_leaves_no_stale_lock(tmp_path):
     assert holder.stdout.readline().strip() == "held"
     with (
         pytest.raises(BitextmineError, match=rf"pid {holder.pid}, since .*: bitextmine"),
-        workspace_locks(tmp_path, write=["mine-de-en"]),
+        workspace_locks(Workspace(tmp_path), write=["mine-de-en"]),
     ):
         pass
     os.kill(holder.pid, signal.SIGKILL)
     holder.wait()
-    with workspace_locks(tmp_path, write=["mine-de-en"]):
+    with workspace_locks(Workspace(tmp_path), write=["mine-de-en"]):
         pass

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bitextmine.margin import MARGINS
-from bitextmine.mine import SearchShard, find_neighbours, merge_top_k, mine_arrays
-from bitextmine.neighbors import exact_knn
-from bitextmine.selection import STRATEGIES
+from bitextmine.mining.arrays import mine_arrays
+from bitextmine.mining.margin import MARGINS
+from bitextmine.mining.selection import STRATEGIES
+from bitextmine.search.knn import SearchShard, exact_knn, find_neighbours, merge_top_k
 
 
 def unit(x: np.ndarray) -> np.ndarray:

@@ -13,8 +13,7 @@ from transformers import AutoModel, AutoTokenizer
 
 from bitextmine.train.model import EncodedSide, TrainContext, TrainEncoder
 from bitextmine.train.objectives.mexma import Mexma, koleo, mask_tokens, mse_alignment, with_sentence_vector
-
-from .conftest import TRAINING_TEXT
+from tests.helpers import TRAINING_TEXT
 
 GERMAN = TRAINING_TEXT[1::2]
 ENGLISH = TRAINING_TEXT[0::2]

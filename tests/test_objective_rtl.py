@@ -11,7 +11,7 @@ from transformers import AutoModel, AutoTokenizer
 
 from bitextmine.train.model import EncodedSide, TrainContext, TrainEncoder
 from bitextmine.train.objectives.rtl import RepresentationTranslation
-from tests.conftest import TRAINING_TEXT
+from tests.helpers import TRAINING_TEXT
 
 LANGUAGES = ["en", "de"]
 ENGLISH, GERMAN = TRAINING_TEXT[0::2], TRAINING_TEXT[1::2]

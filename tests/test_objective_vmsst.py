@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from bitextmine.cli import app
 from bitextmine.train.model import EncodedSide, TrainContext, TrainEncoder
 from bitextmine.train.objectives.vmsst import VMSST, LatentDecoder, alternate, gaussian_kl, kl_weight
-from tests.conftest import TRAINING_TEXT, require_shared
+from tests.helpers import TRAINING_TEXT, require_shared
 
 LANGUAGES = ["de", "en"]
 GERMAN, ENGLISH = TRAINING_TEXT[1::2], TRAINING_TEXT[0::2]
@@ -335,6 +335,7 @@ def test_a_few_steps_on_real_pairs_lower_the_loss(e5_dir):
 # --- the command line --------------------------------------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_train_command_with_vmsst_resumes_exactly_with_its_annealing(tiny_model_dir, tmp_path):
     (tmp_path / "toy.de").write_text("\n".join(f"{s} {i}" for i, s in enumerate(GERMAN * 6)) + "\n")
     (tmp_path / "toy.en").write_text("\n".join(f"{s} {i}" for i, s in enumerate(ENGLISH * 6)) + "\n")

@@ -21,41 +21,9 @@ from bitextmine.encoder.attention import (
     select_attention,
 )
 from bitextmine.encoder.batching import token_budget_batches
-from bitextmine.encoder.packed import PackedBertForward, packed_positions, supports_packing
+from bitextmine.encoder.packed import packed_positions, supports_packing
 from bitextmine.errors import BitextmineError, BitextmineWarning
-
-
-def padded_reference(model, sequences: list[list[int]]) -> list[torch.Tensor]:
-    """Hidden states of each sequence from the plain HF forward over a right-padded batch."""
-    width = max(len(s) for s in sequences)
-    pad = model.config.pad_token_id
-    ids = torch.tensor([s + [pad] * (width - len(s)) for s in sequences])
-    mask = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in sequences])
-    with torch.no_grad():
-        hidden = model(input_ids=ids, attention_mask=mask).last_hidden_state
-    return [hidden[i, : len(s)] for i, s in enumerate(sequences)]
-
-
-def random_sequences(model, lengths: list[int], seed: int) -> list[list[int]]:
-    rng = random.Random(seed)
-    vocab = model.config.vocab_size
-    pad = model.config.pad_token_id
-    return [[rng.choice([t for t in range(5, vocab) if t != pad]) for _ in range(n)] for n in lengths]
-
-
-def packed_hidden(model, sequences: list[list[int]], attention=None) -> list[torch.Tensor]:
-    """Hidden states of each sequence from the packed forward (SDPA unless `attention` is given), on the
-    model's device."""
-    forward = PackedBertForward(model, attention or BlockDiagonalSDPA())
-    stream = torch.tensor([t for s in sequences for t in s], device=next(model.parameters()).device)
-    with torch.no_grad():
-        hidden = forward(stream, [len(s) for s in sequences])
-    return list(torch.split(hidden, [len(s) for s in sequences]))
-
-
-def max_length(model) -> int:
-    offset = model.config.pad_token_id + 1 if model.config.model_type == "xlm-roberta" else 0
-    return model.config.max_position_embeddings - offset
+from tests.helpers import max_length, packed_hidden, padded_reference, random_sequences
 
 
 @pytest.mark.parametrize("kind", ["bert", "xlm-roberta"])

@@ -12,8 +12,8 @@ import bitextmine.encoder.precision as precision_module
 from bitextmine.encoder.encoder import SentenceEncoder
 from bitextmine.encoder.precision import CHECK_SENTENCES, resolve_precision
 from bitextmine.errors import BitextmineError
-from bitextmine.store import EmbeddingShard, EmbeddingStore, ModelIdentity
-from tests.conftest import TRAINING_TEXT, require_shared
+from bitextmine.workspace.embeddings import EmbeddingShard, EmbeddingStore, ModelIdentity
+from tests.helpers import TRAINING_TEXT, require_shared
 
 SENTENCES = [*TRAINING_TEXT, "Hund", "a", "the dog " * 40]
 # Tolerances (cosine to fp32 per sentence). bf16 keeps 8 bits of mantissa but pools and normalises in
@@ -45,7 +45,7 @@ def test_each_precision_stays_close_to_fp32_on_tiny_models(tiny_model_dir, kind,
         assert next(encoder.loaded.model.parameters()).dtype == torch.bfloat16
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_precisions_on_real_sentences_with_the_shared_model(e5_dir):
     lines = (require_shared("data/bucc-like/de-en") / "de-en.dev.de").read_text().splitlines()[:48]
     sentences = [line.split("\t", 1)[1] for line in lines]

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bitextmine.margin import MARGINS
-from bitextmine.neighbors import Neighbours, exact_knn
-from bitextmine.selection import STRATEGIES, _greedy, select_candidates
+from bitextmine.mining.margin import MARGINS
+from bitextmine.mining.selection import STRATEGIES, _greedy, select_candidates
+from bitextmine.search.knn import Neighbours, exact_knn
 
 from .test_mine import bitext
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from bitextmine.errors import BitextmineError
-from bitextmine.store import EmbeddingShard, EmbeddingStore, ModelIdentity
+from bitextmine.workspace.embeddings import EmbeddingShard, EmbeddingStore, ModelIdentity
 
 MODEL_A = ModelIdentity("model-a", "aaaa", 4, {"pooling": "mean"})
 MODEL_B = ModelIdentity("model-b", "bbbb", 8, {"pooling": "cls"})
@@ -122,12 +122,14 @@ def test_a_random_gather_leaves_few_file_pages_mapped(tmp_path, monkeypatch):
     rows = np.random.default_rng(0).integers(0, len(whole), size=20_000)
 
     vectors = EmbeddingStore(tmp_path, "de").vectors()
-    monkeypatch.setattr("bitextmine.store.TAKE_CHUNK_ROWS", len(rows))  # one chunk, no drop inside
+    monkeypatch.setattr(
+        "bitextmine.workspace.embeddings.TAKE_CHUNK_ROWS", len(rows)
+    )  # one chunk, no drop inside
     assert np.array_equal(vectors.take(rows), whole[rows])
     assert mapped_kb(paths) > 30_000  # fault-around mapped most of the 60 MB
     vectors.drop_pages()
     assert mapped_kb(paths) < 1_000
 
-    monkeypatch.setattr("bitextmine.store.TAKE_CHUNK_ROWS", 256)
+    monkeypatch.setattr("bitextmine.workspace.embeddings.TAKE_CHUNK_ROWS", 256)
     assert np.array_equal(vectors.take(rows), whole[rows])
     assert mapped_kb(paths) < 1_000  # each chunk's pages were unmapped after it

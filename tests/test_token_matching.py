@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 from bitextmine.cli import app
 from bitextmine.errors import BitextmineError
-from bitextmine.hidden_states import TokenizedSentence
-from bitextmine.token_matching import (
+from bitextmine.evaluation.words.hidden_states import TokenizedSentence
+from bitextmine.evaluation.words.token_matching import (
     CATEGORIES,
     RunningTopK,
     TokenMatchSettings,
@@ -22,7 +22,7 @@ from bitextmine.token_matching import (
     read_nway,
     summarize,
 )
-from tests.conftest import require_shared
+from tests.helpers import require_shared
 
 runner = CliRunner()
 

@@ -17,7 +17,7 @@ from bitextmine.train.data import PairBatch
 from bitextmine.train.loop import Reporter, TrainConfig, batch_loss, train
 from bitextmine.train.model import TrainContext, TrainEncoder
 from bitextmine.train.objectives.registry import build_objectives
-from tests.conftest import TRAINING_TEXT, require_shared
+from tests.helpers import TRAINING_TEXT, require_shared
 
 TINY = {"vocab_size": 600, "layers": 2, "hidden": 64, "heads": 4}
 
@@ -46,7 +46,7 @@ def toy_pairs(tmp_path) -> Path:
     return tmp_path / "toy.de"
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_a_tiny_model_from_scratch_learns_real_pairs(real_pairs, tmp_path):
     out = tmp_path / "model"
     config = TrainConfig(
@@ -162,6 +162,7 @@ def test_packed_step_equals_padded_step(tiny_model_dir, kind, objective):
         torch.testing.assert_close(grad, padded_grads[name], atol=1e-5, rtol=1e-4, msg=name)
 
 
+@pytest.mark.integration
 def test_train_command_end_to_end_and_its_errors(tiny_model_dir, toy_pairs, tmp_path):
     runner = CliRunner()
     out = tmp_path / "model"

@@ -22,7 +22,7 @@ from bitextmine.train.scratch import (
     scratch_config,
     train_sentencepiece,
 )
-from tests.conftest import require_shared
+from tests.helpers import require_shared
 
 VOCAB = 800
 TINY = dict(layers=2, hidden=32, heads=4, intermediate=64)

@@ -11,22 +11,26 @@ import torch
 from typer.testing import CliRunner
 
 from bitextmine.cli import app
-from bitextmine.csls import knn_mean, weak_alignment, word_alignment
 from bitextmine.encoder.loading import LoadedModel, load_model
 from bitextmine.errors import BitextmineError
-from bitextmine.hidden_states import HiddenStates
-from bitextmine.word_eval import WordEvalSettings, evaluate_words, pool_lines, sample_distinct
-from bitextmine.wordalign import (
+from bitextmine.evaluation.words.alignment import (
     Dictionary,
     Segmenter,
     extract_pairs,
     forward_maximum_matching,
-    parse_pair,
     read_dictionary,
     read_parallel,
     unique_candidate_pairs,
 )
-from tests.conftest import TRAINING_TEXT, require_shared
+from bitextmine.evaluation.words.csls import knn_mean, weak_alignment, word_alignment
+from bitextmine.evaluation.words.hidden_states import HiddenStates
+from bitextmine.evaluation.words.word_eval import (
+    WordEvalSettings,
+    evaluate_words,
+    pool_lines,
+    sample_distinct,
+)
+from tests.helpers import TRAINING_TEXT, require_shared
 
 runner = CliRunner()
 
@@ -81,12 +85,6 @@ def test_missing_files_and_mismatched_line_counts_are_one_line_errors(tmp_path):
     with pytest.raises(BitextmineError, match=r"c\.fr: no such file"):
         read_parallel(tmp_path / "c", "fr", "en")
     assert read_parallel(tmp_path / "c", "de", "de") == (["a", "b", "c"], ["a", "b", "c"])
-
-
-@pytest.mark.parametrize("pair", ["de", "de-", "de-en-fr", "en-en"])
-def test_parse_pair_rejects_malformed_pairs(pair):
-    with pytest.raises(BitextmineError, match="language pair"):
-        parse_pair(pair)
 
 
 def test_segmenter_splits_at_whitespace_and_punctuation_with_character_spans():

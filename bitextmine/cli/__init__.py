@@ -1,7 +1,13 @@
-"""The `bitextmine` command line: argument parsing and printing only; the work is in the core modules."""
+"""The `bitextmine` command line: one module a command, parsing and printing only; the work is in
+bitextmine.steps, bitextmine.evaluation and bitextmine.train (the same functions as the Python API)."""
 
-from bitextmine.cli import analysis_cmd, bucc_cmd, encode_cmd, mine_cmd, train_cmd  # noqa: F401  (registers the commands)
-from bitextmine.cli.common import app
+import importlib
+
+from bitextmine.cli.app import app
+
+# Importing a command's module registers it; `--help` lists the commands in this (pipeline) order.
+for _command in ("encode", "index", "mine", "calibrate", "eval", "eval_words", "train"):
+    importlib.import_module(f"bitextmine.cli.{_command}")
 
 
 def main() -> None:

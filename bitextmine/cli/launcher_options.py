@@ -1,4 +1,4 @@
-"""Command-line options for running shard jobs on a cluster (see bitextmine.launcher).
+"""Command-line options for running shard jobs on a cluster (see bitextmine.launch).
 
 Every option defaults to None, so that a value from --launcher-config is kept unless a flag is given.
 Commands take them all with the `with_launcher_options` decorator.
@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from bitextmine.launcher import LAUNCHERS, LauncherConfig, ShardJob, load_launcher_config, run_jobs
+from bitextmine.launch.config import LAUNCHERS, LauncherConfig, load_launcher_config
 
 _PANEL = "Cluster execution"
 
@@ -136,13 +136,3 @@ def with_launcher_options(command: Callable[..., None]) -> Callable[..., None]:
 
     run.__signature__ = signature.replace(parameters=own + added)  # type: ignore[attr-defined]
     return run
-
-
-def job_runner(
-    config: LauncherConfig, step: str, done: Callable[[ShardJob], None] | None = None
-) -> Callable[[list[ShardJob]], object] | None:
-    """What a step hands its shard jobs to: None for `local` (the step runs them itself, with its
-    detailed progress), else the launcher, calling `done` as each job finishes."""
-    if config.launcher == "local":
-        return None
-    return lambda jobs: run_jobs(jobs, config, step, progress=done)

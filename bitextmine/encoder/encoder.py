@@ -191,3 +191,19 @@ class SentenceEncoder:
             return hidden[:, 0]
         mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
         return (hidden * mask).sum(1) / mask.sum(1)
+
+
+def load_encoder(
+    model: str,
+    *,
+    device: str = "auto",
+    precision: str = "auto",
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    **settings: object,
+) -> SentenceEncoder:
+    """A sentence encoder from a model dir or hub id, as `bitextmine encode` loads it: `precision` auto is
+    bf16 where the device runs it natively; `settings` (pooling, prefix, max_length) override the model's.
+    `encoder.encode(sentences).vectors` are float32 unit vectors."""
+    return SentenceEncoder.load(
+        model, device=device, overrides=settings, max_tokens=max_tokens, precision=precision
+    )

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from bitextmine.errors import BitextmineError
-from bitextmine.fsutil import write_json
+from bitextmine.files import write_json
 
 PRECISIONS = ("fp32", "bf16", "int8")
 # Linear layers whose inputs carry outlier activations: kept in fp32 by the int8 scheme.

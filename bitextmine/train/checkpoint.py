@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from bitextmine.errors import BitextmineError
-from bitextmine.fsutil import atomic_path
+from bitextmine.files import atomic_path
 
 _NAME = re.compile(r"^step-(\d{8})\.pt$")
 _ENFORCE = re.compile(r"^\[enforce fail at [^\]]*\]\s*\.?\s*")

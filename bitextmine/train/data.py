@@ -17,8 +17,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bitextmine.corpus import CorpusCounts, Warn, clean_line, iter_rows, open_binary
 from bitextmine.errors import BitextmineError
+from bitextmine.text.cleaning import clean_line
+from bitextmine.text.reader import CorpusCounts, Warn, iter_rows, read_lines, warn_user
 
 ENGLISH = "en"
 _PAIR_IN_NAME = re.compile(r"(?:^|[._-])([a-z]{2,3}(?:_[A-Za-z]+)?)-en(?:[._-]|$)")
@@ -89,11 +90,7 @@ def _source_of_file(path: Path) -> PairSource:
     return PairSource(path.suffix[1:], (str(path), str(english)))
 
 
-def _no_warn(message: str) -> None:
-    """Default warning sink: stays silent (`train` passes the reporter's)."""
-
-
-def read_source(source: PairSource, max_chars: int = 2000, warn: Warn = _no_warn) -> Iterator[Pair]:
+def read_source(source: PairSource, max_chars: int = 2000, warn: Warn = warn_user) -> Iterator[Pair]:
     """The non-empty aligned pairs of one source (lines empty on either side are skipped together).
 
     Invalid UTF-8 (replaced), cut lines and empty files are reported through `warn` once a file has
@@ -125,10 +122,10 @@ def read_source(source: PairSource, max_chars: int = 2000, warn: Warn = _no_warn
         )
 
 
-def _read_tsv(source: PairSource, max_chars: int, warn: Warn = _no_warn) -> Iterator[Pair]:
+def _read_tsv(source: PairSource, max_chars: int, warn: Warn = warn_user) -> Iterator[Pair]:
     (path,) = source.paths
     kept = 0
-    for number, line in _raw_lines(path, warn):
+    for number, line in read_lines(path, warn):
         fields = line.split("\t")
         if len(fields) != 2:
             raise BitextmineError(
@@ -142,40 +139,19 @@ def _read_tsv(source: PairSource, max_chars: int, warn: Warn = _no_warn) -> Iter
         warn(f"{path}: no pairs (the file is empty or every line has an empty side)")
 
 
-def _raw_lines(path: str, warn: Warn = _no_warn) -> Iterator[tuple[int, str]]:
-    """(line number, line) with tabs intact (corpus cleaning would turn them into spaces).
-
-    A NUL byte is an error naming the file and line; invalid UTF-8 is replaced by U+FFFD, counted, and
-    reported through `warn` (first line and count, like `corpus.iter_rows`) once the file is read.
-    """
-    first_invalid, invalid = 0, 0
-    with open_binary(path) as fh:
-        for number, raw in enumerate(fh, start=1):
-            if b"\0" in raw:
-                raise BitextmineError(f"{path}:{number}: binary data (NUL byte); not a text file")
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                line = raw.decode("utf-8", errors="replace")
-                first_invalid, invalid = first_invalid or number, invalid + 1
-            yield number, line.rstrip("\r\n")
-    if invalid:
-        warn(f"{path}:{first_invalid}: invalid UTF-8 replaced by U+FFFD ({invalid} lines in this file)")
-
-
 def sentence_key(text: str) -> bytes:
     """What held-out sentences are matched by: the cleaned, case-folded text's digest."""
     return hashlib.blake2b(clean_line(text).casefold().encode(), digest_size=12).digest()
 
 
-def read_excluded(paths: Sequence[str], warn: Warn = _no_warn) -> set[bytes]:
+def read_excluded(paths: Sequence[str], warn: Warn = warn_user) -> set[bytes]:
     """Keys of every sentence in `paths` (plain lines, BUCC ``id<TAB>sentence`` lines, directories)."""
     keys: set[bytes] = set()
     for raw in paths:
         path = Path(raw)
         files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
         for file in files:
-            for _, line in _raw_lines(str(file), warn):
+            for _, line in read_lines(str(file), warn):
                 if line.strip():
                     keys.add(sentence_key(line.split("\t")[-1]))
     return keys
@@ -188,7 +164,7 @@ def pair_stream(
     buffer: int = 50_000,
     excluded: set[bytes] | None = None,
     on_excluded: Callable[[Pair], None] | None = None,
-    warn: Warn = _no_warn,
+    warn: Warn = warn_user,
 ) -> Iterator[Pair]:
     """Endless shuffled stream of pairs: epoch e interleaves all sources line by line and shuffles the
     result through a buffer of `buffer` pairs with a generator seeded by (seed, e).
@@ -206,7 +182,7 @@ def pair_stream(
     while True:
         rng = random.Random(f"{seed}:{epoch}")
         drawn = 0
-        pairs = interleave(sources, excluded, count_excluded, warn=warn if epoch == 0 else _no_warn)
+        pairs = interleave(sources, excluded, count_excluded, warn=warn if epoch == 0 else _warned_before)
         for pair in _shuffled(pairs, buffer, rng):
             drawn += 1
             yield pair
@@ -228,7 +204,7 @@ def interleave(
     excluded: set[bytes] | None = None,
     on_excluded: Callable[[Pair], None] | None = None,
     *,
-    warn: Warn = _no_warn,
+    warn: Warn = warn_user,
 ) -> Iterator[Pair]:
     """One pass over all sources, line by line in turn, without the excluded pairs."""
     readers = [read_source(s, warn=warn) for s in sources]
@@ -298,3 +274,7 @@ def token_batches(
             batch.tgt_ids.append(t)
             batch.langs.append(pair.lang)
             batch.pairs_drawn = drawn
+
+
+def _warned_before(message: str) -> None:
+    """Later epochs read the same files: their warnings were given in the first."""

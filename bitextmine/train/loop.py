@@ -20,7 +20,7 @@ from bitextmine.encoder.loading import load_model
 from bitextmine.encoder.precision import bf16_is_native
 from bitextmine.encoder.settings import BITEXTMINE_CONFIG, EncoderSettings, resolve_settings
 from bitextmine.errors import BitextmineError
-from bitextmine.fsutil import WriteError, atomic_open, write_json
+from bitextmine.files import WriteError, atomic_open, write_json
 from bitextmine.train.checkpoint import (
     latest_checkpoint,
     load_checkpoint,

@@ -27,7 +27,7 @@ from torch import nn
 from transformers import PreTrainedTokenizerFast, XLMRobertaConfig, XLMRobertaModel
 
 from bitextmine.errors import BitextmineError
-from bitextmine.fsutil import atomic_open
+from bitextmine.files import atomic_open
 
 SPM_FILENAME = "sentencepiece.model"
 BOS, PAD, EOS, UNK, MASK = "<s>", "<pad>", "</s>", "<unk>", "<mask>"

@@ -7,7 +7,8 @@ where Â is the masked encoder output "without the CLS embedding" (a sentence th
 with a special token keeps all its states and grows by one). The clean sentence vectors are
 aligned with MSE (or, paper §5.2, with a contrastive loss) and spread with KoLeo.
 
-Choices, with their sources (paper = ../shared/papers/000_07fa5e1c95be8a28.txt, code = the authors'
+Choices, with their sources (paper = "MEXMA: Token-level objectives improve sentence representations",
+arXiv:2409.12737, see docs/references.md; code = the authors'
 facebookresearch/mexma release):
 - weights: the paper's loss is 1 * MSE + 1/2 * (CE_A + CE_B) + 0.01/2 * (KoLeo_A + KoLeo_B) (§3, A.4).
   Here ``alpha`` weighs the unmasking sum and ``beta`` the alignment, so the defaults are

@@ -1,6 +1,7 @@
 """VMSST (Wieting et al., ACL 2023): a variational source-separation model plus translation terms.
 
-Paper: ../shared/papers/002_c215bdbbe623314a.txt; the decoder follows the BGT code the paper builds on
+Paper: "Beyond Contrastive Learning: A Variational Generative Model for Multilingual Retrieval",
+arXiv:2212.10726 (docs/references.md); the decoder follows the BGT code the paper builds on
 (§5, "we follow the approach of Wieting et al. (2020)"; jwieting/bilingual-generative-transformer).
 
 Generative model (§3): a semantic variable z_sem and a language variable z_l per sentence, both with

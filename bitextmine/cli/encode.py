@@ -1,0 +1,194 @@
+"""`bitextmine encode`: parsing and printing; the work is in bitextmine.steps.encode."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated
+
+import typer
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+from rich.text import Text
+
+from bitextmine.cli.app import (
+    DeviceOption,
+    ModelOption,
+    PrecisionOption,
+    WorkdirOption,
+    app,
+    encoder_spec,
+    err,
+    out,
+    print_precision_check,
+    require_model,
+    set_threads,
+    thread_summary,
+    user_errors,
+)
+from bitextmine.cli.launcher_options import NO_FLAGS, LauncherFlags, with_launcher_options
+from bitextmine.cli.output import fields_table
+from bitextmine.encoder.batching import DEFAULT_MAX_TOKENS
+from bitextmine.workspace.layout import DEFAULT_WORKDIR, Workspace
+
+
+class _RateColumn(ProgressColumn):
+    """Sentences/s from the task's progress and tokens/s from its `tokens` field."""
+
+    def render(self, task) -> Text:
+        elapsed = task.elapsed or 0.0
+        if elapsed <= 0:
+            return Text("")
+        tokens = task.fields.get("tokens", 0)
+        return Text(f"{task.completed / elapsed:,.1f} sent/s  {tokens / elapsed:,.0f} tok/s", style="cyan")
+
+
+class _RichEncodeReporter:
+    """The methods of steps.encode.EncodeReporter, drawn with rich (not a subclass: importing the step
+    loads torch, which the CLI does only once a command runs)."""
+
+    def __init__(self) -> None:
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            _RateColumn(),
+            TimeElapsedColumn(),
+            console=err,
+            transient=False,
+        )
+        self.task = None
+
+    def warn(self, message: str) -> None:
+        err.print(f"[yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
+
+    def corpus_ready(self, manifest, rebuilt: bool) -> None:
+        verb = "built" if rebuilt else "reusing"
+        err.print(
+            f"{verb} {len(manifest.shards)} text shard(s), {manifest.rows:,} sentences of '{manifest.lang}'"
+        )
+
+    def encoder_ready(self, encoder, rows_to_encode: int) -> None:
+        print_precision_check(encoder)
+        err.print(
+            f"model {encoder.loaded.name} ({encoder.mode}, {encoder.device}, {encoder.precision}, "
+            f"{len(os.sched_getaffinity(0))} cores, "
+            f"{thread_summary()}, pooling {encoder.settings.pooling}, "
+            f"prefix {encoder.settings.prefix!r}, max length {encoder.max_length})",
+            highlight=False,
+        )
+        self.progress.start()
+        self.task = self.progress.add_task("encoding", total=rows_to_encode, tokens=0)
+
+    def advance(self, sentences: int, tokens: int = 0) -> None:
+        fields = self.progress.tasks[0].fields
+        self.progress.update(self.task, advance=sentences, tokens=fields["tokens"] + tokens)
+
+    def close(self) -> None:
+        self.progress.stop()
+
+
+def _summary_table(summary) -> Table:
+    counts = summary.counts
+    rows = [
+        ("rows in", f"{counts.lines:,}"),
+        ("rows kept", f"{summary.rows:,}"),
+        (
+            "dropped",
+            f"{counts.empty + counts.duplicates:,} ({counts.empty:,} empty, {counts.duplicates:,} duplicate)",
+        ),
+        ("invalid UTF-8 (replaced)", f"{counts.invalid_utf8:,}"),
+        ("cut to --max-chars", f"{counts.too_long:,}"),
+        ("truncated to max length", f"{summary.truncated:,}"),
+        ("shards", f"{summary.shards} ({summary.shards_encoded} encoded now)"),
+        ("seconds", f"{summary.seconds:,.1f}"),
+    ]
+    if summary.sentences_encoded:
+        rows.append(("sentences/s", f"{summary.sentences_encoded / summary.encode_seconds:,.1f}"))
+        rows.append(("tokens/s", f"{summary.tokens_encoded / summary.encode_seconds:,.0f}"))
+    rows.append(("embeddings", str(summary.embedding_dir)))
+    return fields_table(f"encode {summary.lang}", rows)
+
+
+@app.command()
+@with_launcher_options
+def encode(
+    files: Annotated[
+        list[str], typer.Argument(help="Corpus files (.txt, .gz, .zst; '-' for stdin), one sentence a line.")
+    ],
+    lang: Annotated[
+        str, typer.Option("--lang", "-l", help="Language code the sentences belong to, e.g. de.")
+    ],
+    workdir: WorkdirOption = DEFAULT_WORKDIR,
+    model: ModelOption = None,
+    max_tokens: Annotated[
+        int, typer.Option(help="Token budget of one packed batch.", min=1)
+    ] = DEFAULT_MAX_TOKENS,
+    shard_size: Annotated[
+        int, typer.Option(help="Sentences per shard (the unit of resume).", min=1)
+    ] = 100_000,
+    device: DeviceOption = "auto",
+    precision: PrecisionOption = "auto",
+    dedup: Annotated[
+        bool, typer.Option("--dedup", help="Drop exact duplicate sentences (after cleaning).")
+    ] = False,
+    max_chars: Annotated[int, typer.Option(help="Cut longer lines to this many characters.", min=1)] = 10_000,
+    pooling: Annotated[
+        str | None, typer.Option(help="mean or cls \\[default: from the model dir, else mean].")
+    ] = None,
+    prefix: Annotated[
+        str | None, typer.Option(help="Text put before every sentence, e.g. 'query: '.")
+    ] = None,
+    max_length: Annotated[
+        int | None, typer.Option(help="Max tokens per sentence; longer ones are truncated.")
+    ] = None,
+    threads: Annotated[
+        int | None, typer.Option(help="CPU threads for torch \\[default: all cores].", min=1)
+    ] = None,
+    padded: Annotated[
+        bool, typer.Option("--padded", help="Use the padded forward instead of packing.")
+    ] = False,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            "--overwrite", help="Rebuild this language even if it exists with other inputs or another model."
+        ),
+    ] = False,
+    cluster: LauncherFlags = NO_FLAGS,
+) -> None:
+    """Encode corpora of one language into the workspace.
+
+    Reads FILES, cleans and optionally deduplicates the lines, writes text shards to
+    WORK/corpora/LANG/ (shard-N.tsv: source index, line number, sentence) and L2-normalized float16
+    embeddings to WORK/emb/LANG/ (shard-N.npy), each with a manifest.json. A rerun skips complete
+    shards, so an interrupted run resumes where it stopped. Model defaults (pooling, prefix, max length)
+    come from the model dir's bitextmine.json, else its sentence-transformers files, else the flags.
+    """
+    from bitextmine.steps.encode import EncodeOptions
+    from bitextmine.steps.encode import encode as encode_files
+
+    model = require_model(model)
+    set_threads(threads)
+    overrides = {"pooling": pooling, "prefix": prefix, "max_length": max_length}
+    reporter = _RichEncodeReporter()
+    with user_errors():
+        config = cluster.config("encode", Workspace(workdir).logs_dir("encode"))
+        try:
+            summary = encode_files(
+                files,
+                lang,
+                Workspace(workdir),
+                encoder_spec(model, device, precision, overrides, max_tokens, padded),
+                EncodeOptions(shard_size=shard_size, dedup=dedup, max_chars=max_chars, overwrite=overwrite),
+                reporter,
+                config,
+            )
+        finally:
+            reporter.close()
+    out.print(_summary_table(summary))

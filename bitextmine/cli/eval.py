@@ -1,0 +1,184 @@
+"""`bitextmine eval bucc|tatoeba|xsim`: parsing and printing (work: steps/calibrate.py, evaluation/)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from bitextmine.cli.app import (
+    MARGIN_HELP,
+    STRATEGY_HELP,
+    BuccDir,
+    DeviceOption,
+    JsonOption,
+    ModelOption,
+    PairOption,
+    PrecisionOption,
+    ThreadsOption,
+    WorkdirOption,
+    app,
+    err,
+    load_encoder,
+    require_model,
+    set_threads,
+    user_errors,
+)
+from bitextmine.cli.output import print_results, progress_bar, results_table, scores_table
+from bitextmine.workspace.layout import DEFAULT_WORKDIR, Workspace
+
+eval_app = typer.Typer(
+    help="Benchmarks and analyses: BUCC-format P/R/F1, Tatoeba accuracy, xsim error rate, word "
+    "alignment and token matching by layer.",
+    no_args_is_help=True,
+)
+app.add_typer(eval_app, name="eval")
+
+
+@eval_app.command("bucc")
+def eval_bucc(
+    bucc: BuccDir,
+    pair: PairOption,
+    split: Annotated[str, typer.Option(help="Split to evaluate.")] = "test",
+    model: ModelOption = None,
+    threshold: Annotated[
+        str, typer.Option(help="auto (calibrated), oracle (best on this split) or a number.")
+    ] = "auto",
+    workdir: WorkdirOption = DEFAULT_WORKDIR,
+    mined: Annotated[
+        Path | None, typer.Option(help="Score this `mine` output file instead (sentences matched by text).")
+    ] = None,
+    k: Annotated[int, typer.Option("--k", "-k", min=1, help="Neighbours per sentence for the margin.")] = 4,
+    margin: Annotated[str, typer.Option(help=MARGIN_HELP)] = "ratio",
+    strategy: Annotated[str, typer.Option(help=STRATEGY_HELP)] = "max",
+    device: DeviceOption = "auto",
+    precision: PrecisionOption = "auto",
+    threads: ThreadsOption = None,
+    json_path: JsonOption = None,
+) -> None:
+    """Precision, recall and F1 on a BUCC-format split.
+
+    Reads BUCC/PAIR.SPLIT.{x,en,gold}; encodes and mines the split with MODEL and keeps pairs scoring
+    >= the threshold, or, with --mined, scores a `bitextmine mine` output file. --json FILE gets
+    precision, recall and f1 in percent and the threshold.
+    """
+    from bitextmine.evaluation.bucc import read_bucc
+    from bitextmine.evaluation.calibration import MiningSettings, score_mined_file
+    from bitextmine.steps.calibrate import evaluate_bucc
+
+    set_threads(threads)
+    with user_errors():
+        data = read_bucc(bucc, pair, split)
+        if mined is not None:
+            scores = score_mined_file(mined, data)
+            used, candidates = None, scores.predicted
+        else:
+            encoder = load_encoder(require_model(model), device, precision)
+            progress, advance = progress_bar(f"encoding {pair} {split}", data.sentences)
+            with progress:
+                evaluation = evaluate_bucc(
+                    data,
+                    encoder,
+                    threshold,
+                    MiningSettings(k, margin, strategy),
+                    Workspace(workdir).embedding_cache_dir(),
+                    advance,
+                )
+            scores, used, candidates = evaluation.scores, evaluation.threshold, evaluation.candidates
+    summary = {
+        "pair": pair,
+        "split": split,
+        **scores.as_percent(),
+        "threshold": used,
+        "margin": margin,
+        "strategy": strategy,
+        "predicted": scores.predicted,
+        "gold": scores.gold,
+    }
+    print_results(scores_table(f"eval bucc {pair} {split}", scores, used, candidates), summary, json_path)
+
+
+def _encode_fn(model: str, device: str, precision: str, workdir: Path) -> Callable:
+    from bitextmine.encoder.cache import embed
+
+    encoder = load_encoder(model, device, precision)
+    return lambda sentences: embed(encoder, sentences, Workspace(workdir).embedding_cache_dir())
+
+
+def _languages(value: str | None, available: Callable[[], list[str]]) -> list[str]:
+    return available() if value is None else [lang.strip() for lang in value.split(",") if lang.strip()]
+
+
+@eval_app.command("tatoeba")
+def eval_tatoeba(
+    data: Annotated[Path, typer.Option(help="Folder with tatoeba.XXX-eng.{XXX,eng} (LASER's Tatoeba v1).")],
+    langs: Annotated[
+        str | None, typer.Option(help="Comma-separated codes, e.g. deu,fra \\[default: all].")
+    ] = None,
+    model: ModelOption = None,
+    workdir: WorkdirOption = DEFAULT_WORKDIR,
+    device: DeviceOption = "auto",
+    precision: PrecisionOption = "auto",
+    threads: ThreadsOption = None,
+    json_path: JsonOption = None,
+) -> None:
+    """Tatoeba nearest-neighbour accuracy in both directions per language, with averages."""
+    from bitextmine.evaluation.retrieval import evaluate_tatoeba, tatoeba_languages
+
+    set_threads(threads)
+    with user_errors():
+        encode = _encode_fn(require_model(model), device, precision, workdir)
+        result = evaluate_tatoeba(
+            data,
+            _languages(langs, lambda: tatoeba_languages(data)),
+            encode,
+            progress=lambda lang: err.print(f"tatoeba {lang}"),
+        )
+    rows = [(r.lang, f"{r.pairs:,}", f"{r.xx_to_eng:.1f}", f"{r.eng_to_xx:.1f}") for r in result.rows]
+    rows.append(("average", "", f"{result.average_xx_to_eng:.2f}", f"{result.average_eng_to_xx:.2f}"))
+    table = results_table("Tatoeba accuracy (%)", ["lang", "pairs", "xx→eng", "eng→xx"], rows)
+    print_results(table, result.to_json(), json_path)
+
+
+@eval_app.command("xsim")
+def eval_xsim(
+    data: Annotated[Path, typer.Option(help="Folder of N-way parallel LANG.SPLIT files (FLORES).")],
+    langs: Annotated[
+        str | None, typer.Option(help="Comma-separated codes, e.g. deu,fra \\[default: all].")
+    ] = None,
+    model: ModelOption = None,
+    target: Annotated[str, typer.Option(help="Target language code.")] = "eng",
+    split: Annotated[str, typer.Option(help="File suffix of the split.")] = "dev",
+    margin: Annotated[str, typer.Option(help=MARGIN_HELP)] = "ratio",
+    k: Annotated[int, typer.Option("--k", "-k", min=1, help="Neighbours per sentence for the margin.")] = 4,
+    workdir: WorkdirOption = DEFAULT_WORKDIR,
+    device: DeviceOption = "auto",
+    precision: PrecisionOption = "auto",
+    threads: ThreadsOption = None,
+    json_path: JsonOption = None,
+) -> None:
+    """xsim error rate (margin-based retrieval, xx→target) on N-way parallel FLORES-style files."""
+    from bitextmine.evaluation.retrieval import evaluate_xsim, flores_languages
+
+    set_threads(threads)
+    with user_errors():
+        encode = _encode_fn(require_model(model), device, precision, workdir)
+        chosen = [lang for lang in _languages(langs, lambda: flores_languages(data, split)) if lang != target]
+        result = evaluate_xsim(
+            data,
+            chosen,
+            encode,
+            target=target,
+            split=split,
+            margin=margin,
+            k=k,
+            progress=lambda lang: err.print(f"xsim {lang}"),
+        )
+    rows = [(r.lang, f"{r.sentences:,}", f"{r.errors:,}", f"{r.error_rate:.2f}") for r in result.rows]
+    rows.append(("average", "", "", f"{result.average:.2f}"))
+    title = f"xsim error rate (%), xx→{target}, {margin} margin"
+    print_results(
+        results_table(title, ["lang", "sentences", "errors", "error %"], rows), result.to_json(), json_path
+    )

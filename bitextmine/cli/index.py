@@ -1,0 +1,118 @@
+"""`bitextmine index`: parsing and printing (work: steps/index.py)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from bitextmine.cli.app import WorkdirOption, app, err, out, user_errors
+from bitextmine.cli.launcher_options import NO_FLAGS, LauncherFlags, with_launcher_options
+from bitextmine.cli.output import progress_bar
+from bitextmine.workspace.layout import DEFAULT_WORKDIR, Workspace
+
+
+@app.command()
+@with_launcher_options
+def index(
+    lang: Annotated[str, typer.Argument(help="Language whose embeddings to index.")],
+    workdir: WorkdirOption = DEFAULT_WORKDIR,
+    factory: Annotated[
+        str | None,
+        typer.Option(help="FAISS factory string, e.g. 'IVF4096,Flat' \\[default: chosen by size]."),
+    ] = None,
+    list_size: Annotated[
+        int | None,
+        typer.Option(
+            help="Vectors per IVF list: N / L lists (behind an HNSW coarse quantizer above 4,096), so "
+            "the lists a query scans at a given --nprobe do not lengthen as N grows (k-means training "
+            "grows with the list count) \\[default: about 4 sqrt(N) lists, 16 sqrt(N) above 4M vectors].",
+            min=1,
+        ),
+    ] = None,
+    nprobe: Annotated[
+        int | None,
+        typer.Option(help="IVF lists probed per query \\[default: tuned for --target-recall].", min=1),
+    ] = None,
+    queries_from: Annotated[
+        str | None,
+        typer.Option(
+            help="Language whose vectors measure recall and tune nprobe, or 'self' for LANG's own rows "
+            "\\[default: en, else another encoded language]."
+        ),
+    ] = None,
+    target_recall: Annotated[
+        float | None,
+        typer.Option(help="Recall@4 that nprobe is tuned to reach \\[default: 0.95].", min=0.0, max=1.0),
+    ] = None,
+    fetch: Annotated[
+        int | None,
+        typer.Option(help="Hits fetched per query and re-ranked exactly \\[default: 4, 64 for PQ].", min=1),
+    ] = None,
+    gpu: Annotated[
+        bool, typer.Option("--gpu", help="Train (and, unsharded, populate) on GPU (needs faiss GPU).")
+    ] = False,
+    seed: Annotated[int, typer.Option(help="Seed of the training and query samples.")] = 0,
+    max_memory: Annotated[
+        float | None,
+        typer.Option(
+            help="GB one index shard may take in RAM: a larger index is split into row-range shards, "
+            "built and searched one at a time \\[default: one index].",
+            min=1e-9,
+        ),
+    ] = None,
+    cluster: LauncherFlags = NO_FLAGS,
+) -> None:
+    """Build a FAISS inner-product index over LANG's embedding shards.
+
+    Reads WORK/emb/LANG/ and writes WORK/index/LANG.faiss plus WORK/index/LANG.json (factory, nprobe,
+    count, model fingerprint, recall@4 against exact search, search speed). Small sets get an exact
+    Flat index, larger ones IVF-Flat (or Flat when that searches faster at the recall needed), the
+    largest OPQ+IVF+PQ with exact re-ranking. Recall is measured with another encoded language's
+    vectors, as mining searches, and IVF nprobe is tuned on them.
+    """
+    from bitextmine.steps.index import IndexOptions
+    from bitextmine.steps.index import index as index_language
+    from bitextmine.workspace.language import open_language
+
+    workspace = Workspace(workdir)
+    with user_errors():
+        options = IndexOptions(
+            factory=factory,
+            list_size=list_size,
+            nprobe=nprobe,
+            queries_from=queries_from,
+            target_recall=target_recall,
+            fetch=fetch,
+            gpu=gpu,
+            seed=seed,
+            max_memory_gb=max_memory,
+        )
+        config = cluster.config("index", workspace.logs_dir("index"))
+        progress, advance = progress_bar(f"indexing {lang}", len(open_language(workspace, lang).vectors))
+        with progress:
+            info = index_language(workspace, lang, options, advance, config)
+    out.print(_index_line(info, workspace), highlight=False)
+    if info.note:
+        err.print(f"note: {info.note}", highlight=False)
+
+
+def _index_line(info, workspace: Workspace) -> str:
+    recall = "n/a" if info.recall is None else f"{info.recall:.4f}"
+    speed = (
+        ""
+        if info.search_ms_per_1000 is None
+        else f", {info.search_ms_per_1000:,.0f} ms per 1000 queries (exact {info.exact_ms_per_1000:,.0f})"
+    )
+    if info.imbalance is not None:
+        speed += f", list imbalance {info.imbalance:.2f}"
+    where = (
+        f"{len(info.shards)} shards {workspace.index_dir() / info.lang}.{info.plan}.*.faiss"
+        if info.shards
+        else workspace.index_dir() / f"{info.lang}.faiss"
+    )
+    return (
+        f"index {info.lang}: {info.factory}, {info.count:,} vectors, nprobe {info.nprobe}, "
+        f"fetch {info.fetch}, recall@{info.recall_k} {recall} with {info.recall_source} queries{speed}, "
+        f"built in {info.build_seconds:.1f} s -> {where}"
+    )

@@ -1,0 +1,211 @@
+"""`bitextmine train`: parsing and the live progress table (work: bitextmine/train/)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.live import Live
+
+from bitextmine.cli.app import DeviceOption, app, err, out, set_threads, user_errors
+from bitextmine.cli.output import fields_table
+
+SHOWN_TERMS = 6
+
+
+class _LiveReporter:
+    """A table redrawn after every step: the latest losses, speed and evaluation results."""
+
+    def __init__(self) -> None:
+        self.live = Live(console=err, auto_refresh=False, transient=False)
+        self.record: dict[str, Any] = {}
+        self.evaluation: dict[str, float] = {}
+        self.evaluated_at = 0
+
+    def started(self, config, resumed_from: int, languages: list[str]) -> None:
+        where = f"resuming at step {resumed_from}" if resumed_from else "starting"
+        err.print(f"train: {where}; languages {', '.join(languages)}; objectives {config.objectives}")
+        self.live.start()
+
+    def step(self, record: dict[str, Any]) -> None:
+        self.record = record
+        self._draw()
+
+    def evaluated(self, step: int, results: dict[str, float]) -> None:
+        self.evaluation, self.evaluated_at = results, step
+        self._draw()
+
+    def checkpoint(self, path: Path) -> None:
+        self.live.console.print(f"checkpoint {path}", highlight=False)
+
+    def note(self, message: str) -> None:
+        self.live.console.print(message, highlight=False)
+
+    def warning(self, message: str) -> None:
+        err.print(f"[yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
+
+    def close(self) -> None:
+        self.live.stop()
+        if (self.record or self.evaluation) and not err.is_terminal:
+            err.line()  # in a file rich ends the last frame without a line end; errors start a line
+
+    def _draw(self) -> None:
+        rows = []
+        r = self.record
+        if r:
+            rows += [("step", f"{r['step']:,}"), ("loss", f"{r['loss']:.4f}")]
+            rows += [(key, f"{r[key]:.4f}") for key in [k for k in r if "/" in k][:SHOWN_TERMS]]
+            rows += [
+                ("lr", f"{r['lr']:.2e}"),
+                ("pairs/s", f"{r['pairs_per_s']:,.1f}"),
+                ("elapsed", f"{r['elapsed_s'] / 60:,.1f} min"),
+            ]
+        rows += [
+            (f"{key} (step {self.evaluated_at})", f"{value:.2f}") for key, value in self.evaluation.items()
+        ]
+        self.live.update(fields_table("training", rows), refresh=True)
+
+
+@app.command()
+def train(
+    data: Annotated[
+        list[str],
+        typer.Option(
+            help="Pair files X.xx (with X.en next to it), NAME.xx-en.tsv files or directories of them."
+        ),
+    ],
+    out_dir: Annotated[Path, typer.Option("--out", help="Output model dir (checkpoints and log inside).")],
+    objectives: Annotated[
+        str,
+        typer.Option(
+            help="Objectives with weights: contrastive, mexma, rtl, vmsst, xtr, e.g. 'contrastive,mexma=0.5'."
+        ),
+    ] = "contrastive",
+    base: Annotated[str | None, typer.Option(help="Hugging Face model dir or hub id to fine-tune.")] = None,
+    from_scratch: Annotated[
+        bool, typer.Option("--from-scratch", help="Small XLM-R-style model with a SentencePiece vocabulary.")
+    ] = False,
+    exclude: Annotated[
+        list[str] | None,
+        typer.Option(help="Files or dirs of evaluation sentences: pairs containing any are skipped."),
+    ] = None,
+    max_steps: Annotated[
+        int | None, typer.Option(help="Stop after this many optimizer steps.", min=1)
+    ] = None,
+    max_minutes: Annotated[float | None, typer.Option(help="Stop after this much wall time.", min=0)] = None,
+    lr: Annotated[float, typer.Option(help="Peak learning rate (AdamW).")] = 2e-5,
+    warmup_steps: Annotated[int, typer.Option(help="Linear warm-up steps.", min=0)] = 100,
+    grad_accum: Annotated[int, typer.Option(help="Batches per optimizer step.", min=1)] = 1,
+    clip: Annotated[float, typer.Option(help="Gradient norm clip (0: off).", min=0)] = 1.0,
+    bf16: Annotated[str, typer.Option(help="bf16 autocast: auto (where native), on, off.")] = "auto",
+    seed: Annotated[int, typer.Option(help="Seed of initialisation, data order and masks.")] = 0,
+    max_tokens: Annotated[int, typer.Option(help="Token budget of a batch (both sides).", min=2)] = 8192,
+    max_pairs: Annotated[int, typer.Option(help="At most this many pairs per batch.", min=1)] = 256,
+    max_length: Annotated[int, typer.Option(help="Tokens kept per sentence.", min=2)] = 128,
+    checkpoint_every: Annotated[
+        int, typer.Option(help="Steps between checkpoints (0: end only).", min=0)
+    ] = 200,
+    eval_every: Annotated[int, typer.Option(help="Steps between evaluations (0: end only).", min=0)] = 0,
+    eval_bucc: Annotated[
+        list[Path] | None,
+        typer.Option(help="BUCC-format pair dir to evaluate on (dev split), e.g. bucc-like/de-en."),
+    ] = None,
+    eval_tatoeba: Annotated[Path | None, typer.Option(help="Tatoeba dir for evaluation.")] = None,
+    eval_langs: Annotated[str, typer.Option(help="Tatoeba languages, e.g. deu,fra.")] = "",
+    eval_max_sentences: Annotated[
+        int | None, typer.Option(help="Sample BUCC sides to about this many sentences.", min=10)
+    ] = None,
+    temperature: Annotated[float, typer.Option(help="Contrastive temperature.")] = 0.05,
+    margin: Annotated[float, typer.Option(help="Contrastive additive margin (LaBSE AMS: 0.3).")] = 0.0,
+    projection: Annotated[
+        bool, typer.Option("--projection", help="EMS MLP projection before the cosine.")
+    ] = False,
+    mask_ratio: Annotated[float, typer.Option(help="MEXMA masking ratio.")] = 0.4,
+    token_gradients: Annotated[
+        bool, typer.Option(help="MEXMA: let token-level losses update the encoder.")
+    ] = True,
+    mexma_alignment: Annotated[str, typer.Option(help="MEXMA alignment: mse or contrastive.")] = "mse",
+    vmsst_lambda: Annotated[
+        float, typer.Option(help="VMSST: weight λ of the ELBO (paper: 0.025 fine-tuning, 0.1 from scratch).")
+    ] = 0.025,
+    vmsst_kl_steps: Annotated[
+        int,
+        typer.Option(
+            help="VMSST: batches over which the KL weight rises from 0 to 1 (0: 1 from the start).", min=0
+        ),
+    ] = 1_000_000,
+    vocab_size: Annotated[int, typer.Option(help="--from-scratch vocabulary size.")] = 16000,
+    layers: Annotated[int, typer.Option(help="--from-scratch layers.")] = 6,
+    hidden: Annotated[int, typer.Option(help="--from-scratch hidden size.")] = 384,
+    heads: Annotated[int, typer.Option(help="--from-scratch attention heads.")] = 6,
+    padded: Annotated[bool, typer.Option("--padded", help="Padded forward instead of packing.")] = False,
+    device: DeviceOption = "auto",
+    threads: Annotated[int | None, typer.Option(help="CPU threads for torch.", min=1)] = None,
+) -> None:
+    """Train a cross-lingual sentence encoder on line-aligned (xx, en) pairs.
+
+    Batches are built by a token budget and packed with block-diagonal attention (forward and
+    backward). Checkpoints go to OUT/checkpoints (a rerun with the same settings resumes exactly),
+    per-step records to OUT/train_log.jsonl, and the final model (weights, tokenizer, bitextmine.json)
+    to OUT, which `bitextmine encode --model OUT` loads.
+    """
+    from bitextmine.train.evaluation import EvalSets
+    from bitextmine.train.loop import TrainConfig
+    from bitextmine.train.loop import train as run_training
+    from bitextmine.train.objectives.registry import parse_objectives
+
+    set_threads(threads)
+    reporter = _LiveReporter()
+    with user_errors():
+        config = TrainConfig(
+            data=data,
+            out=out_dir,
+            objectives=parse_objectives(objectives),
+            base=base,
+            from_scratch=from_scratch,
+            exclude=exclude or [],
+            max_steps=max_steps,
+            max_minutes=max_minutes,
+            lr=lr,
+            warmup_steps=warmup_steps,
+            grad_accum=grad_accum,
+            clip=clip,
+            bf16=bf16,
+            seed=seed,
+            max_tokens=max_tokens,
+            max_pairs=max_pairs,
+            max_length=max_length,
+            checkpoint_every=checkpoint_every,
+            eval_every=eval_every,
+            eval_sets=EvalSets(
+                list(eval_bucc or []),
+                eval_tatoeba,
+                [x.strip() for x in eval_langs.split(",") if x.strip()],
+                eval_max_sentences,
+            ),
+            packed=not padded,
+            device=device,
+            options={
+                "temperature": temperature,
+                "margin": margin,
+                "projection": projection,
+                "mask_ratio": mask_ratio,
+                "token_gradients": token_gradients,
+                "mexma_alignment": mexma_alignment,
+                "vmsst_lambda": vmsst_lambda,
+                "vmsst_kl_steps": vmsst_kl_steps,
+            },
+            scratch={"vocab_size": vocab_size, "layers": layers, "hidden": hidden, "heads": heads},
+        )
+        out_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            summary = run_training(config, reporter)
+        finally:
+            reporter.close()
+    evaluation = ", ".join(f"{k} {v:.2f}" for k, v in summary.evaluation.items()) or "no evaluation sets"
+    out.print(
+        f"trained {summary.steps:,} steps ({summary.pairs:,} pairs, {summary.tokens:,} tokens) in "
+        f"{summary.seconds / 60:.1f} min; loss {summary.final_loss:.4f}; {evaluation} -> {summary.out}",
+        highlight=False,
+    )

@@ -1,0 +1,45 @@
+"""How to load an encoder: what a job on another machine needs to rebuild it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bitextmine.encoder.batching import DEFAULT_MAX_TOKENS
+from bitextmine.encoder.encoder import SentenceEncoder
+
+
+@dataclass(frozen=True)
+class EncoderSpec:
+    """How to load the encoder: what a job on another machine needs to rebuild it (hashable, picklable)."""
+
+    model: str
+    device: str = "auto"
+    precision: str = "fp32"
+    overrides: tuple[tuple[str, object], ...] = ()
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    packed: bool | None = None
+
+    def load(self) -> SentenceEncoder:
+        """The encoder, loaded once per process: the jobs of a step run here reuse the step's."""
+        if self not in _loaded:
+            _loaded.clear()  # one encoder in memory at a time
+            _loaded[self] = self._load()
+        return _loaded[self]
+
+    def _load(self) -> SentenceEncoder:
+        return SentenceEncoder.load(
+            self.model,
+            device=self.device,
+            overrides=dict(self.overrides),
+            max_tokens=self.max_tokens,
+            packed=self.packed,
+            precision=self.precision,
+        )
+
+
+_loaded: dict[EncoderSpec, SentenceEncoder] = {}
+
+
+def release_encoder() -> None:
+    """Free the encoder kept loaded by `EncoderSpec.load`."""
+    _loaded.clear()

@@ -1,0 +1,221 @@
+"""BUCC 2018 files, precision/recall/F1 of mined pairs, and the F1-optimal threshold (docs/design.md).
+
+A split of pair ``de-en`` in a directory is three files: ``de-en.dev.de`` and ``de-en.dev.en`` with
+lines ``ID<TAB>SENTENCE``, and ``de-en.dev.gold`` with lines ``DE-ID<TAB>EN-ID`` (one-to-one).
+The threshold sweep follows DAP appendix B and LASER's BUCC script: sort the candidate scores and try
+a threshold at every midpoint between consecutive distinct scores, keeping the best F1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from bitextmine.errors import BitextmineError
+from bitextmine.text.languages import parse_pair
+from bitextmine.text.reader import Warn, read_lines, warn_user
+
+
+class BuccError(BitextmineError):
+    """Bad BUCC input; a one-line message naming the file and, when it applies, ``path:LINE:``."""
+
+
+@dataclass
+class BuccSide:
+    lang: str
+    ids: list[str]
+    sentences: list[str]
+
+
+@dataclass
+class BuccSplit:
+    pair: str
+    split: str
+    src: BuccSide  # the non-English side, DIR/{pair}.{split}.{x}
+    tgt: BuccSide  # English, DIR/{pair}.{split}.en
+    gold: set[tuple[str, str]] | None  # (x-id, en-id); None when the gold file is absent and not required
+
+    @property
+    def sentences(self) -> int:
+        """Sentences on both sides."""
+        return len(self.src.sentences) + len(self.tgt.sentences)
+
+
+@dataclass(frozen=True)
+class Scores:
+    """Precision, recall and F1 as fractions; 0.0 where undefined (nothing predicted, no gold)."""
+
+    precision: float
+    recall: float
+    f1: float
+    true_positives: int
+    predicted: int
+    gold: int
+
+    def as_percent(self) -> dict[str, float]:
+        return {"precision": 100 * self.precision, "recall": 100 * self.recall, "f1": 100 * self.f1}
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    threshold: float  # keep candidates with score >= threshold
+    scores: Scores
+    candidates: int  # number of candidate pairs swept over
+
+
+def read_bucc(
+    directory: Path, pair: str, split: str, *, require_gold: bool = True, warn: Warn = warn_user
+) -> BuccSplit:
+    """Read ``DIR/PAIR.SPLIT.{x,en,gold}``; gold is None when its file is absent and not required.
+    Invalid UTF-8 is replaced and reported through `warn` (text/reader.py)."""
+    src_lang, tgt_lang = parse_pair(pair)
+    paths = [Path(directory) / f"{pair}.{split}.{ext}" for ext in (src_lang, tgt_lang, "gold")]
+    src_path, tgt_path, gold_path = paths
+    expected = ", ".join(path.name for path in paths)
+    required = [src_path, tgt_path] + ([gold_path] if require_gold else [])
+    for path in required:
+        if not path.is_file():
+            raise BuccError(f"{path}: no such file (expected BUCC 2018 files {expected})")
+    src = _read_side(src_path, src_lang, warn)
+    tgt = _read_side(tgt_path, tgt_lang, warn)
+    gold = _read_gold(gold_path, src, tgt, warn) if gold_path.is_file() else None
+    return BuccSplit(pair=pair, split=split, src=src, tgt=tgt, gold=gold)
+
+
+def _read_side(path: Path, lang: str, warn: Warn) -> BuccSide:
+    first_line: dict[str, int] = {}
+    sentences: list[str] = []
+    for number, line in read_lines(path, warn):
+        ident, tab, sentence = line.partition("\t")
+        if not (tab and ident and sentence):
+            raise BuccError(f"{path}:{number}: expected ID<TAB>SENTENCE")
+        if ident in first_line:
+            raise BuccError(f"{path}:{number}: duplicate id {ident} (first on line {first_line[ident]})")
+        first_line[ident] = number
+        sentences.append(sentence)
+    if not sentences:
+        raise BuccError(f"{path}: empty split, no sentences")
+    return BuccSide(lang=lang, ids=list(first_line), sentences=sentences)
+
+
+def _read_gold(path: Path, src: BuccSide, tgt: BuccSide, warn: Warn) -> set[tuple[str, str]]:
+    sides = [(src.lang, set(src.ids), {}), (tgt.lang, set(tgt.ids), {})]
+    pairs: dict[tuple[str, str], int] = {}
+    for number, line in read_lines(path, warn):
+        where = f"{path}:{number}:"
+        fields = tuple(line.split("\t"))
+        if len(fields) != 2 or not all(fields):
+            raise BuccError(f"{where} expected X-ID<TAB>EN-ID")
+        if fields in pairs:
+            raise BuccError(f"{where} duplicate pair {' '.join(fields)} (first on line {pairs[fields]})")
+        for (lang, known, paired), ident in zip(sides, fields, strict=True):
+            if ident not in known:
+                raise BuccError(f"{where} unknown {lang} id {ident}")
+            if ident in paired:
+                raise BuccError(f"{where} {lang} id {ident} is already paired (line {paired[ident]})")
+            paired[ident] = number
+        pairs[fields] = number
+    return set(pairs)
+
+
+def _scores(true_positives: int, predicted: int, gold: int) -> Scores:
+    """F1 is computed as 2·TP / (predicted + gold): equal to 2PR/(P+R), with one rounding."""
+    return Scores(
+        precision=true_positives / predicted if predicted else 0.0,
+        recall=true_positives / gold if gold else 0.0,
+        f1=2 * true_positives / (predicted + gold) if predicted + gold else 0.0,
+        true_positives=true_positives,
+        predicted=predicted,
+        gold=gold,
+    )
+
+
+def score_pairs(predicted: Iterable[tuple[str, str]], gold: set[tuple[str, str]]) -> Scores:
+    """Precision, recall and F1 of the (de-duplicated) predicted pairs against the gold pairs."""
+    unique = set(predicted)
+    return _scores(len(unique & gold), len(unique), len(gold))
+
+
+def sweep_threshold(scores: np.ndarray, is_gold: np.ndarray, gold_total: int) -> SweepResult:
+    """The threshold with the best F1 over one-to-one candidates; among equal F1 the higher one.
+
+    Tried: the midpoint between each two consecutive distinct scores, the minimum score (keeps all)
+    and one above the maximum (keeps none). Thresholds are exact values of the scores' dtype (float32
+    stays float32), so ``scores >= threshold`` reproduces the returned Scores exactly.
+    """
+    values, gold_flags = _check_sweep_input(scores, is_gold, gold_total)
+    order = np.argsort(values)[::-1]  # the order within ties does not matter: no cut falls inside one
+    values, hits = values[order], np.cumsum(gold_flags[order])
+    # keep the top `keep` candidates; a cut only where the next score is strictly lower (ties together)
+    keep = np.append(np.flatnonzero(values[:-1] > values[1:]) + 1, values.size)
+    thresholds = np.concatenate([[_above(values[0])], _midpoints(values, keep)])
+    true_positives = np.concatenate([[0], hits[keep - 1]])
+    predicted = np.concatenate([[0], keep])
+    f1 = 2 * true_positives / (predicted + gold_total)
+    best = int(np.argmax(f1))  # thresholds are decreasing, so the first maximum is the highest threshold
+    return SweepResult(
+        threshold=float(thresholds[best]),
+        scores=_scores(int(true_positives[best]), int(predicted[best]), gold_total),
+        candidates=int(values.size),
+    )
+
+
+def _check_sweep_input(
+    scores: np.ndarray, is_gold: np.ndarray, gold_total: int
+) -> tuple[np.ndarray, np.ndarray]:
+    values = np.asarray(scores)
+    if values.dtype != np.float32:
+        values = values.astype(np.float64)
+    gold_flags = np.asarray(is_gold, dtype=bool)
+    if values.ndim != 1 or values.shape != gold_flags.shape:
+        raise ValueError(f"scores {values.shape} and is_gold {gold_flags.shape} must be 1-D of one length")
+    if values.size == 0:
+        raise BuccError("no candidate pairs to calibrate on")
+    if gold_total <= 0:
+        raise BuccError("no gold pairs to calibrate on (the gold file is empty)")
+    if not np.isfinite(values).all():
+        raise BuccError("candidate scores to calibrate on must be finite (found NaN or infinity)")
+    if int(gold_flags.sum()) > gold_total:
+        raise ValueError(f"{int(gold_flags.sum())} candidates are gold but gold_total is {gold_total}")
+    return values, gold_flags
+
+
+def _midpoints(values: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """Threshold keeping exactly values[:k] for each k in `keep` (values sorted descending)."""
+    last_kept, first_dropped = values[keep[:-1] - 1], values[keep[:-1]]
+    with np.errstate(over="ignore"):
+        middle = (last_kept + first_dropped) / 2
+    # rounding can land the midpoint on the lower score (adjacent floats) or overflow: then use the kept one
+    middle = np.where((middle > first_dropped) & (middle <= last_kept), middle, last_kept)
+    return np.append(middle, values[-1])
+
+
+def _above(top: np.floating) -> np.floating:
+    """A threshold above every score, top + 1 where that is representable as larger."""
+    return max(top + 1, np.nextafter(top, np.inf))
+
+
+def sample_split(split: BuccSplit, max_sentences: int, seed: int = 0) -> BuccSplit:
+    """A split of at most about `max_sentences` per side with the same share of gold pairs: the same
+    seeded random fraction of the gold pairs and of each side's other sentences, in file order."""
+    fraction = min(1.0, max_sentences / max(len(split.src.ids), len(split.tgt.ids), 1))
+    if fraction >= 1.0:
+        return split
+    rng = np.random.default_rng(seed)
+    gold = sorted(split.gold or ())
+    kept_gold = [gold[i] for i in np.sort(rng.permutation(len(gold))[: round(fraction * len(gold))])]
+    in_gold = (
+        {s for s, _ in gold},
+        {t for _, t in gold},
+    )
+    keep = ({s for s, _ in kept_gold}, {t for _, t in kept_gold})
+    sides = []
+    for side, gold_ids, kept in zip((split.src, split.tgt), in_gold, keep, strict=True):
+        others = [i for i in side.ids if i not in gold_ids]
+        chosen = kept | {others[i] for i in rng.permutation(len(others))[: round(fraction * len(others))]}
+        rows = [k for k, i in enumerate(side.ids) if i in chosen]
+        sides.append(BuccSide(side.lang, [side.ids[k] for k in rows], [side.sentences[k] for k in rows]))
+    return BuccSplit(split.pair, split.split, sides[0], sides[1], set(kept_gold))

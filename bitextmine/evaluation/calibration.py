@@ -1,0 +1,80 @@
+"""Learn margin thresholds on BUCC-format splits and measure P/R/F1 with them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from bitextmine.encoder.cache import embed
+from bitextmine.encoder.encoder import ProgressCallback, SentenceEncoder
+from bitextmine.evaluation.bucc import BuccError, BuccSplit, Scores, SweepResult, score_pairs, sweep_threshold
+from bitextmine.mining.arrays import mine_arrays
+from bitextmine.mining.selection import Candidates
+from bitextmine.text.cleaning import clean_line
+from bitextmine.text.reader import read_lines
+
+
+@dataclass
+class MiningSettings:
+    k: int = 4
+    margin: str = "ratio"
+    strategy: str = "max"
+
+
+@dataclass
+class SplitCandidates:
+    split: BuccSplit
+    candidates: Candidates  # rows index split.src / split.tgt
+    is_gold: np.ndarray
+
+
+def mine_split(
+    split: BuccSplit,
+    encoder: SentenceEncoder,
+    settings: MiningSettings,
+    cache_dir: Path | None = None,
+    progress: ProgressCallback | None = None,
+) -> SplitCandidates:
+    """Encode both sides of the split and mine its one-to-one candidates (exact search)."""
+    src = embed(encoder, split.src.sentences, cache_dir, progress)
+    tgt = embed(encoder, split.tgt.sentences, cache_dir, progress)
+    candidates = mine_arrays(src, tgt, k=settings.k, margin=settings.margin, strategy=settings.strategy)
+    gold = split.gold or set()
+    is_gold = np.array(
+        [
+            (split.src.ids[s], split.tgt.ids[t]) in gold
+            for s, t in zip(candidates.src, candidates.tgt, strict=True)
+        ],
+        dtype=bool,
+    )
+    return SplitCandidates(split, candidates, is_gold)
+
+
+def calibrate_threshold(mined: SplitCandidates) -> SweepResult:
+    """The threshold with the best F1 on this split (midpoints of consecutive candidate scores)."""
+    return sweep_threshold(mined.candidates.score, mined.is_gold, len(mined.split.gold or ()))
+
+
+def scores_at(mined: SplitCandidates, threshold: float) -> Scores:
+    kept = mined.candidates.above(threshold)
+    ids = mined.split
+    predicted = [(ids.src.ids[s], ids.tgt.ids[t]) for s, t in zip(kept.src, kept.tgt, strict=True)]
+    return score_pairs(predicted, mined.split.gold or set())
+
+
+def score_mined_file(path: Path, split: BuccSplit) -> Scores:
+    """P/R/F1 of a `mine` output file against the split's gold, matching sentences by their text."""
+    src_id = {clean_line(s): i for s, i in zip(split.src.sentences, split.src.ids, strict=True)}
+    tgt_id = {clean_line(s): i for s, i in zip(split.tgt.sentences, split.tgt.ids, strict=True)}
+    predicted = []
+    if not path.exists():
+        raise BuccError(f"{path}: no such file (run `bitextmine mine` first)")
+    for number, line in read_lines(path):
+        fields = line.split("\t")
+        if len(fields) != 5:
+            raise BuccError(f"{path}:{number}: expected SCORE<TAB>SRC<TAB>TGT<TAB>SRC-ID<TAB>TGT-ID")
+        if fields[1] in src_id and fields[2] in tgt_id:
+            predicted.append((src_id[fields[1]], tgt_id[fields[2]]))
+    return score_pairs(predicted, split.gold or set())

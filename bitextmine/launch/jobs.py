@@ -1,0 +1,96 @@
+"""Jobs: the units of a step's work (encode a text shard, populate an index shard, search a block of
+queries), and the one function that runs them, here or on a cluster.
+
+A step makes its jobs; it does not run them. A job's function writes its outputs atomically and is
+idempotent, and the job is done once every output it declares exists, so a rerun runs only the jobs
+that are not done and a failed job is simply run again (up to `retries` times, never on a
+BitextmineError: rerunning cannot fix bad input). Where the jobs run is the launcher's business: in
+this process one after another (`local`), as a Slurm job array, or as local submitit processes. For
+submitit a job's function must be picklable: a module-level function, importable where the job runs.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bitextmine.errors import BitextmineError
+from bitextmine.launch.config import LauncherConfig
+
+Progress = Callable[..., None]  # called with a number of work units done (a job may pass more detail)
+
+
+@dataclass(frozen=True)
+class Job:
+    """`fn(*args, progress=...)` writes `outputs`; it reports exactly `work` units through `progress`
+    (rows, queries) when run in this process. A job run elsewhere is counted as `work` once it ends."""
+
+    name: str
+    fn: Callable[..., Any]
+    args: tuple = ()
+    outputs: tuple[Path, ...] = ()
+    work: int = 1
+
+    def done(self) -> bool:
+        """Whether an earlier run left every output (a job that declares none is never done)."""
+        return bool(self.outputs) and all(Path(path).is_file() for path in self.outputs)
+
+
+def run_jobs(
+    jobs: Sequence[Job],
+    config: LauncherConfig | None = None,
+    step: str = "jobs",
+    progress: Progress | None = None,
+) -> list[Any]:
+    """Run every job not yet done, here (`config` None or launcher `local`) or through submitit.
+
+    Returns the results in job order, None for a job done by an earlier run (counted in `progress` at
+    once). Raises BitextmineError naming the jobs that still failed after their retries.
+    """
+    advance = progress or _ignore
+    pending = []
+    for number, job in enumerate(jobs):
+        if job.done():
+            advance(job.work)
+        else:
+            pending.append(number)
+    todo = [jobs[number] for number in pending]
+    if config is None or config.launcher == "local":
+        retries = 0 if config is None else config.retries
+        values = [_run_here(job, retries, advance) for job in todo]
+    else:
+        from bitextmine.launch.submitit_runner import SubmititRun
+
+        values = SubmititRun(todo, config, step, advance).run() if todo else []
+    results: list[Any] = [None] * len(jobs)
+    for number, value in zip(pending, values, strict=True):
+        results[number] = value
+    return results
+
+
+def _ignore(*_: object) -> None:
+    """The progress callback when none is given."""
+
+
+def _run_here(job: Job, retries: int, progress: Progress) -> Any:
+    attempt = 1
+    while True:
+        try:
+            return job.fn(*job.args, progress=progress)
+        except BitextmineError:
+            raise
+        except Exception as exc:
+            if attempt > retries:
+                where = traceback.extract_tb(exc.__traceback__)[-1]
+                raise BitextmineError(
+                    f"{job.name} failed ({count_attempts(attempt)}): {type(exc).__name__}: {exc} "
+                    f"(at {where.filename}:{where.lineno})"
+                ) from exc
+            attempt += 1
+
+
+def count_attempts(count: int) -> str:
+    return "1 attempt" if count == 1 else f"{count} attempts"

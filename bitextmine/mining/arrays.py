@@ -1,0 +1,36 @@
+"""Margin-based mining: k nearest neighbours both ways, margin scores, one-to-one candidate selection.
+
+The core works on two collections of unit vectors reached through a `search` function (an index or
+exact search) and a `take` function (exact stored vectors by row), so the same code mines a workspace
+with FAISS indexes and a small in-memory BUCC split with exact search. Candidate cosines are always
+recomputed from the stored vectors, never taken from a compressed index.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from bitextmine.mining.selection import Candidates, select_candidates
+from bitextmine.search.knn import Neighbours, SearchShard, exact_knn, find_neighbours
+
+
+def mine_arrays(
+    src: np.ndarray, tgt: np.ndarray, *, k: int = 4, margin: str = "ratio", strategy: str = "max"
+) -> Candidates:
+    """Exact mining of two in-memory sets of unit vectors (BUCC splits, tests)."""
+
+    def neighbours(queries: np.ndarray, base: np.ndarray) -> Neighbours:
+        shard = SearchShard(lambda q, n: exact_knn(q, base, n))
+        return find_neighbours(
+            lambda: [(0, queries)], len(queries), [shard], lambda i: base[i], min(k, len(base))
+        )
+
+    fwd, bwd = neighbours(src, tgt), neighbours(tgt, src)
+    with tempfile.TemporaryDirectory(prefix="bitextmine-selection-") as scratch:
+        selected = select_candidates(
+            lambda: [(0, fwd)], lambda: [(0, bwd)], (len(src), len(tgt)), margin, strategy, Path(scratch)
+        )
+        return Candidates.from_records(selected)

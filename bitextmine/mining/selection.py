@@ -1,0 +1,243 @@
+"""Candidate selection in bounded memory: the margin score of every sentence's neighbours, its best
+candidate, then the greedy one-to-one pass by decreasing score (docs/design.md, "One-to-one selection").
+
+Neighbour lists arrive block by block (the saved lists of one neighbour job, or one in-memory block).
+What grows with the corpus lives in arrays memory-mapped under a scratch directory: both sides'
+neighbourhood means, the used-sentence flags, one sorted run of candidates per block and the selected
+pairs. The process itself holds one block, or a window of every run while the runs are merged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from bitextmine.faults import crash_point
+from bitextmine.mining.margin import check_margin, margin_scores
+from bitextmine.search.knn import Neighbours
+
+STRATEGIES = ("max", "intersect", "fwd", "bwd")
+CANDIDATE_DTYPE = np.dtype([("score", "<f8"), ("cos", "<f8"), ("src", "<i8"), ("tgt", "<i8"), ("key", "<i8")])
+MERGE_ROWS = 4_000_000  # candidates held at once while merging the sorted runs (~160 MB)
+
+NeighbourBlocks = Callable[[], Iterable[tuple[int, Neighbours]]]  # (first query row, lists), in row order
+
+
+@dataclass
+class Candidates:
+    """One-to-one candidate pairs sorted by decreasing score."""
+
+    src: np.ndarray  # int64 row ids
+    tgt: np.ndarray  # int64 row ids
+    score: np.ndarray  # float64
+    cosine: np.ndarray  # float64
+
+    @classmethod
+    def from_records(cls, records: np.ndarray) -> Candidates:
+        return cls(*(np.array(records[field]) for field in ("src", "tgt", "score", "cos")))
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def above(self, threshold: float) -> Candidates:
+        keep = self.score >= threshold
+        return Candidates(self.src[keep], self.tgt[keep], self.score[keep], self.cosine[keep])
+
+
+@dataclass
+class _Means:
+    fwd: np.ndarray  # mean cosine of each source sentence to its target neighbours
+    bwd: np.ndarray  # mean cosine of each target sentence to its source neighbours
+
+
+def _check_strategy(strategy: str) -> str:
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown candidate strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+    return strategy
+
+
+def select_candidates(
+    fwd: NeighbourBlocks,
+    bwd: NeighbourBlocks,
+    sizes: tuple[int, int],
+    margin: str,
+    strategy: str,
+    scratch: Path,
+    merge_rows: int = MERGE_ROWS,
+) -> np.ndarray:
+    """One-to-one candidate pairs (CANDIDATE_DTYPE records, memory-mapped from `scratch`), best first.
+
+    `fwd` holds the target neighbours of each of the `sizes[0]` source sentences, `bwd` the source
+    neighbours of each of the `sizes[1]` target sentences. Each sentence's best-scoring neighbour is
+    its candidate: `max` pools both directions' candidates, `intersect` keeps mutual ones. Pairs are
+    taken by decreasing score (ties: the forward pool first, each by row) and a pair is dropped when
+    its source or target was used.
+    """
+    check_margin(margin)
+    _check_strategy(strategy)
+    scratch.mkdir(parents=True, exist_ok=True)
+    n_src, n_tgt = sizes
+    means = _Means(_means(fwd, n_src, scratch / "fwd-mean.npy"), _means(bwd, n_tgt, scratch / "bwd-mean.npy"))
+    pool = _pool(fwd, bwd, means, margin, strategy, sizes, scratch)
+    runs = [_sorted_run(part, scratch / f"run-{number}.npy") for number, part in enumerate(pool) if len(part)]
+    return _one_to_one(_merged(runs, merge_rows), sizes, scratch)
+
+
+def _scratch_array(path: Path, dtype: type, rows: int) -> np.ndarray:
+    """A zero-filled array of `rows`, memory-mapped from `path` (numpy cannot map an empty file)."""
+    if rows == 0:
+        return np.zeros(0, dtype)
+    return np.lib.format.open_memmap(path, "w+", dtype, (rows,))
+
+
+def _means(blocks: NeighbourBlocks, rows: int, path: Path) -> np.ndarray:
+    mean = _scratch_array(path, np.float64, rows)
+    for first, hits in blocks():
+        mean[first : first + len(hits.ids)] = hits.mean
+    return mean
+
+
+def _pool(
+    fwd: NeighbourBlocks,
+    bwd: NeighbourBlocks,
+    means: _Means,
+    margin: str,
+    strategy: str,
+    sizes: tuple[int, int],
+    scratch: Path,
+) -> Iterator[np.ndarray]:
+    """The candidates the strategy pools, one array per neighbour block."""
+
+    def bests(blocks: NeighbourBlocks, forward: bool) -> Iterator[np.ndarray]:
+        for first, hits in blocks():
+            yield _best(hits, first, means, margin, forward=forward, key_offset=0 if forward else sizes[0])
+
+    if strategy == "intersect":
+        best_src_of_tgt = _scratch_array(scratch / "best-src-of-tgt.npy", np.int64, sizes[1])
+        best_src_of_tgt[:] = -1
+        for part in bests(bwd, forward=False):
+            best_src_of_tgt[part["tgt"]] = part["src"]
+        for part in bests(fwd, forward=True):
+            yield part[best_src_of_tgt[part["tgt"]] == part["src"]]
+        return
+    if strategy in ("fwd", "max"):
+        yield from bests(fwd, forward=True)
+    if strategy in ("bwd", "max"):
+        yield from bests(bwd, forward=False)
+
+
+def _best(
+    hits: Neighbours, first: int, means: _Means, margin: str, *, forward: bool, key_offset: int
+) -> np.ndarray:
+    """The best-scoring neighbour of every query of a block that has one, as candidate records."""
+    rows = slice(first, first + len(hits.ids))
+    found = hits.ids >= 0
+    other = np.where(found, hits.ids, 0)
+    cos = hits.sims.astype(np.float64)
+    if forward:
+        scores = margin_scores(cos, means.fwd[rows][:, None], means.bwd[other], margin)
+    else:
+        scores = margin_scores(cos, means.fwd[other], means.bwd[rows][:, None], margin)
+    scores = np.where(found, scores, -np.inf)
+    local = np.flatnonzero(found.any(1))
+    if not len(local):
+        return np.zeros(0, CANDIDATE_DTYPE)
+    column = scores[local].argmax(1)
+    query, best = local + first, other[local, column]
+    records = np.empty(len(local), CANDIDATE_DTYPE)
+    records["src"], records["tgt"] = (query, best) if forward else (best, query)
+    records["score"], records["cos"] = scores[local, column], cos[local, column]
+    records["key"] = query + key_offset
+    return records
+
+
+def _sort_keys(records: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(primary, secondary) ascending sort keys: decreasing score (NaN last), then the pool key."""
+    descending = -records["score"]
+    descending[np.isnan(descending)] = np.inf
+    return descending, records["key"]
+
+
+def _in_order(records: np.ndarray) -> np.ndarray:
+    primary, secondary = _sort_keys(records)
+    return records[np.lexsort((secondary, primary))]
+
+
+def _sorted_run(part: np.ndarray, path: Path) -> np.ndarray:
+    np.save(path, _in_order(part))
+    crash_point("selection.run")
+    return np.load(path, mmap_mode="r")
+
+
+def _merged(runs: list[np.ndarray], rows: int) -> Iterator[np.ndarray]:
+    """The records of all sorted runs in one order, a batch at a time.
+
+    Each round reads a window of every run; the records up to the earliest last record of a run that
+    has more to read are final (nothing unread can come before them) and form the batch.
+    """
+    window = max(1, rows // max(len(runs), 1))
+    starts = [0] * len(runs)
+    while True:
+        heads = [run[start : start + window] for run, start in zip(runs, starts, strict=True)]
+        if not any(len(head) for head in heads):
+            return
+        open_ends = [
+            head[-1:]
+            for run, start, head in zip(runs, starts, heads, strict=True)
+            if start + len(head) < len(run)
+        ]
+        limit = _in_order(np.concatenate(open_ends))[:1] if open_ends else None
+        batch = []
+        for number, head in enumerate(heads):
+            count = len(head) if limit is None else _count_up_to(head, limit)
+            batch.append(head[:count])
+            starts[number] += count
+        yield _in_order(np.concatenate(batch))
+
+
+def _count_up_to(head: np.ndarray, limit: np.ndarray) -> int:
+    """How many records of a sorted window come no later than the single record `limit`."""
+    primary, secondary = _sort_keys(head)
+    limit_primary, limit_secondary = _sort_keys(limit)
+    before = (primary < limit_primary) | ((primary == limit_primary) & (secondary <= limit_secondary))
+    return int(np.count_nonzero(before))
+
+
+def _one_to_one(batches: Iterator[np.ndarray], sizes: tuple[int, int], scratch: Path) -> np.ndarray:
+    used_src = _scratch_array(scratch / "used-src.npy", np.bool_, sizes[0])
+    used_tgt = _scratch_array(scratch / "used-tgt.npy", np.bool_, sizes[1])
+    path = scratch / "selected.bin"
+    with open(path, "wb") as out:
+        for batch in batches:
+            out.write(batch[_greedy(batch, used_src, used_tgt)].tobytes())
+    if path.stat().st_size == 0:
+        return np.zeros(0, CANDIDATE_DTYPE)
+    return np.memmap(path, CANDIDATE_DTYPE, "r")
+
+
+def _greedy(batch: np.ndarray, used_src: np.ndarray, used_tgt: np.ndarray) -> np.ndarray:
+    """Which pairs of an ordered batch the sequential greedy pass takes, marking their sentences used.
+
+    Vectorised in rounds: a pair whose source and target occur in no earlier pair still in play is
+    taken (nothing before it can block it), and pairs that now share a used sentence drop out.
+    """
+    src, tgt = batch["src"], batch["tgt"]
+    taken = np.zeros(len(batch), bool)
+    live = np.flatnonzero(~(used_src[src] | used_tgt[tgt]))
+    while len(live):
+        first = _first_occurrences(src[live]) & _first_occurrences(tgt[live])
+        taken[live[first]] = True
+        used_src[src[live[first]]] = True
+        used_tgt[tgt[live[first]]] = True
+        live = live[~first]
+        live = live[~(used_src[src[live]] | used_tgt[tgt[live]])]
+    return taken
+
+
+def _first_occurrences(values: np.ndarray) -> np.ndarray:
+    first = np.zeros(len(values), bool)
+    first[np.unique(values, return_index=True)[1]] = True
+    return first

@@ -1,0 +1,219 @@
+"""The encode step: corpus files -> text shards -> embedding shards, resumable shard by shard."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from bitextmine.encoder.encoder import SentenceEncoder
+from bitextmine.encoder.spec import EncoderSpec
+from bitextmine.errors import BitextmineError
+from bitextmine.launch.config import LauncherConfig
+from bitextmine.launch.jobs import Job, Progress, run_jobs
+from bitextmine.text.languages import check_lang
+from bitextmine.text.reader import CorpusCounts, warn_user
+from bitextmine.workspace.corpus import (
+    CorpusManifest,
+    SourceInfo,
+    TextShard,
+    build_corpus,
+    load_manifest,
+    read_text_shard,
+)
+from bitextmine.workspace.embeddings import EmbeddingShard, EmbeddingStore, ModelIdentity
+from bitextmine.workspace.layout import Workspace
+from bitextmine.workspace.locks import workspace_locks
+
+
+class EncodeReporter:
+    """What `encode` tells as it goes; this one only passes warnings on (as BitextmineWarnings)."""
+
+    def warn(self, message: str) -> None:
+        warn_user(message)
+
+    def corpus_ready(self, manifest: CorpusManifest, rebuilt: bool) -> None:
+        """The text shards are ready: built now, or reused from an earlier run."""
+
+    def encoder_ready(self, encoder: SentenceEncoder, rows_to_encode: int) -> None:
+        """The encoder is loaded and `rows_to_encode` sentences are left to encode."""
+
+    def advance(self, sentences: int, tokens: int = 0) -> None:
+        """`sentences` more sentences (of `tokens` tokens) were encoded."""
+
+
+@dataclass
+class EncodeOptions:
+    shard_size: int = 100_000
+    dedup: bool = False
+    max_chars: int = 10_000
+    overwrite: bool = False
+
+
+@dataclass
+class EncodeSummary:
+    lang: str
+    counts: CorpusCounts
+    rows: int
+    shards: int
+    shards_encoded: int
+    sentences_encoded: int
+    tokens_encoded: int
+    truncated: int
+    seconds: float  # the whole step
+    encode_seconds: float  # the model's share: what sentences/s and tokens/s are measured on
+    embedding_dir: Path
+
+
+def prepare_corpus(
+    paths: Sequence[str], lang: str, workspace: Workspace, options: EncodeOptions, warn: Callable[[str], None]
+) -> tuple[CorpusManifest, bool]:
+    """Reuse complete text shards built from the same inputs; otherwise (re)build them."""
+    out_dir = workspace.corpus_dir(lang)
+    wanted = CorpusManifest(
+        lang=lang,
+        sources=[SourceInfo.of(p) for p in paths],
+        shard_size=options.shard_size,
+        dedup=options.dedup,
+        max_chars=options.max_chars,
+        shards=[],
+        counts=CorpusCounts(),
+        complete=False,
+    )
+    existing = load_manifest(out_dir)
+    if existing is not None and existing.complete and existing.same_inputs(wanted) and not options.overwrite:
+        return existing, False
+    manifest = build_corpus(
+        paths,
+        lang,
+        out_dir,
+        shard_size=options.shard_size,
+        dedup=options.dedup,
+        max_chars=options.max_chars,
+        warn=warn,
+    )
+    return manifest, True
+
+
+def encode(
+    paths: Sequence[str | Path],
+    lang: str,
+    workspace: Workspace,
+    model: str | EncoderSpec,
+    options: EncodeOptions | None = None,
+    reporter: EncodeReporter | None = None,
+    launcher: LauncherConfig | None = None,
+) -> EncodeSummary:
+    """Encode corpus files of `lang` into the workspace: build (or reuse) its text shards, then encode
+    every shard not already encoded, one job a shard, in this process or where `launcher` sends them
+    (each job loads the encoder from `model`: a model dir or hub id, or an EncoderSpec)."""
+    spec = model if isinstance(model, EncoderSpec) else EncoderSpec(model, precision="auto")
+    paths = [str(path) for path in paths]
+    with workspace_locks(workspace, write=[f"lang-{check_lang(lang)}"]):
+        return _encode(
+            paths, lang, workspace, spec, options or EncodeOptions(), reporter or EncodeReporter(), launcher
+        )
+
+
+def _encode(
+    paths: Sequence[str],
+    lang: str,
+    workspace: Workspace,
+    spec: EncoderSpec,
+    options: EncodeOptions,
+    reporter: EncodeReporter,
+    launcher: LauncherConfig | None,
+) -> EncodeSummary:
+    started = time.perf_counter()
+    corpus, rebuilt = prepare_corpus(paths, lang, workspace, options, reporter.warn)
+    reporter.corpus_ready(corpus, rebuilt)
+    encoder = spec.load()
+    store = EmbeddingStore(workspace.embedding_dir(lang), lang)
+    identity = model_identity(encoder)
+    if options.overwrite or _pending(store, corpus) or not _same_model(store, identity):
+        store.bind(identity, overwrite=options.overwrite)
+    else:  # up to date, whatever precision encoded it; the model's latest path is what `mine` reads
+        store.rename_model(identity.name)
+    pending = _pending(store, corpus)
+    store.remove_shards({_stem(s.name) for s in pending})  # stale vectors of the same names
+    reporter.encoder_ready(encoder, sum(s.rows for s in pending))
+    del encoder  # the jobs load it (here: the same object, see EncoderSpec.load)
+    jobs = [
+        Job(
+            f"encode {lang} {s.name}",
+            encode_shard_job,
+            (spec, workspace.root, lang, s),
+            outputs=store.shard_files(_stem(s.name)),
+            work=s.rows,
+        )
+        for s in pending
+    ]
+    encoding_started = time.perf_counter()
+    tokens = sum(run_jobs(jobs, launcher, "encode", reporter.advance))  # none is done: see remove_shards
+    store = EmbeddingStore(workspace.embedding_dir(lang), lang)
+    encode_seconds = time.perf_counter() - encoding_started
+    store.retain({_stem(s.name) for s in corpus.shards})
+    return EncodeSummary(
+        lang=lang,
+        counts=corpus.counts,
+        rows=corpus.rows,
+        shards=len(corpus.shards),
+        shards_encoded=len(pending),
+        sentences_encoded=sum(s.rows for s in pending),
+        tokens_encoded=tokens,
+        truncated=sum(s.truncated for s in store.manifest.shards.values()),
+        seconds=time.perf_counter() - started,
+        encode_seconds=encode_seconds,
+        embedding_dir=store.root,
+    )
+
+
+def model_identity(encoder: SentenceEncoder) -> ModelIdentity:
+    return ModelIdentity(
+        encoder.loaded.name, encoder.fingerprint, encoder.dim, encoder.settings.as_dict(), encoder.precision
+    )
+
+
+def encode_shard(
+    encoder: SentenceEncoder,
+    corpus_dir: Path,
+    shard: TextShard,
+    store: EmbeddingStore,
+    progress: Callable[[int, int], None] | None = None,
+) -> int:
+    """Encode one text shard into the store (vectors, then the shard's record); returns its tokens."""
+    texts, _, _ = read_text_shard(corpus_dir / shard.name)
+    encoded = encoder.encode(texts, progress=progress)
+    store.write_shard(
+        EmbeddingShard(_stem(shard.name), shard.rows, shard.sha256, encoded.tokens, encoded.truncated),
+        encoded.vectors,
+    )
+    return encoded.tokens
+
+
+def encode_shard_job(
+    spec: EncoderSpec, root: Path, lang: str, shard: TextShard, progress: Progress | None = None
+) -> int:
+    """Job: encode one text shard of `lang` in the workspace at `root` (the record last); its tokens."""
+    workspace = Workspace(root)
+    encoder = spec.load()
+    store = EmbeddingStore(workspace.embedding_dir(lang), lang)
+    if model_identity(encoder).fingerprint != store.model.fingerprint:
+        raise BitextmineError(
+            f"{store.root}: the encoder loaded from {spec.model} is not {store.model.describe()} "
+            "that the submitting run bound here (the model changed since?)"
+        )
+    return encode_shard(encoder, workspace.corpus_dir(lang), shard, store, progress)
+
+
+def _pending(store: EmbeddingStore, corpus: CorpusManifest) -> list:
+    return [s for s in corpus.shards if not store.is_complete(_stem(s.name), s.sha256, s.rows)]
+
+
+def _same_model(store: EmbeddingStore, identity: ModelIdentity) -> bool:
+    return store.manifest is not None and store.manifest.model.fingerprint == identity.fingerprint
+
+
+def _stem(shard_file: str) -> str:
+    return Path(shard_file).stem

@@ -1,0 +1,146 @@
+"""The index step: one FAISS index per language over its embedding shards, whole or in row-range shards."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from bitextmine.errors import BitextmineError
+from bitextmine.launch.config import LauncherConfig
+from bitextmine.launch.jobs import Job, Progress, run_jobs
+from bitextmine.search.faiss_index import (
+    IndexInfo,
+    ShardedBuild,
+    build_index,
+    choose_factory,
+    finish_sharded_build,
+    save_index,
+    start_sharded_build,
+)
+from bitextmine.search.sharded import plan_ranges, populate_shard
+from bitextmine.text.languages import check_lang
+from bitextmine.workspace.embeddings import EmbeddingStore, ShardedVectors
+from bitextmine.workspace.language import open_language
+from bitextmine.workspace.layout import Workspace
+from bitextmine.workspace.locks import workspace_locks
+
+
+def recall_queries(
+    workspace: Workspace, lang: str, source: str | None, count: int, seed: int = 0
+) -> tuple[str, np.ndarray] | None:
+    """`count` random vectors of the language whose queries will search `lang`'s index, as (lang, rows).
+
+    `source` None picks English, else the first other encoded language made by the same model; "self"
+    (or no such language) gives None: the index measures recall on its own rows.
+    """
+    if source == "self":
+        return None
+    indexed = open_language(workspace, lang).vectors
+    if source is None:
+        others = sorted((o for o in workspace.encoded_languages() if o != lang), key=lambda o: o != "en")
+        same_model = [o for o in others if _same_model(workspace, o, indexed)]
+        if not same_model:
+            return None
+        source = same_model[0]
+    other = open_language(workspace, source).vectors
+    if other.model.fingerprint != indexed.model.fingerprint:
+        raise BitextmineError(
+            f"cannot measure recall with '{source}': it was encoded with {other.model.describe()}, "
+            f"'{lang}' with {indexed.model.describe()}"
+        )
+    rows = np.random.default_rng(seed).choice(len(other), size=min(count, len(other)), replace=False)
+    return source, other.take(np.sort(rows))
+
+
+def _same_model(workspace: Workspace, lang: str, vectors: ShardedVectors) -> bool:
+    store = EmbeddingStore(workspace.embedding_dir(lang), lang)
+    return store.manifest is not None and store.manifest.model.fingerprint == vectors.model.fingerprint
+
+
+@dataclass(frozen=True)
+class IndexOptions:
+    factory: str | None = None  # a FAISS factory string; None: chosen by size (`choose_factory`)
+    list_size: int | None = None  # IVF with N / list_size lists (not with `factory`)
+    nprobe: int | None = None  # None: tuned to reach `target_recall`
+    queries_from: str | None = None  # the language that measures recall; "self"; None: en, else another
+    target_recall: float | None = None
+    fetch: int | None = None
+    gpu: bool = False
+    seed: int = 0
+    max_memory_gb: float | None = None  # one shard's size in RAM; None: one index
+
+    def __post_init__(self) -> None:
+        if self.factory is not None and self.list_size is not None:
+            raise BitextmineError("give --factory or --list-size, not both")
+
+
+def index(
+    workspace: Workspace,
+    lang: str,
+    options: IndexOptions | None = None,
+    progress: Progress | None = None,
+    launcher: LauncherConfig | None = None,
+) -> IndexInfo:
+    """Build, measure and save the index of `lang` (WORK/index/LANG.json and its .faiss files).
+
+    An index larger than `options.max_memory_gb`, or any index when `launcher` sends jobs elsewhere, is
+    built as row-range shards, one job a shard (a rerun keeps the shards already saved); `progress`
+    counts the rows added either way.
+    """
+    options = options or IndexOptions()
+    queries_from = options.queries_from
+    check_lang(lang)
+    if queries_from not in (None, "self"):
+        check_lang(queries_from)
+    reads = [f"lang-{lang}"] + ([f"lang-{queries_from}"] if queries_from not in (None, "self") else [])
+    with workspace_locks(workspace, write=[f"index-{lang}"], read=reads):
+        vectors = open_language(workspace, lang).vectors
+        queries = recall_queries(workspace, lang, queries_from, 1000, options.seed)
+        factory = options.factory
+        if options.list_size is not None:
+            factory = choose_factory(len(vectors), vectors.dim, options.list_size)
+        chosen = factory or choose_factory(len(vectors), vectors.dim)
+        max_bytes = options.max_memory_gb and options.max_memory_gb * 1e9
+        ranges = plan_ranges(len(vectors), chosen, vectors.dim, max_bytes)
+        tuning = dict(
+            nprobe=options.nprobe, fetch=options.fetch, queries=queries, target_recall=options.target_recall
+        )
+        if len(ranges) > 1 or (launcher is not None and launcher.launcher != "local"):
+            build = start_sharded_build(
+                vectors,
+                lang,
+                workspace.index_dir(),
+                ranges,
+                factory=factory,
+                seed=options.seed,
+                gpu=options.gpu,
+            )
+            run_jobs(populate_jobs(build), launcher, "index", progress)
+            index, info = finish_sharded_build(build, **tuning)
+        else:
+            index, info = build_index(
+                vectors,
+                lang,
+                factory=factory,
+                gpu=options.gpu,
+                seed=options.seed,
+                progress=progress,
+                **tuning,
+            )
+        save_index(index, info, workspace.index_dir())
+    return info
+
+
+def populate_jobs(build: ShardedBuild) -> list[Job]:
+    emb_dir = build.vectors.store.root
+    return [
+        Job(
+            f"index {build.lang} shard {number + 1}/{len(build.shards)}",
+            populate_shard,
+            (build.template_path, emb_dir, build.lang, shard.start, shard.stop, build.index_dir / shard.file),
+            outputs=(build.index_dir / shard.file,),
+            work=shard.stop - shard.start,
+        )
+        for number, shard in enumerate(build.shards)
+    ]

@@ -1,0 +1,254 @@
+"""Embedding shards on disk: L2-normalized float16 ``.npy`` files plus a per-language manifest.
+
+The manifest names the model; each shard ``shard-N.npy`` has a record ``shard-N.json`` with the
+checksum of the text shard it encodes, written (atomically) after the vectors, so the record is
+the proof that the shard is complete. Shards are written independently of each other and of the
+manifest, which lets cluster jobs encode shards in parallel and a rerun tell finished work from
+stale work.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import mmap
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bitextmine.errors import BitextmineError
+from bitextmine.files import atomic_open, read_json, write_json
+
+MANIFEST = "manifest.json"
+
+
+@dataclass
+class EmbeddingShard:
+    name: str
+    rows: int
+    text_sha256: str
+    tokens: int
+    truncated: int
+
+
+@dataclass
+class ModelIdentity:
+    name: str
+    fingerprint: str
+    dim: int
+    settings: dict[str, Any]
+    precision: str = "fp32"  # of the forward that made the vectors (not part of the fingerprint)
+
+    def describe(self) -> str:
+        return f"{self.name} (fingerprint {self.fingerprint}, dim {self.dim})"
+
+
+@dataclass
+class EmbeddingManifest:
+    lang: str
+    model: ModelIdentity
+    dtype: str = "float16"
+    shards: dict[str, EmbeddingShard] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"lang": self.lang, "model": asdict(self.model), "dtype": self.dtype}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> EmbeddingManifest:
+        return cls(data["lang"], ModelIdentity(**data["model"]), data["dtype"])
+
+
+class EmbeddingStore:
+    """The embedding shards of one language (``WORK/emb/L``)."""
+
+    def __init__(self, root: Path, lang: str) -> None:
+        self.root = Path(root)
+        self.lang = lang
+        self.manifest: EmbeddingManifest | None = None
+        if (self.root / MANIFEST).is_file():
+            data = read_json(self.root / MANIFEST)
+            self.manifest = EmbeddingManifest.from_json(data)
+            self.manifest.shards = self._completed_shards(data.get("shards", []))
+
+    def bind(self, model: ModelIdentity, *, overwrite: bool = False) -> None:
+        """Attach the model that writes here; refuse to mix models, dims or precisions unless overwriting.
+
+        The same model under another path or name replaces the recorded one (the latest is what
+        `mine --threshold auto` reads thresholds from).
+        """
+        current = self.manifest
+        if current is not None and not overwrite:
+            self._check_compatible(current, model)
+        if current is None or (current.model.fingerprint, current.model.precision) != (
+            model.fingerprint,
+            model.precision,
+        ):
+            self._remove_shards()
+            self.manifest = EmbeddingManifest(self.lang, model)
+            self._save_manifest()
+        elif current.model != model:
+            current.model = model
+            self._save_manifest()
+
+    def rename_model(self, name: str) -> None:
+        """Record another path or name for the same model (what `mine --threshold auto` reads)."""
+        manifest = self._bound()
+        if manifest.model.name != name:
+            manifest.model = replace(manifest.model, name=name)
+            self._save_manifest()
+
+    def _check_compatible(self, current: EmbeddingManifest, model: ModelIdentity) -> None:
+        if current.model.fingerprint != model.fingerprint:
+            raise BitextmineError(
+                f"{self.root}: embeddings of '{self.lang}' were made with {current.model.describe()}, "
+                f"not {model.describe()}; use another --workdir or --overwrite to re-encode"
+            )
+        if current.shards and current.model.precision != model.precision:
+            raise BitextmineError(
+                f"{self.root}: embeddings of '{self.lang}' were made at precision {current.model.precision}, "
+                f"not {model.precision}; pass --precision {current.model.precision} to resume, or "
+                "--overwrite to re-encode"
+            )
+
+    def is_complete(self, name: str, text_sha256: str, rows: int) -> bool:
+        entry = self.manifest.shards.get(name) if self.manifest else None
+        return (
+            entry is not None
+            and entry.text_sha256 == text_sha256
+            and entry.rows == rows
+            and (self.root / f"{name}.npy").is_file()
+        )
+
+    def write_shard(self, shard: EmbeddingShard, vectors: np.ndarray) -> None:
+        manifest = self._bound()
+        if vectors.shape != (shard.rows, manifest.model.dim):
+            raise ValueError(
+                f"shard {shard.name}: got {vectors.shape}, expected ({shard.rows}, {manifest.model.dim})"
+            )
+        with atomic_open(self.root / f"{shard.name}.npy", "wb") as fh:
+            np.save(fh, vectors.astype(np.float16))
+        write_json(self.root / f"{shard.name}.json", asdict(shard))
+        manifest.shards[shard.name] = shard
+
+    def retain(self, names: set[str]) -> None:
+        """Drop shards that no longer belong to the corpus (a rebuilt, smaller corpus)."""
+        self.remove_shards(set(self._bound().shards) - names)
+
+    def remove_shards(self, names: set[str]) -> None:
+        """Delete these shards' records and vectors (the record first: a shard without it is incomplete)."""
+        manifest = self._bound()
+        for name in names:
+            manifest.shards.pop(name, None)
+            for path in reversed(self.shard_files(name)):
+                path.unlink(missing_ok=True)
+
+    def shard_files(self, name: str) -> tuple[Path, Path]:
+        """The vectors and the record of a shard; the record, written last, proves the shard complete."""
+        return self.root / f"{name}.npy", self.root / f"{name}.json"
+
+    def load(self, name: str) -> np.ndarray:
+        """A shard memory-mapped read-only."""
+        return np.load(self.root / f"{name}.npy", mmap_mode="r")
+
+    @property
+    def model(self) -> ModelIdentity:
+        return self._bound().model
+
+    def shard_names(self) -> list[str]:
+        return sorted(self._bound().shards)
+
+    def vectors(self) -> ShardedVectors:
+        """Every row of this language, memory-mapped."""
+        return ShardedVectors(self)
+
+    def _bound(self) -> EmbeddingManifest:
+        if self.manifest is None:
+            raise BitextmineError(f"{self.root}: no embeddings for '{self.lang}' yet; run bitextmine encode")
+        return self.manifest
+
+    def _completed_shards(self, listed: list[dict[str, Any]]) -> dict[str, EmbeddingShard]:
+        """Shards with vectors and a record (`listed`: records kept in manifest.json by bitextmine 0.1)."""
+        shards = {
+            s["name"]: EmbeddingShard(**s) for s in listed if (self.root / f"{s['name']}.npy").is_file()
+        }
+        for record in sorted(self.root.glob("shard-*.json")):
+            if record.with_suffix(".npy").is_file():
+                shard = EmbeddingShard(**read_json(record))
+                shards[shard.name] = shard
+        return shards
+
+    def _remove_shards(self) -> None:
+        for path in [*self.root.glob("shard-*.json"), *self.root.glob("shard-*.npy")]:
+            path.unlink()
+
+    def _save_manifest(self) -> None:
+        write_json(self.root / MANIFEST, self._bound().to_json())
+
+
+TAKE_CHUNK_ROWS = 4096  # at most ~256 MB of mapped file pages per chunk of a random gather
+
+
+class ShardedVectors:
+    """All embedding rows of one language as one logical [rows, dim] matrix over memory-mapped shards.
+
+    Nothing is loaded up front: ``blocks`` streams consecutive rows and ``take`` gathers arbitrary rows,
+    both as float32, so callers stay within memory bounded by their block size.
+    """
+
+    def __init__(self, store: EmbeddingStore) -> None:
+        self.store = store
+        self.model = store.model
+        self._shards = [store.load(name) for name in store.shard_names()]
+        self._starts = np.cumsum([0] + [len(s) for s in self._shards])
+
+    def __len__(self) -> int:
+        return int(self._starts[-1])
+
+    def digest(self) -> str:
+        """Identifies these exact vectors: the model, its precision and every shard's text checksum."""
+        shards = self.store.manifest.shards if self.store.manifest else {}
+        key = [self.model.fingerprint, self.model.precision]
+        key += [[name, shards[name].text_sha256, shards[name].rows] for name in sorted(shards)]
+        return hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]
+
+    @property
+    def dim(self) -> int:
+        return self.model.dim
+
+    def blocks(self, block_rows: int) -> Iterator[tuple[int, np.ndarray]]:
+        """(first row, float32 [n, dim]) for consecutive blocks of at most `block_rows` rows."""
+        for start in range(0, len(self), block_rows):
+            yield start, self.take(np.arange(start, min(start + block_rows, len(self))))
+            self.drop_pages()
+
+    def drop_pages(self) -> None:
+        """Unmap the shard pages read so far from this process (they stay in the page cache), so that
+        streaming over a corpus does not grow the resident set by the whole memory-mapped file."""
+        advice = getattr(mmap, "MADV_DONTNEED", None)
+        for shard in self._shards:
+            if advice is not None and isinstance(shard, np.memmap) and shard._mmap is not None:
+                shard._mmap.madvise(advice)
+
+    def take(self, rows: np.ndarray) -> np.ndarray:
+        """float32 [len(rows), dim] for the given global row numbers, in that order.
+
+        Rows are gathered TAKE_CHUNK_ROWS at a time with a drop_pages after each chunk: the kernel maps
+        16 pages around every page fault (fault-around), so a random gather of many rows would otherwise
+        map ~64 KB of the file per row into this process's resident set."""
+        rows = np.asarray(rows, dtype=np.int64)
+        out = np.empty((len(rows), self.dim), dtype=np.float32)
+        for first in range(0, len(rows), TAKE_CHUNK_ROWS):
+            chunk = slice(first, first + TAKE_CHUNK_ROWS)
+            self._gather(rows[chunk], out[chunk])
+            if len(rows) > TAKE_CHUNK_ROWS:
+                self.drop_pages()
+        return out
+
+    def _gather(self, rows: np.ndarray, out: np.ndarray) -> None:
+        shard_of = np.searchsorted(self._starts, rows, side="right") - 1
+        for shard in np.unique(shard_of):
+            picked = np.flatnonzero(shard_of == shard)
+            out[picked] = self._shards[shard][rows[picked] - self._starts[shard]]

@@ -1,0 +1,65 @@
+"""The workspace directory: where every step reads and writes, so commands need no paths.
+
+This is the one place that knows the layout; everything else asks it for paths:
+
+    WORK/corpora/L/        text shards and their manifest (workspace/corpus.py)
+    WORK/emb/L/            embedding shards, their records and manifest (workspace/embeddings.py)
+    WORK/index/            L.json and L.faiss, or L.PLAN.NNN.faiss shards (search/faiss_index.py)
+    WORK/mined/            PAIR.tsv.zst and PAIR.stats.json; .neighbours/ saved k-NN lists (steps/mine.py)
+    WORK/cache/embeddings/ vectors of evaluation sets, by model and text (encoder/cache.py)
+    WORK/locks/            advisory locks (workspace/locks.py)
+    WORK/logs/STEP/        logs of jobs run through a cluster launcher
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from bitextmine.text.languages import check_lang
+
+DEFAULT_WORKDIR = Path("bitextmine-work")
+
+
+@dataclass(frozen=True)
+class Workspace:
+    root: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root))
+
+    def corpus_dir(self, lang: str) -> Path:
+        return self.root / "corpora" / check_lang(lang)
+
+    def embedding_dir(self, lang: str) -> Path:
+        return self.root / "emb" / check_lang(lang)
+
+    def encoded_languages(self) -> list[str]:
+        """Languages with an embeddings manifest, sorted."""
+        root = self.root / "emb"
+        return sorted(p.parent.name for p in root.glob("*/manifest.json")) if root.is_dir() else []
+
+    def index_dir(self) -> Path:
+        return self.root / "index"
+
+    def mined_dir(self) -> Path:
+        return self.root / "mined"
+
+    def mined_file(self, src: str, tgt: str) -> Path:
+        return self.mined_dir() / f"{check_lang(src)}-{check_lang(tgt)}.tsv.zst"
+
+    def stats_file(self, src: str, tgt: str) -> Path:
+        return self.mined_dir() / f"{check_lang(src)}-{check_lang(tgt)}.stats.json"
+
+    def neighbours_dir(self) -> Path:
+        """Saved neighbour lists of `mine`, one folder a pair and search plan (kept for reruns)."""
+        return self.mined_dir() / ".neighbours"
+
+    def embedding_cache_dir(self) -> Path:
+        return self.root / "cache" / "embeddings"
+
+    def locks_dir(self) -> Path:
+        return self.root / "locks"
+
+    def logs_dir(self, step: str) -> Path:
+        return self.root / "logs" / step

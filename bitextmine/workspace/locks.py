@@ -1,0 +1,76 @@
+"""Advisory locks that keep two runs from writing the same part of a workspace.
+
+A step holds an exclusive lock on what it writes (`encode de` on language de's text and embeddings,
+`index de` on de's index, `mine de en` on that pair's output) and a shared lock on what it reads, so
+`make -j` can run independent steps side by side while a second `encode de` is refused at once with
+the holder's pid and command. The locks are `flock`s on files under WORK/locks: the kernel drops
+them when the holder exits, killed or not, so a crash never leaves a stale lock behind.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+from bitextmine.errors import BitextmineError
+from bitextmine.workspace.layout import Workspace
+
+
+@contextmanager
+def workspace_locks(workspace: Workspace, *, write: list[str], read: list[str] = ()) -> Iterator[None]:
+    """Hold exclusive locks named `write` and shared locks named `read` (e.g. "lang-de") in WORK/locks."""
+    lock_dir = workspace.locks_dir()
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    with ExitStack() as stack:
+        for name in sorted(set(write)):
+            stack.enter_context(_flock(lock_dir / f"{name}.lock", exclusive=True))
+        for name in sorted(set(read) - set(write)):
+            stack.enter_context(_flock(lock_dir / f"{name}.lock", exclusive=False))
+        yield
+
+
+@contextmanager
+def _flock(path: Path, *, exclusive: bool) -> Iterator[None]:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise BitextmineError(_busy_message(path, exclusive)) from None
+        if exclusive:
+            _record_holder(fd)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _record_holder(fd: int) -> None:
+    command = " ".join(["bitextmine", *sys.argv[1:]])[:300]
+    note = f"pid {os.getpid()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}: {command}\n".encode()
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, note, 0)
+
+
+def _busy_message(path: Path, exclusive: bool) -> str:
+    holder = _live_writer(path) or ("a run that reads it" if exclusive else "another run")
+    action = "write" if exclusive else "read"
+    return f"{path}: in use by {holder}; cannot {action} this part of the workspace until that run ends"
+
+
+def _live_writer(path: Path) -> str | None:
+    """The note left by the exclusive holder, if that process is still alive (readers leave none)."""
+    note = path.read_text(encoding="utf-8", errors="replace").strip()
+    if not note.startswith("pid "):
+        return None
+    try:
+        os.kill(int(note.split()[1].rstrip(",")), 0)
+    except PermissionError:  # alive, owned by another user
+        return note
+    except (ValueError, ProcessLookupError):
+        return None
+    return note

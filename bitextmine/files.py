@@ -69,6 +69,14 @@ def write_json(path: Path, data: Any) -> None:
         fh.write("\n")
 
 
-def read_json(path: Path) -> Any:
-    with open(path, encoding="utf-8") as fh:
-        return json.load(fh)
+def read_json(path: Path, remedy: str = "") -> Any:
+    """The JSON in `path`; a file that is not JSON (truncated, hand-edited) is a one-line error naming
+    it, ending with `remedy` (what to do about it) when given."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except json.JSONDecodeError as exc:
+        problem = f"{path}:{exc.lineno}: invalid JSON ({exc.msg})"
+    except UnicodeDecodeError:
+        problem = f"{path}: invalid JSON (not UTF-8)"
+    raise BitextmineError(f"{problem}; {remedy}" if remedy else problem)

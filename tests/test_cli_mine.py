@@ -122,7 +122,7 @@ def test_calibrate_stores_a_threshold_that_mine_and_eval_use(tmp_path, tiny_mode
     assert code == 0, output
     config = json.loads((model / "bitextmine.json").read_text())
     threshold = config["thresholds"]["ratio"]["de-en"]
-    assert config["thresholds"]["ratio"]["default"] == threshold
+    assert config["thresholds"]["ratio"] == {"de-en": threshold}  # no "default" that other pairs would take
 
     report = tmp_path / "eval.json"
     code, output = eval_bucc_dev(
@@ -255,3 +255,72 @@ def test_query_blocks_follow_the_searched_index_and_its_nprobe():
     assert search_block_rows(MineOptions(nprobe=16), info("IVF2732_HNSW32,Flat", 8)) == 87_424
     assert search_block_rows(MineOptions(), info("Flat", None)) == 65_536
     assert search_block_rows(MineOptions(block_rows=100), info("IVF2732_HNSW32,Flat", 8)) == 100
+
+
+def _one_error_line(output: str) -> str:
+    lines = [line for line in output.splitlines() if line.strip()]
+    assert "Traceback" not in output and lines[-1].startswith("error: "), output
+    return " ".join(output[output.index("error: ") :].split())
+
+
+@pytest.mark.parametrize(
+    ("damaged", "expected"),
+    [
+        ("emb/de/manifest.json", "and encode 'de' again"),
+        ("corpora/de/manifest.json", "; delete it to rebuild"),
+        ("index/de.json", "; rerun `bitextmine index de`"),
+        ("emb/de/shard-00001.json", "embeddings of 'de' cover 18 of 25 sentences: rerun `bitextmine encode`"),
+    ],
+)
+def test_a_truncated_workspace_file_is_a_one_line_error_and_encode_or_index_mends_it(
+    workspace, tiny_model_dir, tmp_path, damaged, expected
+):
+    """Issue 22: truncating a manifest or a shard record made `mine` print a traceback."""
+    work, _ = workspace
+    for lang in ("de", "en"):
+        assert run("index", lang, "-w", str(work))[0] == 0
+    assert run("mine", "de", "en", "-w", str(work))[0] == 0
+    reference = (work / "mined" / "de-en.tsv.zst").read_bytes()
+    path = work / damaged
+    path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])
+    code, output = run("mine", "de", "en", "-w", str(work))
+    line = _one_error_line(output)
+    assert code == 1 and expected in line and (f"{damaged}:" in line or "shard" in damaged), output
+    assert "invalid JSON (" in line or "shard" in damaged
+    if damaged.endswith("shard-00001.json"):  # the shard whose record is unreadable is encoded again
+        model = str(tiny_model_dir("bert"))
+        code, output = run(
+            "encode", str(tmp_path / "de.txt"), "-l", "de", "-m", model, "-w", str(work), "--shard-size", "7"
+        )
+        assert code == 0 and "1 encoded now" in " ".join(output.split()), output
+    if damaged.startswith("index"):
+        assert run("index", "de", "-w", str(work))[0] == 0
+    if damaged.startswith(("index", "emb/de/shard")):
+        assert run("mine", "de", "en", "-w", str(work))[0] == 0
+        assert (work / "mined" / "de-en.tsv.zst").read_bytes() == reference
+
+
+def test_reencoding_a_same_size_corpus_rebuilds_a_sharded_index(tmp_path, tiny_model_dir):
+    """Issue 22: the sharded plan id covered the model, not the vectors, so after re-encoding a corpus of
+    the same size `index --max-memory` kept the old shard files and `mine` searched the old vectors."""
+    model = str(tiny_model_dir("bert"))
+    first, second, en = sentences(20, seed=21), sentences(20, seed=22), sentences(20, seed=23)
+    for name, lines in (("first.de", first), ("second.de", second), ("en", en)):
+        (tmp_path / f"{name}.txt").write_text("\n".join(lines) + "\n")
+
+    def build(work: Path, de_files: list[str]) -> bytes:
+        for number, de in enumerate(de_files):
+            args = ["encode", str(tmp_path / f"{de}.txt"), "-l", "de", "-m", model, "-w", str(work)]
+            assert run(*args, *(["--overwrite"] if number else []))[0] == 0
+            if number == 0:
+                assert (
+                    run("encode", str(tmp_path / "en.txt"), "-l", "en", "-m", model, "-w", str(work))[0] == 0
+                )
+                assert run("index", "en", "-w", str(work), "--max-memory", "0.000001")[0] == 0
+            assert run("index", "de", "-w", str(work), "--max-memory", "0.000001")[0] == 0
+        assert run("mine", "de", "en", "-w", str(work))[0] == 0
+        return (work / "mined" / "de-en.tsv.zst").read_bytes()
+
+    assert build(tmp_path / "reencoded", ["first.de", "second.de"]) == build(
+        tmp_path / "fresh", ["second.de"]
+    )

@@ -6,6 +6,7 @@ import gc
 import gzip
 import hashlib
 import io
+import lzma
 import os
 import random
 import re
@@ -92,18 +93,19 @@ def test_clean_line(raw: str, expected: str) -> None:
 # --- reading formats -----------------------------------------------------------------------------------
 
 
-def test_plain_gzip_zstd_and_stdin_give_the_same_rows(
+def test_plain_gzip_zstd_xz_and_stdin_give_the_same_rows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     data = SAMPLE.encode()
     (tmp_path / "a.txt").write_bytes(data)
     (tmp_path / "a.txt.gz").write_bytes(gzip.compress(data))
     (tmp_path / "a.txt.zst").write_bytes(zstd(data))
-    for name in ("a.txt", "a.txt.gz", "a.txt.zst"):
+    (tmp_path / "a.txt.xz").write_bytes(lzma.compress(data))
+    for name in ("a.txt", "a.txt.gz", "a.txt.zst", "a.txt.xz"):
         rows, counts, _ = rows_of(tmp_path / name)
         assert rows == SAMPLE_ROWS, name
         assert (counts.lines, counts.empty, counts.kept) == (7, 4, 3)
-    for stdin_data in (data, gzip.compress(data), zstd(data)):
+    for stdin_data in (data, gzip.compress(data), zstd(data), lzma.compress(data)):
         set_stdin(monkeypatch, stdin_data)
         assert rows_of("-")[0] == SAMPLE_ROWS
         buffer = io.BufferedReader(io.BytesIO(stdin_data))  # like the real sys.stdin.buffer
@@ -170,10 +172,13 @@ def test_nul_byte_in_discarded_part_of_long_line(tmp_path: Path) -> None:
         rows_of(path, max_chars=10)
 
 
-@pytest.mark.parametrize("kind", ["zstd", "gzip"])
+COMPRESS = {"zstd": lambda data: zstd(data, write_checksum=True), "gzip": gzip.compress, "xz": lzma.compress}
+
+
+@pytest.mark.parametrize("kind", list(COMPRESS))
 def test_truncated_compressed_input(tmp_path: Path, kind: str) -> None:
     data = "".join(f"sentence number {i}\n" for i in range(5000)).encode()
-    blob = zstd(data, write_checksum=True) if kind == "zstd" else gzip.compress(data)
+    blob = COMPRESS[kind](data)
     path = tmp_path / "cut.bin"
     cuts = [*range(4, len(blob), max(1, len(blob) // 25)), len(blob) - 1, len(blob) - 4]
     message = starting(f"{path}: corrupt or truncated {kind} data after line ") + r"\d+$"

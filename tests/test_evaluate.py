@@ -119,7 +119,7 @@ def test_margin_corrects_hub_errors() -> None:
 
 def test_metric_input_errors() -> None:
     src, tgt = hub_case()
-    with pytest.raises(ValueError, match="unknown margin"):
+    with pytest.raises(BitextmineError, match="unknown margin"):
         xsim_errors(src, tgt, "cosine")
     with pytest.raises(ValueError, match="k must be"):
         xsim_errors(src, tgt, k=0)

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from importlib.metadata import version
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, Literal, NoReturn
 
 import typer
 from rich.console import Console
 
 from bitextmine.errors import BitextmineError, BitextmineWarning, os_error_message
+from bitextmine.mining.margin import MARGINS
+from bitextmine.mining.selection import STRATEGIES
 from bitextmine.workspace.layout import DEFAULT_WORKDIR
 
 app = typer.Typer(
@@ -22,11 +26,27 @@ app = typer.Typer(
     "and evaluate on BUCC, Tatoeba and xsim. Every step reads and writes a workspace directory "
     f"(--workdir, default ./{DEFAULT_WORKDIR}).",
     no_args_is_help=True,
-    add_completion=False,
     pretty_exceptions_enable=False,
 )
 err = Console(stderr=True)
 out = Console()
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        out.print(f"bitextmine {version('bitextmine')}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    show_version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    """Options for every command."""
+
 
 WorkdirOption = Annotated[
     Path, typer.Option("--workdir", "-w", envvar="BITEXTMINE_WORKDIR", help="Workspace directory.")
@@ -73,13 +93,21 @@ def require_model(model: str | None) -> str:
 
 
 PrecisionOption = Annotated[
-    str,
+    Literal["auto", "fp32", "bf16", "int8"],  # encoder/precision.py's PRECISIONS (tests/test_cli_choices.py)
     typer.Option(
         help="fp32, bf16, int8 (CPU) or auto: bf16 where the GPU or CPU (AVX512-BF16/AMX) runs it "
         "natively, else fp32."
     ),
 ]
-DeviceOption = Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")]
+
+
+def _device(value: str) -> str:
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", value):
+        raise typer.BadParameter(f"{value!r} is not one of 'auto', 'cpu', 'cuda', 'cuda:N'.")
+    return value
+
+
+DeviceOption = Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.", callback=_device)]
 ThreadsOption = Annotated[
     int | None, typer.Option(help="CPU threads for torch \\[default: all cores].", min=1)
 ]
@@ -90,11 +118,17 @@ PairOption = Annotated[str, typer.Option("--pair", help="Language pair, e.g. de-
 JsonOption = Annotated[
     Path | None, typer.Option("--json", help="Also write the results as JSON to this file.")
 ]
-MARGIN_HELP = (
-    "ratio (default, LASER's), distance (cos minus the neighbourhood mean), csls (2 cos minus both "
-    "neighbourhood means) or absolute (cosine)."
-)
-STRATEGY_HELP = "max (best of both directions), intersect (mutual best), fwd or bwd."
+MarginOption = Annotated[
+    Literal[MARGINS],
+    typer.Option(
+        help="ratio (LASER's), distance (cos minus the neighbourhood mean), csls (2 cos minus both "
+        "neighbourhood means) or absolute (cosine)."
+    ),
+]
+StrategyOption = Annotated[
+    Literal[STRATEGIES],
+    typer.Option(help="max (best of both directions), intersect (mutual best), fwd or bwd."),
+]
 
 
 def set_threads(threads: int | None) -> None:
@@ -102,9 +136,16 @@ def set_threads(threads: int | None) -> None:
     encoder layers run one after another and extra inter-op threads only compete for the cores."""
     import torch
 
-    torch.set_num_threads(threads or len(os.sched_getaffinity(0)))
+    torch.set_num_threads(threads or usable_cores())
     with contextlib.suppress(RuntimeError):  # already set, or parallel work has started in this process
         torch.set_num_interop_threads(1)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the OS has one: not macOS)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def thread_summary() -> str:

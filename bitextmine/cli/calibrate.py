@@ -7,13 +7,13 @@ from typing import Annotated
 import typer
 
 from bitextmine.cli.app import (
-    MARGIN_HELP,
-    STRATEGY_HELP,
     BuccDir,
     DeviceOption,
+    MarginOption,
     ModelOption,
     PairOption,
     PrecisionOption,
+    StrategyOption,
     ThreadsOption,
     WorkdirOption,
     app,
@@ -35,8 +35,8 @@ def calibrate(
     model: ModelOption = None,
     workdir: WorkdirOption = DEFAULT_WORKDIR,
     k: Annotated[int, typer.Option("--k", "-k", min=1, help="Neighbours per sentence for the margin.")] = 4,
-    margin: Annotated[str, typer.Option(help=MARGIN_HELP)] = "ratio",
-    strategy: Annotated[str, typer.Option(help=STRATEGY_HELP)] = "max",
+    margin: MarginOption = "ratio",
+    strategy: StrategyOption = "max",
     device: DeviceOption = "auto",
     precision: PrecisionOption = "auto",
     threads: ThreadsOption = None,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Annotated
 
 import typer
@@ -30,6 +29,7 @@ from bitextmine.cli.app import (
     require_model,
     set_threads,
     thread_summary,
+    usable_cores,
     user_errors,
 )
 from bitextmine.cli.launcher_options import NO_FLAGS, LauncherFlags, with_launcher_options
@@ -78,7 +78,7 @@ class _RichEncodeReporter:
         print_precision_check(encoder)
         err.print(
             f"model {encoder.loaded.name} ({encoder.mode}, {encoder.device}, {encoder.precision}, "
-            f"{len(os.sched_getaffinity(0))} cores, "
+            f"{usable_cores()} cores, "
             f"{thread_summary()}, pooling {encoder.settings.pooling}, "
             f"prefix {encoder.settings.prefix!r}, max length {encoder.max_length})",
             highlight=False,
@@ -120,7 +120,8 @@ def _summary_table(summary) -> Table:
 @with_launcher_options
 def encode(
     files: Annotated[
-        list[str], typer.Argument(help="Corpus files (.txt, .gz, .zst; '-' for stdin), one sentence a line.")
+        list[str],
+        typer.Argument(help="Corpus files (.txt, .gz, .zst, .xz; '-' for stdin), one sentence a line."),
     ],
     lang: Annotated[
         str, typer.Option("--lang", "-l", help="Language code the sentences belong to, e.g. de.")

@@ -9,14 +9,14 @@ from typing import Annotated
 import typer
 
 from bitextmine.cli.app import (
-    MARGIN_HELP,
-    STRATEGY_HELP,
     BuccDir,
     DeviceOption,
     JsonOption,
+    MarginOption,
     ModelOption,
     PairOption,
     PrecisionOption,
+    StrategyOption,
     ThreadsOption,
     WorkdirOption,
     app,
@@ -36,6 +36,10 @@ eval_app = typer.Typer(
 )
 app.add_typer(eval_app, name="eval")
 
+LangsOption = Annotated[
+    str | None, typer.Option(help="Comma-separated codes, e.g. deu,fra \\[default: all].")
+]
+
 
 @eval_app.command("bucc")
 def eval_bucc(
@@ -51,8 +55,8 @@ def eval_bucc(
         Path | None, typer.Option(help="Score this `mine` output file instead (sentences matched by text).")
     ] = None,
     k: Annotated[int, typer.Option("--k", "-k", min=1, help="Neighbours per sentence for the margin.")] = 4,
-    margin: Annotated[str, typer.Option(help=MARGIN_HELP)] = "ratio",
-    strategy: Annotated[str, typer.Option(help=STRATEGY_HELP)] = "max",
+    margin: MarginOption = "ratio",
+    strategy: StrategyOption = "max",
     device: DeviceOption = "auto",
     precision: PrecisionOption = "auto",
     threads: ThreadsOption = None,
@@ -114,9 +118,7 @@ def _languages(value: str | None, available: Callable[[], list[str]]) -> list[st
 @eval_app.command("tatoeba")
 def eval_tatoeba(
     data: Annotated[Path, typer.Option(help="Folder with tatoeba.XXX-eng.{XXX,eng} (LASER's Tatoeba v1).")],
-    langs: Annotated[
-        str | None, typer.Option(help="Comma-separated codes, e.g. deu,fra \\[default: all].")
-    ] = None,
+    langs: LangsOption = None,
     model: ModelOption = None,
     workdir: WorkdirOption = DEFAULT_WORKDIR,
     device: DeviceOption = "auto",
@@ -145,13 +147,11 @@ def eval_tatoeba(
 @eval_app.command("xsim")
 def eval_xsim(
     data: Annotated[Path, typer.Option(help="Folder of N-way parallel LANG.SPLIT files (FLORES).")],
-    langs: Annotated[
-        str | None, typer.Option(help="Comma-separated codes, e.g. deu,fra \\[default: all].")
-    ] = None,
+    langs: LangsOption = None,
     model: ModelOption = None,
     target: Annotated[str, typer.Option(help="Target language code.")] = "eng",
     split: Annotated[str, typer.Option(help="File suffix of the split.")] = "dev",
-    margin: Annotated[str, typer.Option(help=MARGIN_HELP)] = "ratio",
+    margin: MarginOption = "ratio",
     k: Annotated[int, typer.Option("--k", "-k", min=1, help="Neighbours per sentence for the margin.")] = 4,
     workdir: WorkdirOption = DEFAULT_WORKDIR,
     device: DeviceOption = "auto",

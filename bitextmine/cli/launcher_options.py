@@ -11,7 +11,7 @@ import inspect
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
@@ -20,7 +20,7 @@ from bitextmine.launch.config import LAUNCHERS, LauncherConfig, load_launcher_co
 _PANEL = "Cluster execution"
 
 LauncherOption = Annotated[
-    str | None,
+    Literal[LAUNCHERS] | None,
     typer.Option(
         "--launcher",
         envvar="BITEXTMINE_LAUNCHER",

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from bitextmine.cli.app import MARGIN_HELP, STRATEGY_HELP, ModelOption, WorkdirOption, app, out, user_errors
+from bitextmine.cli.app import MarginOption, ModelOption, StrategyOption, WorkdirOption, app, out, user_errors
 from bitextmine.cli.launcher_options import NO_FLAGS, LauncherFlags, with_launcher_options
 from bitextmine.cli.output import progress_bar, results_table
 from bitextmine.errors import BitextmineError
@@ -21,8 +21,8 @@ def mine(
     tgt: Annotated[str, typer.Argument(help="Target language (e.g. en).")],
     workdir: WorkdirOption = DEFAULT_WORKDIR,
     k: Annotated[int, typer.Option("--k", "-k", help="Neighbours per sentence for the margin.", min=1)] = 4,
-    margin: Annotated[str, typer.Option(help=MARGIN_HELP)] = "ratio",
-    strategy: Annotated[str, typer.Option(help=STRATEGY_HELP)] = "max",
+    margin: MarginOption = "ratio",
+    strategy: StrategyOption = "max",
     threshold: Annotated[
         str | None,
         typer.Option(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 from rich.live import Live
@@ -98,7 +98,9 @@ def train(
     warmup_steps: Annotated[int, typer.Option(help="Linear warm-up steps.", min=0)] = 100,
     grad_accum: Annotated[int, typer.Option(help="Batches per optimizer step.", min=1)] = 1,
     clip: Annotated[float, typer.Option(help="Gradient norm clip (0: off).", min=0)] = 1.0,
-    bf16: Annotated[str, typer.Option(help="bf16 autocast: auto (where native), on, off.")] = "auto",
+    bf16: Annotated[
+        Literal["auto", "on", "off"], typer.Option(help="bf16 autocast: auto (where native), on, off.")
+    ] = "auto",
     seed: Annotated[int, typer.Option(help="Seed of initialisation, data order and masks.")] = 0,
     max_tokens: Annotated[int, typer.Option(help="Token budget of a batch (both sides).", min=2)] = 8192,
     max_pairs: Annotated[int, typer.Option(help="At most this many pairs per batch.", min=1)] = 256,
@@ -125,7 +127,9 @@ def train(
     token_gradients: Annotated[
         bool, typer.Option(help="MEXMA: let token-level losses update the encoder.")
     ] = True,
-    mexma_alignment: Annotated[str, typer.Option(help="MEXMA alignment: mse or contrastive.")] = "mse",
+    mexma_alignment: Annotated[
+        Literal["mse", "contrastive"], typer.Option(help="MEXMA alignment: mse or contrastive.")
+    ] = "mse",
     vmsst_lambda: Annotated[
         float, typer.Option(help="VMSST: weight λ of the ELBO (paper: 0.025 fine-tuning, 0.1 from scratch).")
     ] = 0.025,

@@ -14,7 +14,7 @@ class EncoderSpec:
 
     model: str
     device: str = "auto"
-    precision: str = "fp32"
+    precision: str = "auto"  # bf16 where the device runs it natively, else fp32
     overrides: tuple[tuple[str, object], ...] = ()
     max_tokens: int = DEFAULT_MAX_TOKENS
     packed: bool | None = None

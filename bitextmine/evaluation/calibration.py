@@ -11,7 +11,8 @@ from bitextmine.encoder.cache import embed
 from bitextmine.encoder.encoder import ProgressCallback, SentenceEncoder
 from bitextmine.evaluation.bucc import BuccError, BuccSplit, Scores, SweepResult, score_pairs, sweep_threshold
 from bitextmine.mining.arrays import mine_arrays
-from bitextmine.mining.selection import Candidates
+from bitextmine.mining.margin import check_margin
+from bitextmine.mining.selection import Candidates, check_strategy
 from bitextmine.text.cleaning import clean_line
 from bitextmine.text.reader import read_lines
 
@@ -21,6 +22,10 @@ class MiningSettings:
     k: int = 4
     margin: str = "ratio"
     strategy: str = "max"
+
+    def __post_init__(self) -> None:  # before encoding, not after it
+        check_margin(self.margin)
+        check_strategy(self.strategy)
 
 
 @dataclass

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from bitextmine.errors import BitextmineError
+
 MARGINS = ("ratio", "distance", "csls", "absolute")
 
 
 def check_margin(margin: str) -> str:
     if margin not in MARGINS:
-        raise ValueError(f"unknown margin {margin!r}; choose one of {', '.join(MARGINS)}")
+        raise BitextmineError(f"unknown margin {margin!r}; choose one of {', '.join(MARGINS)}")
     return margin
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bitextmine.errors import BitextmineError
 from bitextmine.faults import crash_point
 from bitextmine.mining.margin import check_margin, margin_scores
 from bitextmine.search.knn import Neighbours
@@ -53,9 +54,10 @@ class _Means:
     bwd: np.ndarray  # mean cosine of each target sentence to its source neighbours
 
 
-def _check_strategy(strategy: str) -> str:
+def check_strategy(strategy: str) -> str:
     if strategy not in STRATEGIES:
-        raise ValueError(f"unknown candidate strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+        choices = ", ".join(STRATEGIES)
+        raise BitextmineError(f"unknown candidate strategy {strategy!r}; choose one of {choices}")
     return strategy
 
 
@@ -77,7 +79,7 @@ def select_candidates(
     its source or target was used.
     """
     check_margin(margin)
-    _check_strategy(strategy)
+    check_strategy(strategy)
     scratch.mkdir(parents=True, exist_ok=True)
     n_src, n_tgt = sizes
     means = _Means(_means(fwd, n_src, scratch / "fwd-mean.npy"), _means(bwd, n_tgt, scratch / "bwd-mean.npy"))

@@ -47,14 +47,14 @@ POINTS_PER_LIST = 39  # FAISS warns below 39 training points per centroid
 # `--list-size` indexes find a query's lists by a flat (exact, BLAS) search of the centroids up to this
 # many lists, an HNSW graph above: on 2 cores, for blocks of 65,536 queries and nprobe 8, the flat
 # search took 10.2 us a query over 820 centroids and 22.1 over 2,732, HNSW32 at FAISS's default efSearch
-# 23.8 and 29.4 while missing 1.1% and 2.7% of the nearest lists (examples/benchmarks/bench_coarse_search.py).
+# 23.8 and 29.4 while missing 1.1% and 2.7% of the nearest lists (bench_ivf.py coarse-search).
 FLAT_QUANTIZER_MAX_LISTS = 4096
 PQ_TRAIN_MIN = 256 * POINTS_PER_LIST  # 8-bit PQ codebooks have 256 centroids each
 # k-means trained on few points per list leaves the lists unequal, and a query's scan grows with that
-# imbalance (list_imbalance). In bench_scale (copies of 72,401 e5 sentences, 366 vectors a list), the
-# earlier rule's 122 and 64 training rows a list gave imbalance 1.37 at 300k and 1.68 at 1M; 256 a list
-# (the most FAISS's k-means keeps: it subsamples above max_points_per_centroid) gave 1.25 and 1.41, for
-# about 2x the indexing time at 1M.
+# imbalance (list_imbalance). 256 training rows a list (the most FAISS's k-means keeps: it subsamples
+# above max_points_per_centroid) gave imbalance 1.25 at 300k and 1.41 at 1M on copies of 72,401 e5
+# sentences with 366 vectors a list (`bench_ivf.py scale`, results/bench_scale.json); the earlier rule,
+# 64 a list, left them less equal (1.37 and 1.68), at about half the indexing time at 1M.
 TRAIN_PER_LIST = 256
 MIN_TRAIN_PER_LIST = 64  # where TRAIN_SAMPLE_BYTES allows fewer
 TRAIN_SAMPLE_BYTES = 4 * 2**30  # the float32 training sample is held in RAM
@@ -609,12 +609,27 @@ def load_index(
 def load_index_info(index_dir: Path, lang: str, vectors: ShardedVectors) -> IndexInfo:
     """LANG.json of a complete index that covers `vectors` (else an error naming the command to run)."""
     info_path = Path(index_dir) / f"{lang}.json"
-    info = IndexInfo.from_json(read_json(info_path)) if info_path.is_file() else None
+    info = _read_info(info_path, lang) if info_path.is_file() else None
     files = ([s["file"] for s in info.shards] or [f"{lang}.faiss"]) if info else []
     if info is None or not all((Path(index_dir) / f).is_file() for f in files):
         raise BitextmineError(f"no index for '{lang}' in {index_dir}: run `bitextmine index {lang}`")
     if info.vectors != vectors.digest():
         raise _stale(lang)
+    return info
+
+
+def _read_info(path: Path, lang: str) -> IndexInfo:
+    """LANG.json; a malformed one, or one naming files outside the index dir, is a one-line error."""
+    data = read_json(path, remedy=f"rerun `bitextmine index {lang}`")
+    try:
+        info = IndexInfo.from_json(data)
+        names = [str(shard["file"]) for shard in info.shards]
+    except (KeyError, TypeError) as exc:
+        raise BitextmineError(
+            f"{path}: unreadable index record ({exc}); rerun `bitextmine index {lang}`"
+        ) from None
+    if any(Path(name).name != name or name.startswith(".") for name in names):
+        raise BitextmineError(f"{path}: names files outside the index dir; rerun `bitextmine index {lang}`")
     return info
 
 

@@ -108,7 +108,7 @@ def encode(
     """Encode corpus files of `lang` into the workspace: build (or reuse) its text shards, then encode
     every shard not already encoded, one job a shard, in this process or where `launcher` sends them
     (each job loads the encoder from `model`: a model dir or hub id, or an EncoderSpec)."""
-    spec = model if isinstance(model, EncoderSpec) else EncoderSpec(model, precision="auto")
+    spec = model if isinstance(model, EncoderSpec) else EncoderSpec(model)
     paths = [str(path) for path in paths]
     with workspace_locks(workspace, write=[f"lang-{check_lang(lang)}"]):
         return _encode(

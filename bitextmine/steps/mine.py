@@ -18,8 +18,9 @@ from bitextmine.evaluation.thresholds import calibrated_threshold
 from bitextmine.files import atomic_open, write_json
 from bitextmine.launch.config import LauncherConfig
 from bitextmine.launch.jobs import Job, Progress, run_jobs
+from bitextmine.mining.margin import check_margin
 from bitextmine.mining.output import score_histogram, write_mined
-from bitextmine.mining.selection import NeighbourBlocks, select_candidates
+from bitextmine.mining.selection import NeighbourBlocks, check_strategy, select_candidates
 from bitextmine.search.faiss_index import IndexInfo, load_index, load_index_info
 from bitextmine.search.ivf_scan import query_block_rows, search
 from bitextmine.search.knn import Neighbours, SearchShard, find_neighbours
@@ -47,6 +48,10 @@ class MineOptions:
     block_rows: int | None = None  # queries searched at once; None: ivf_scan.query_block_rows
     job_rows: int = 1_000_000  # queries per neighbour job (the unit of resume and of cluster jobs)
     model: str | None = None  # where "auto" looks for thresholds; default: the model that made the embeddings
+
+    def __post_init__(self) -> None:  # before the search, not after it
+        check_margin(self.margin)
+        check_strategy(self.strategy)
 
 
 @dataclass

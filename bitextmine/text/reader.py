@@ -1,4 +1,4 @@
-"""The one line reader: plain, gzip or zstd input (detected by magic bytes), one NUL and UTF-8 policy.
+"""The one line reader: plain, gzip, zstd or xz input (by magic bytes), one NUL and UTF-8 policy.
 
 Every file bitextmine reads line by line goes through here: corpora (`iter_rows`: cleaned, cut to a
 length, in bounded memory whatever the line length) and everything else (`read_lines`: the lines as
@@ -13,6 +13,7 @@ from __future__ import annotations
 import codecs
 import gzip
 import io
+import lzma
 import os
 import re
 import sys
@@ -30,8 +31,9 @@ from bitextmine.text.cleaning import CLEAN_TABLE, clean_line
 STDIN = "-"
 _GZIP_MAGIC = b"\x1f\x8b"
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_XZ_MAGIC = b"\xfd7zXZ\x00"
 _DISCARD_CHUNK = 1 << 20  # bytes read at a time while skipping the over-long part of a line
-_DECOMPRESS_ERRORS = (EOFError, OSError, zlib.error, zstandard.ZstdError)
+_DECOMPRESS_ERRORS = (EOFError, OSError, zlib.error, lzma.LZMAError, zstandard.ZstdError)
 
 
 class CorpusError(BitextmineError):
@@ -75,7 +77,7 @@ def display_name(path: str) -> str:
 
 
 def open_binary(path: str) -> BinaryIO:
-    """Open a corpus for binary reading, decompressing gzip or zstd (detected by magic bytes).
+    """Open a corpus for binary reading, decompressing gzip, zstd or xz (detected by magic bytes).
 
     Corrupt or truncated compressed data raises a CorpusError naming the file and the last whole line.
     """
@@ -109,15 +111,19 @@ def _open(path: str) -> tuple[BinaryIO, str]:
 def _open_stream(fh: Any, *, close: bool) -> tuple[BinaryIO, str]:
     if not hasattr(fh, "peek"):
         fh = io.BufferedReader(fh)
-    magic = fh.peek(4)[:4]
+    magic = fh.peek(6)[:6]
     if magic.startswith(_GZIP_MAGIC):
         # GzipFile never closes a fileobj it was given; hand it over through myfileobj when we own it.
         gz = gzip.GzipFile(fileobj=fh, mode="rb")
         if close:
             gz.myfileobj = fh
         return cast(BinaryIO, gz), "gzip"
-    if magic == _ZSTD_MAGIC:
+    if magic.startswith(_ZSTD_MAGIC):
         return cast(BinaryIO, io.BufferedReader(_ZstdRaw(fh, close=close), buffer_size=1 << 18)), "zstd"
+    if magic == _XZ_MAGIC or (len(magic) >= 4 and _XZ_MAGIC.startswith(magic)):  # the latter: truncated
+        xz = lzma.LZMAFile(fh)  # noqa: SIM115 - returned open, closed by the caller
+        xz._closefp = close  # as for gzip: LZMAFile closes a file object it was given only when told to
+        return cast(BinaryIO, xz), "xz"
     return fh, "plain"
 
 

@@ -262,8 +262,9 @@ def load_manifest(out_dir: Path) -> CorpusManifest | None:
     path = Path(out_dir) / MANIFEST_NAME
     if not path.exists():
         return None
+    data = read_json(path, remedy="delete it to rebuild")
     try:
-        return CorpusManifest.from_json(read_json(path))
+        return CorpusManifest.from_json(data)
     except (ValueError, KeyError, TypeError) as e:
         raise CorpusError(f"{path}: corrupt corpus manifest ({e}); delete it to rebuild") from None
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import mmap
+import re
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -23,6 +24,7 @@ from bitextmine.errors import BitextmineError
 from bitextmine.files import atomic_open, read_json, write_json
 
 MANIFEST = "manifest.json"
+_SHARD_NAME = re.compile(r"shard-\d+")  # names come from JSON and become file names
 
 
 @dataclass
@@ -69,9 +71,15 @@ class EmbeddingStore:
         self.lang = lang
         self.manifest: EmbeddingManifest | None = None
         if (self.root / MANIFEST).is_file():
-            data = read_json(self.root / MANIFEST)
-            self.manifest = EmbeddingManifest.from_json(data)
-            self.manifest.shards = self._completed_shards(data.get("shards", []))
+            data = read_json(self.root / MANIFEST, remedy=f"delete {self.root} and encode '{lang}' again")
+            try:
+                self.manifest = EmbeddingManifest.from_json(data)
+                self.manifest.shards = self._completed_shards(data.get("shards", []))
+            except (KeyError, TypeError, AttributeError) as exc:
+                raise BitextmineError(
+                    f"{self.root / MANIFEST}: malformed embeddings manifest ({type(exc).__name__}: {exc}); "
+                    f"delete {self.root} and encode '{lang}' again"
+                ) from None
 
     def bind(self, model: ModelIdentity, *, overwrite: bool = False) -> None:
         """Attach the model that writes here; refuse to mix models, dims or precisions unless overwriting.
@@ -171,12 +179,11 @@ class EmbeddingStore:
 
     def _completed_shards(self, listed: list[dict[str, Any]]) -> dict[str, EmbeddingShard]:
         """Shards with vectors and a record (`listed`: records kept in manifest.json by bitextmine 0.1)."""
-        shards = {
-            s["name"]: EmbeddingShard(**s) for s in listed if (self.root / f"{s['name']}.npy").is_file()
-        }
+        listed_shards = (EmbeddingShard(**s) for s in listed if _SHARD_NAME.fullmatch(s["name"]))
+        shards = {s.name: s for s in listed_shards if (self.root / f"{s.name}.npy").is_file()}
         for record in sorted(self.root.glob("shard-*.json")):
-            if record.with_suffix(".npy").is_file():
-                shard = EmbeddingShard(**read_json(record))
+            shard = _read_record(record)
+            if shard is not None and record.with_suffix(".npy").is_file():
                 shards[shard.name] = shard
         return shards
 
@@ -186,6 +193,16 @@ class EmbeddingStore:
 
     def _save_manifest(self) -> None:
         write_json(self.root / MANIFEST, self._bound().to_json())
+
+
+def _read_record(path: Path) -> EmbeddingShard | None:
+    """A shard's record, or None when it is unreadable or names another shard: that shard is then
+    incomplete, and the next `encode` redoes it."""
+    try:
+        shard = EmbeddingShard(**read_json(path))
+    except (BitextmineError, TypeError):
+        return None
+    return shard if shard.name == path.stem else None
 
 
 TAKE_CHUNK_ROWS = 4096  # at most ~256 MB of mapped file pages per chunk of a random gather

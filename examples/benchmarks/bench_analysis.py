@@ -6,38 +6,43 @@
   tokens  FLORES dev, the first --token-sentences English sentences x 3 tokens, 5 nearest tokens among
           all tokens of --token-langs languages, classified same language / sentence / translation / other
 
-Each run is a `bitextmine eval` command whose --json lands in results/analysis/; the report is
+Each run is a `bitextmine eval` command whose --json lands in results/analysis/, stamped there with its
+date, machine and commit; a JSON already there is reused (delete it to measure again). The report is
 results/bench_analysis.md. Quality numbers, not timings: runs may share the machine.
 
 Usage: python examples/benchmarks/bench_analysis.py [--trained DIR] [--only words|tokens]
+       python examples/benchmarks/bench_analysis.py --report-only   (from the JSON there, e5 and trained)
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import os
-import platform
 import subprocess
 import sys
 from pathlib import Path
 
-from benchlib import MODEL, SHARED, cpu_model
+from benchlib import MODEL, RESULTS, SHARED, runs_table, stamped
 
-RESULTS = Path(__file__).with_name("results")
+ANALYSIS = RESULTS / "analysis"
 WORD_PAIRS = {"de-en": 5000, "zh-en": 2000}
 TOKEN_LANGS = "eng,deu,fra,rus,zho_simpl,ces,spa,ara,hin,jpn"
 
 
 def run(args: list[str], out: Path) -> dict:
-    """The JSON of a `bitextmine eval` run, made now unless an earlier run left it (rerun to report)."""
+    """The JSON of a `bitextmine eval` run, made now (and stamped: date, machine, commit) unless an earlier
+    run left it (rerun to report)."""
     if not out.is_file():
         out.parent.mkdir(parents=True, exist_ok=True)
         command = [sys.executable, "-m", "bitextmine", "eval", *args, "--json", str(out)]
         print(" ".join(command), flush=True)
         subprocess.run(command, check=True)
+        write_json(out, stamped(json.loads(out.read_text())))
     return json.loads(out.read_text())
+
+
+def write_json(path: Path, data: dict) -> None:
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
 def words(model: Path, name: str, pair: str) -> dict:
@@ -49,7 +54,7 @@ def words(model: Path, name: str, pair: str) -> dict:
             "--dict", str(SHARED / "data" / "dictionaries" / f"{x}-en.txt"),
             "--pairs", str(WORD_PAIRS[pair]), "--sentence-pairs", "5000", "--samplings", "10", "--k", "10",
         ],
-        RESULTS / "analysis" / f"{name}-words-{pair}.json",
+        ANALYSIS / f"{name}-words-{pair}.json",
     )  # fmt: skip
 
 
@@ -59,7 +64,7 @@ def tokens(model: Path, name: str, langs: str, sentences: int) -> dict:
             "tokens", "--model", str(model), "--flores", str(SHARED / "data" / "flores101" / "dev"),
             "--langs", langs, "--query-sentences", str(sentences),
         ],
-        RESULTS / "analysis" / f"{name}-tokens.json",
+        ANALYSIS / f"{name}-tokens.json",
     )  # fmt: skip
 
 
@@ -237,16 +242,27 @@ def token_findings(token_results: dict[str, dict]) -> list[str]:
     ]
 
 
-def trained_note(model_dir: Path | None) -> str:
-    """What the trained model is, from the training summary `bitextmine train` saved with it."""
-    if model_dir is None:
-        return "not evaluated in this run"
+def describe_trained(model_dir: Path) -> None:
+    """Keep what the trained model is (from the training summary `bitextmine train` saved with it) in
+    analysis/trained-model.json, so that the report can be rewritten without the model."""
     summary = json.loads((model_dir / "bitextmine.json").read_text()).get("training", {})
-    objectives = ", ".join(summary.get("objectives", {})) or "?"
-    note = (
-        f"`{model_dir.name}`, trained by `bitextmine train` ({objectives}, {summary.get('steps', '?')} steps)"
-    )
-    return note + scores_note(RESULTS / "analysis" / "trained-eval.json", model_dir.name)
+    about = {
+        "model": model_dir.name,
+        "objectives": list(summary.get("objectives", {})),
+        "steps": summary.get("steps"),
+    }
+    write_json(ANALYSIS / "trained-model.json", stamped(about))
+
+
+def trained_note() -> str:
+    """What the trained model is, and its scores where they were measured (see `scores_note`)."""
+    path = ANALYSIS / "trained-model.json"
+    if not path.is_file():
+        return "not evaluated"
+    about = json.loads(path.read_text())
+    objectives = ", ".join(about["objectives"]) or "?"
+    note = f"`{about['model']}`, trained by `bitextmine train` ({objectives}, {about['steps'] or '?'} steps)"
+    return note + scores_note(ANALYSIS / "trained-eval.json", about["model"])
 
 
 def scores_note(path: Path, model_name: str) -> str:
@@ -267,19 +283,15 @@ def scores_note(path: Path, model_name: str) -> str:
     )
 
 
-def report(words_results: dict, token_results: dict, args: argparse.Namespace) -> str:
-    import torch
-
-    cpu = cpu_model()
+def report(words_results: dict, token_results: dict) -> str:
     lines = [
         "# bench_analysis: word-level alignment and token matching",
         "",
-        f"{datetime.date.today()} — {cpu}, {os.cpu_count()} cores; python {platform.python_version()}, "
-        f"torch {torch.__version__}. Produced by `examples/benchmarks/bench_analysis.py`; raw numbers "
-        "in `results/analysis/*.json`. Models: `e5` = the shared multilingual-e5-small-q4; "
-        f"`trained` = {trained_note(args.trained)}. Word pairs from the shared news pairs and MUSE "
-        "dictionaries, "
-        "identical dictionary entries (names, numbers) dropped as in the authors' code; the paper's "
+        "Produced by `examples/benchmarks/bench_analysis.py` (`make bench-analysis`); raw numbers, each "
+        "run's date, machine and commit in `results/analysis/*.json`. Models: `e5` = the shared "
+        f"multilingual-e5-small-q4; `trained` = {trained_note()}. Word pairs from the shared news pairs "
+        "and MUSE dictionaries, identical dictionary entries (names, numbers) dropped as in the authors' "
+        "code; the paper's "
         "figures come from other sentences (WMT19), so compare shapes, not decimals.",
         "",
     ]
@@ -312,7 +324,12 @@ def report(words_results: dict, token_results: dict, args: argparse.Namespace) -
             "",
             *token_findings(token_results),
         ]
-    return "\n".join(lines)
+    runs = [
+        {**json.loads(path.read_text()), "file": path.name}
+        for path in sorted(ANALYSIS.glob("*.json"))
+        if path.name != "trained-model.json"
+    ]
+    return "\n".join([*lines, *runs_table(runs, lambda r: r["file"])]) + "\n"
 
 
 def main() -> None:
@@ -323,18 +340,37 @@ def main() -> None:
     parser.add_argument("--only", choices=("words", "tokens"), action="append")
     parser.add_argument("--token-langs", default=TOKEN_LANGS)
     parser.add_argument("--token-sentences", type=int, default=250)
+    parser.add_argument("--report-only", action="store_true", help="rewrite the .md from the JSON there")
     args = parser.parse_args()
-    models = {"e5": MODEL, **({"trained": args.trained} if args.trained else {})}
-    only = set(args.only or ("words", "tokens"))
-    words_results, token_results = {}, {}
-    for name, model in models.items():
-        if "words" in only:
-            for pair in WORD_PAIRS:
-                words_results[name, pair] = words(model, name, pair)
-        if "tokens" in only:
-            token_results[name] = tokens(model, name, args.token_langs, args.token_sentences)
-        (RESULTS / "bench_analysis.md").write_text(report(words_results, token_results, args))
+    if not args.report_only:
+        if args.trained:
+            describe_trained(args.trained)
+        only = set(args.only or ("words", "tokens"))
+        for name, model in {"e5": MODEL, **({"trained": args.trained} if args.trained else {})}.items():
+            if "words" in only:
+                for pair in WORD_PAIRS:
+                    words(model, name, pair)
+            if "tokens" in only:
+                tokens(model, name, args.token_langs, args.token_sentences)
+    (RESULTS / "bench_analysis.md").write_text(saved_report())
     print((RESULTS / "bench_analysis.md").read_text())
+
+
+def saved_report() -> str:
+    """The report of every model's JSON in analysis/ (the trained model's where trained-model.json is)."""
+    names = ["e5", *(["trained"] if (ANALYSIS / "trained-model.json").is_file() else [])]
+    words_results = {
+        (name, pair): json.loads(path.read_text())
+        for name in names
+        for pair in WORD_PAIRS
+        if (path := ANALYSIS / f"{name}-words-{pair}.json").is_file()
+    }
+    token_results = {
+        name: json.loads(path.read_text())
+        for name in names
+        if (path := ANALYSIS / f"{name}-tokens.json").is_file()
+    }
+    return report(words_results, token_results)
 
 
 if __name__ == "__main__":

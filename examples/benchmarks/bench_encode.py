@@ -14,24 +14,26 @@ thread count, writes its vectors, and the parent compares them with the padded i
   (h) sorted-bf16  (c) with the model in bf16 (CUDA only)
 
 `--device cuda` runs the same comparison on a GPU (larger default batches; peak GPU memory instead of
-peak RSS) and writes bench_encode_cuda.md and bench_encode_cuda_f1.json instead.
+peak RSS) and writes bench_encode_cuda.{json,md} instead of bench_encode.{json,md}.
 
 Then, per precision and in its own process, the de-en and zh-en bucc-like dev splits are encoded
 (no cache), mined exactly and the best-F1 threshold is learned on the same split (oracle F1).
 
-The F1 results are kept in results/bench_encode_f1.json: `--no-f1` re-times the variants and reuses them.
+Every timing and F1 is a row of results/bench_encode.json (with its date, machine and commit). A run
+replaces all the timing rows (they are compared with each other) and the F1 rows of its precisions
+(`--no-f1` re-times the variants and keeps the F1 rows); the report is rewritten from the rows
+(`--report-only`: only that).
 
 Usage: python examples/benchmarks/bench_encode.py [--device cpu|cuda] [--n 10000] [--threads 2] [--no-f1]
+       python examples/benchmarks/bench_encode.py [--device cpu|cuda] --report-only
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import io
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -39,7 +41,18 @@ import time
 from pathlib import Path
 
 import numpy as np
-from benchlib import MODEL, SHARED, cpu_model, peak_rss_mb
+from benchlib import (
+    MODEL,
+    RESULTS,
+    SHARED,
+    distinct,
+    load_rows,
+    peak_rss_mb,
+    runs_table,
+    save_results,
+    stamped,
+    table,
+)
 
 VARIANTS = ("packed", "padded", "sorted", "st", "bf16", "int8", "bf16-sdpa", "sorted-bf16")
 ONLY_ON = {"int8": "cpu", "bf16-sdpa": "cuda", "sorted-bf16": "cuda"}
@@ -49,7 +62,6 @@ F1_PAIRS = ("de-en", "zh-en")
 F1_TOLERANCE = 0.3  # F1 points a faster precision may lose against fp32
 DEFAULT_BATCH = {"cpu": 64, "cuda": 256}
 DEFAULT_MAX_TOKENS = {"cpu": 4096, "cuda": 16384}
-RESULTS = Path(__file__).with_name("results")
 
 
 def result_stem(device: str) -> str:
@@ -110,9 +122,9 @@ def _encoder_of(variant: str, args: argparse.Namespace):
 
 def run_f1(precision: str, args: argparse.Namespace) -> None:
     """Oracle dev F1 of each F1 pair with vectors encoded at `precision`."""
-    from bitextmine.bucc import read_bucc
-    from bitextmine.calibrate import MiningSettings, calibrate_threshold, mine_split
     from bitextmine.encoder.encoder import SentenceEncoder
+    from bitextmine.evaluation.bucc import read_bucc
+    from bitextmine.evaluation.calibration import MiningSettings, calibrate_threshold, mine_split
 
     encoder = SentenceEncoder.load(
         str(MODEL), device=args.device, max_tokens=args.max_tokens, precision=precision
@@ -169,16 +181,6 @@ def _hf_padded(device: str, batch_size: int, sort: bool, dtype):
     return encode
 
 
-def machine(device: str) -> str:
-    import torch
-
-    host = f"{cpu_model()}, {os.cpu_count()} cores, python {platform.python_version()}"
-    host += f", torch {torch.__version__}"
-    if device == "cuda":
-        return f"{torch.cuda.get_device_name()} (host: {host})"
-    return host
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -189,14 +191,18 @@ def main() -> None:
     parser.add_argument("--batch", type=int, help="padded batch size [default: 64 on CPU, 256 on CUDA]")
     parser.add_argument("--max-tokens", type=int, help="packed token budget [default: 4096 / 16384]")
     parser.add_argument("--only", choices=VARIANTS, action="append")
-    parser.add_argument("--out", type=Path, help="report [default: results/bench_encode[_cuda].md]")
     parser.add_argument("--no-f1", action="store_true", help="skip the dev F1 per precision")
+    parser.add_argument("--report-only", action="store_true", help="rewrite the .md from the .json")
     parser.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)
     parser.add_argument("--f1-precision", choices=sorted(set(PRECISION_OF.values())), help=argparse.SUPPRESS)
     parser.add_argument("--scratch", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.batch = args.batch or DEFAULT_BATCH[args.device]
     args.max_tokens = args.max_tokens or DEFAULT_MAX_TOKENS[args.device]
+    store = RESULTS / f"{result_stem(args.device)}.json"
+    if args.report_only:
+        store.with_suffix(".md").write_text(report(load_rows(store)))
+        return
     if not MODEL.is_dir():
         sys.exit(f"bench_encode: {MODEL} is absent; the benchmark needs the shared e5 model and data")
     if args.variant or args.f1_precision:
@@ -212,34 +218,35 @@ def main() -> None:
 
 
 def run_all(args: argparse.Namespace) -> None:
-    """Every variant (and precision's F1) in its own process, then the report."""
+    """Every variant (and precision's F1) in its own process, then their rows and the report."""
     sentences = load_sentences(args.n)
     variants = [v for v in VARIANTS if v != "st" or _has_sentence_transformers()]
     variants = [v for v in variants if ONLY_ON.get(v, args.device) == args.device]
     variants = [v for v in variants if not args.only or v in args.only or v == "padded"]
-    f1_store_path = RESULTS / f"{result_stem(args.device)}_f1.json"
+    store = RESULTS / f"{result_stem(args.device)}.json"
     with tempfile.TemporaryDirectory() as scratch:
         common = ["--scratch", scratch, "--n", str(args.n), "--threads", str(args.threads)]
         common += ["--device", args.device, "--batch", str(args.batch), "--max-tokens", str(args.max_tokens)]
         for variant in variants:
             print(f"running {variant} on {len(sentences)} sentences ...", flush=True)
             _child(["--variant", variant, *common], args.threads)
+        new = speed_rows(Path(scratch), variants, sentences, args)
         if not args.no_f1:
-            precisions = [PRECISION_OF[v] for v in variants if v in PRECISION_OF]
-            for precision in precisions:
+            for precision in [PRECISION_OF[v] for v in variants if v in PRECISION_OF]:
                 print(f"dev F1 at {precision} on {', '.join(F1_PAIRS)} ...", flush=True)
                 _child(["--f1-precision", precision, *common], args.threads)
-            f1 = {p: json.loads((Path(scratch) / f"f1-{p}.json").read_text()) for p in precisions}
-            f1_store_path.write_text(
-                json.dumps({"when": datetime.date.today().isoformat(), "f1": f1}, indent=1) + "\n"
-            )
-        f1_store = json.loads(f1_store_path.read_text()) if f1_store_path.is_file() else None
-        report = build_report(Path(scratch), variants, f1_store, sentences, args)
-    print(report)
-    out = args.out or RESULTS / f"{result_stem(args.device)}.md"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(report)
-    print(f"written to {out}")
+                f1 = json.loads((Path(scratch) / f"f1-{precision}.json").read_text())
+                new += [
+                    stamped({"kind": "f1", "dtype": precision, "pair": pair, **f1[pair]}) for pair in F1_PAIRS
+                ]
+    # speed rows are compared with each other: a run replaces them all; F1 rows, those of its precisions
+    keys = {_row_key(r) for r in new}
+    rows = [r for r in load_rows(store) if r["kind"] == "f1" and _row_key(r) not in keys] + new
+    save_results(store, rows, report(rows))
+
+
+def _row_key(r: dict) -> tuple:
+    return (r["kind"], r.get("variant"), r.get("dtype"), r.get("pair"))
 
 
 def _child(arguments: list[str], threads: int) -> None:
@@ -283,41 +290,87 @@ RATIOS = [
 ]
 
 
-def build_report(
-    scratch: Path, variants: list[str], f1_store: dict | None, sentences: list[str], args: argparse.Namespace
-) -> str:
+def speed_rows(
+    scratch: Path, variants: list[str], sentences: list[str], args: argparse.Namespace
+) -> list[dict]:
+    """A row a variant: its speed and memory, and how close its vectors are to the padded reference's."""
     tokens = count_tokens(sentences)
     reference = np.load(scratch / "padded.npy")
-    stats = {v: json.loads((scratch / f"{v}.json").read_text()) for v in variants}
-    rate = {v: len(sentences) / stats[v]["seconds"] for v in variants}
-    memory = "peak GPU memory (MB)" if args.device == "cuda" else "peak RSS (MB)"
-    lines = [
-        f"# {result_stem(args.device)} — {datetime.date.today().isoformat()}",
-        "",
-        f"Machine: {machine(args.device)}; {args.threads} threads; padded batches of {args.batch}, "
-        f"packed token budget {args.max_tokens:,}; {len(sentences):,} sentences (de/en news, mixed), "
-        f"{tokens:,} tokens with the `query: ` prefix; model multilingual-e5-small-q4 (fp32 weights).",
-        "",
-        f"| variant | attention | sentences/s | tokens/s | x (d) | {memory} "
-        "| min cos vs (b) | mean cos vs (b) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
-    ]
+    rows = []
     for v in variants:
+        stats = json.loads((scratch / f"{v}.json").read_text())
         cos = (np.load(scratch / f"{v}.npy") * reference).sum(1)
-        vs_st = f"{rate[v] / rate['st']:.2f}" if "st" in rate else "-"
-        lines.append(
-            f"| {LABELS[v]} | {stats[v]['backend']} | {rate[v]:.1f} | "
-            f"{tokens / stats[v]['seconds']:,.0f} | {vs_st} | "
-            f"{stats[v]['peak_mb']:,.0f} | {cos.min():.6f} | {cos.mean():.6f} |"
+        row = {"kind": "speed", "variant": v, "label": LABELS[v], "attention": stats["backend"]}
+        row |= {
+            "device": args.device,
+            "threads": args.threads,
+            "batch": args.batch,
+            "max_tokens": args.max_tokens,
+        }
+        row |= {"sentences": len(sentences), "tokens": tokens, "seconds": round(stats["seconds"], 2)}
+        row |= {"sentences_per_s": round(len(sentences) / stats["seconds"], 1)}
+        row |= {"tokens_per_s": round(tokens / stats["seconds"]), "peak_mb": round(stats["peak_mb"])}
+        rows.append(
+            stamped(row | {"min_cos": round(float(cos.min()), 6), "mean_cos": round(float(cos.mean()), 6)})
         )
-    lines += ["", "| ratio | value | target |", "|---|---:|---:|"]
-    for numerator, denominator, name, target in RATIOS:
-        if numerator in rate and denominator in rate:
-            lines.append(f"| {name} | {rate[numerator] / rate[denominator]:.2f} | {target} |")
-    lines += backend_notes(stats, args.device)
-    if f1_store:
-        lines += f1_section(f1_store, rate)
-    return "\n".join(lines) + "\n"
+    return rows
+
+
+def report(rows: list[dict]) -> str:
+    speed = sorted((r for r in rows if r["kind"] == "speed"), key=lambda r: VARIANTS.index(r["variant"]))
+    f1 = [r for r in rows if r["kind"] == "f1"]
+    rate = {r["variant"]: r["sentences_per_s"] for r in speed}
+    device = speed[0]["device"] if speed else "cpu"
+    memory = "peak GPU memory (MB)" if device == "cuda" else "peak RSS (MB)"
+    ratios = [
+        f"{name} {rate[a] / rate[b]:.2f}" + (f" (target {target})" if target else "")
+        for a, b, name, target in RATIOS
+        if a in rate and b in rate
+    ]
+    settings = [
+        f"{distinct(speed, 'threads')} threads",
+        f"padded batches of {distinct(speed, 'batch')}",
+        f"packed token budget {distinct(speed, 'max_tokens')}",
+        f"{distinct(speed, 'sentences')} sentences (de/en news, mixed), {distinct(speed, 'tokens')} tokens "
+        "with the `query: ` prefix",
+    ]
+    lines = [
+        f"# {result_stem(device)}: encoding speed and each precision's dev F1",
+        "",
+        f"Produced by `examples/benchmarks/bench_encode.py{' --device cuda' if device == 'cuda' else ''}` "
+        "(`make bench-encode` on CPU); each row's date, machine and commit: the JSON. Model "
+        "multilingual-e5-small-q4 (fp32 weights); "
+        + "; ".join(text for text in settings if "?" not in text)
+        + ".",
+        "",
+        "## How fast is each encoding path?",
+        "",
+        f"Speed ratios: {', '.join(ratios)}." if ratios else "No ratio: a variant of each pair is missing.",
+        "",
+        *table(
+            f"variant | attention | sentences/s | tokens/s | x (d) | {memory} | min cos vs (b) "
+            "| mean cos vs (b)",
+            "llrrrrrr",
+            (
+                f"{r['label']} | {r.get('attention') or '-'} | {r['sentences_per_s']:.1f} "
+                f"| {r['tokens_per_s']:,} | {_vs_st(r, rate)} | {r['peak_mb']:,} | {r['min_cos']:.6f} "
+                f"| {r['mean_cos']:.6f}"
+                for r in speed
+            ),
+        ),
+        *backend_notes({r["variant"]: {"backend": r.get("attention")} for r in speed}, device),
+    ]
+    if f1:
+        lines += f1_section(f1, rate)
+    return "\n".join([*lines, "", *runs_table(rows, _row_label)]) + "\n"
+
+
+def _vs_st(r: dict, rate: dict[str, float]) -> str:
+    return f"{r['sentences_per_s'] / rate['st']:.2f}" if "st" in rate else "-"
+
+
+def _row_label(r: dict) -> str:
+    return r["variant"] if r["kind"] == "speed" else f"{r['dtype']} {r['pair']} F1"
 
 
 def backend_notes(stats: dict[str, dict], device: str) -> list[str]:
@@ -337,46 +390,59 @@ def backend_notes(stats: dict[str, dict], device: str) -> list[str]:
     return ["", *notes] if notes else []
 
 
-def f1_section(f1_store: dict, rate: dict[str, float]) -> list[str]:
+def f1_section(rows: list[dict], rate: dict[str, float]) -> list[str]:
     """Dev F1 per precision and the verdict: the fastest one within F1_TOLERANCE of fp32 on every pair."""
-    f1 = f1_store["f1"]
-    precisions = [p for p in f1 if PRECISION_VARIANT[p] in rate]
+    f1 = {(r["dtype"], r["pair"]): r for r in rows}
+    precisions = [p for p in PRECISION_VARIANT if all((p, pair) in f1 for pair in F1_PAIRS)]
     lines = [
         "",
-        "BUCC-format dev F1 per precision (`../shared/data/bucc-like`, ratio margin, k = 4, exact mining, "
-        "best-F1 threshold learned on the same dev split; each precision encodes the splits afresh; "
-        f"run {f1_store['when']}):",
+        "## Does each precision keep the dev F1?",
         "",
-        "| precision | "
-        + " | ".join(f"{pair} F1 % (threshold)" for pair in F1_PAIRS)
-        + " | splits encoded in s |",
-        "|---|" + "---:|" * (len(F1_PAIRS) + 1),
     ]
-    for p in precisions:
-        cells = [f"{100 * f1[p][pair]['f1']:.2f} ({f1[p][pair]['threshold']:.4f})" for pair in F1_PAIRS]
-        seconds = sum(f1[p][pair]["seconds"] for pair in F1_PAIRS)
-        lines.append(f"| {p} | " + " | ".join(cells) + f" | {seconds:,.0f} |")
-    if "fp32" not in f1:
-        return lines
+    timed = [p for p in precisions if PRECISION_VARIANT[p] in rate]
     keeps = [
         p
-        for p in precisions
-        if all(100 * (f1["fp32"][pair]["f1"] - f1[p][pair]["f1"]) <= F1_TOLERANCE for pair in F1_PAIRS)
+        for p in timed
+        if "fp32" in precisions
+        and all(100 * (f1["fp32", pair]["f1"] - f1[p, pair]["f1"]) <= F1_TOLERANCE for pair in F1_PAIRS)
     ]
-    fastest = max(keeps, key=lambda p: rate[PRECISION_VARIANT[p]])
-    verdict = (
-        f"- Fastest precision whose dev F1 is within {F1_TOLERANCE} of fp32 on {' and '.join(F1_PAIRS)}: "
-    )
-    verdict += f"**{fastest}**, {rate[PRECISION_VARIANT[fastest]]:.1f} sentences/s"
-    if "st" in rate:
-        ratio = rate[PRECISION_VARIANT[fastest]] / rate["st"]
-        verdict += (
-            f" = {ratio:.2f}x sentence-transformers fp32 (target 2.0: {'met' if ratio >= 2 else 'NOT met'})"
+    if keeps:
+        fastest = max(keeps, key=lambda p: rate[PRECISION_VARIANT[p]])
+        verdict = (
+            f"Fastest precision whose dev F1 is within {F1_TOLERANCE} of fp32 on {' and '.join(F1_PAIRS)}: "
         )
-    dropped = [p for p in precisions if p not in keeps]
-    if dropped:
-        verdict += f"; outside the tolerance: {', '.join(dropped)}"
-    return [*lines, "", verdict + "."]
+        verdict += f"**{fastest}**, {rate[PRECISION_VARIANT[fastest]]:.1f} sentences/s"
+        if "st" in rate:
+            ratio = rate[PRECISION_VARIANT[fastest]] / rate["st"]
+            met = "met" if ratio >= 2 else "NOT met"
+            verdict += f" = {ratio:.2f}x sentence-transformers fp32 (target 2.0: {met})"
+        dropped = [p for p in timed if p not in keeps]
+        lines.append(verdict + (f"; outside the tolerance: {', '.join(dropped)}." if dropped else "."))
+    else:
+        lines.append(
+            f"No precision next to an fp32 row and its speed to compare with (tolerance {F1_TOLERANCE})."
+        )
+    lines += [
+        "",
+        *table(
+            "precision | "
+            + " | ".join(f"{pair} F1 % (threshold)" for pair in F1_PAIRS)
+            + " | splits encoded in s",
+            "l" + "r" * (len(F1_PAIRS) + 1),
+            (
+                f"{p} | "
+                + " | ".join(
+                    f"{100 * f1[p, pair]['f1']:.2f} ({f1[p, pair]['threshold']:.4f})" for pair in F1_PAIRS
+                )
+                + f" | {sum(f1[p, pair]['seconds'] for pair in F1_PAIRS):,.0f}"
+                for p in precisions
+            ),
+        ),
+        "",
+        "BUCC-format dev splits (`../shared/data/bucc-like`), ratio margin, k = 4, exact mining, best-F1 "
+        "threshold learned on the same dev split; each precision encodes the splits afresh.",
+    ]
+    return lines
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ uses in the demo workspace, so a second run encodes nothing. Each section rewrit
 --out; the other sections' last results stay.
 
 Usage: python examples/benchmarks/bench_mine.py [--only a|b|c ...] [--threads 2] [--out results/bench_mine.md]
+       python examples/benchmarks/bench_mine.py --report-only
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import re
 import shutil
 import subprocess
@@ -30,8 +30,9 @@ import sys
 import time
 from pathlib import Path
 
+import benchlib
 import numpy as np
-from benchlib import MODEL, REPO, SHARED, cpu_model, peak_rss_mb
+from benchlib import MODEL, REPO, SHARED, peak_rss_mb, table
 
 BUCC = SHARED / "data" / "bucc-like"
 PAIRS = ("de-en", "fr-en", "ru-en", "zh-en")
@@ -50,18 +51,15 @@ RERANK_FETCH = (16, 64, 256)
 
 
 def machine(threads: int) -> str:
-    import faiss
-    import torch
+    """Where and at which commit a section ran (benchlib's stamp: machine, software, commit)."""
+    import faiss  # noqa: F401  (their versions go into the stamp)
+    import torch  # noqa: F401
 
-    model = cpu_model()
-    return (
-        f"{model}, {os.cpu_count()} cores, {threads} threads; python {platform.python_version()}, "
-        f"torch {torch.__version__}, faiss {faiss.__version__}, numpy {np.__version__}"
-    )
+    return f"{benchlib.machine()}, {threads} threads; {benchlib.software()}; commit {benchlib.commit()}"
 
 
 class Embeddings:
-    """Sentence vectors through bitextmine.embed_cache (float16-rounded, cached); the model loads lazily."""
+    """Sentence vectors through bitextmine.encoder.cache (float16-rounded, cached); the model loads lazily."""
 
     def __init__(self, cache: Path) -> None:
         self.cache = cache
@@ -78,7 +76,7 @@ class Embeddings:
         return self._encoder
 
     def __call__(self, sentences: list[str], label: str) -> np.ndarray:
-        from bitextmine.embed_cache import embed
+        from bitextmine.encoder.cache import embed
 
         done = [0]
 
@@ -99,7 +97,7 @@ class Embeddings:
 
 
 def read_split(pair: str):
-    from bitextmine.bucc import read_bucc
+    from bitextmine.evaluation.bucc import read_bucc
 
     return read_bucc(BUCC / pair, pair, "dev")
 
@@ -108,8 +106,8 @@ def read_split(pair: str):
 
 
 def section_a(emb: Embeddings) -> str:
-    from bitextmine.calibrate import SplitCandidates, calibrate_threshold
-    from bitextmine.mine import mine_arrays
+    from bitextmine.evaluation.calibration import SplitCandidates, calibrate_threshold
+    from bitextmine.mining.arrays import mine_arrays
 
     rows, f1 = [], {}
     mine_seconds = 0.0
@@ -146,10 +144,11 @@ def section_a(emb: Embeddings) -> str:
         "## (a) Dev F1 on bucc-like, shared e5 model, exact mining (k = 4), oracle threshold",
         "",
         "Vectors: `multilingual-e5-small-q4` (prefix `query: `, mean pooling), rounded through float16 as "
-        "`bitextmine.embed_cache.embed` returns them. Mining: `bitextmine.mine.mine_arrays` (exact kNN both "
-        "ways, one-to-one). Threshold: `bitextmine.calibrate.calibrate_threshold` (best F1 over the "
-        "midpoints of the candidate scores) on the same dev split, so F1 is an oracle upper bound for "
-        "that split, not a held-out score.",
+        "`bitextmine.encoder.cache.embed` returns them. Mining: `bitextmine.mining.arrays.mine_arrays` "
+        "(exact kNN both ways, one-to-one). Threshold: "
+        "`bitextmine.evaluation.calibration.calibrate_threshold` (best F1 over the midpoints of the "
+        "candidate scores) on the same dev split, so F1 is an oracle upper bound for that split, not a "
+        "held-out score.",
         "",
         "| pair | margin | strategy | sentences x / en | gold | candidates | threshold | P % | R % | F1 % |",
         "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
@@ -226,7 +225,7 @@ def noisy_vectors(base: np.ndarray, start: int, stop: int, sigma: float, seed: i
 
 def write_stores(base: np.ndarray, sizes: list[int], sigma: float, scratch: Path) -> dict[int, Path]:
     """One embedding store per size; the smaller sets are prefixes of the largest (same seeds)."""
-    from bitextmine.store import EmbeddingShard, EmbeddingStore, ModelIdentity
+    from bitextmine.workspace.embeddings import EmbeddingShard, EmbeddingStore, ModelIdentity
 
     identity = ModelIdentity(
         name="e5-dev-de+en-noisy", fingerprint=f"bench-noise-{sigma}", dim=base.shape[1], settings={}
@@ -252,9 +251,9 @@ def index_job(store_root: Path, factory: str, out: Path, threads: int) -> None:
     """Runs in its own process: build, measure, search; writes a JSON line of results."""
     import faiss
 
-    from bitextmine.index import build_index, set_nprobe
-    from bitextmine.index_search import search
-    from bitextmine.store import EmbeddingStore
+    from bitextmine.search.faiss_index import build_index, set_nprobe
+    from bitextmine.search.ivf_scan import search
+    from bitextmine.workspace.embeddings import EmbeddingStore
 
     faiss.omp_set_num_threads(threads)
     vectors = EmbeddingStore(store_root, "xx").vectors()
@@ -331,7 +330,7 @@ def exact_kth(queries: np.ndarray, vectors, k: int) -> np.ndarray:
 def section_b(
     emb: Embeddings, sizes: list[int], sigma: float, scratch: Path, threads: int, keep: bool
 ) -> str:
-    from bitextmine.index import choose_factory
+    from bitextmine.search.faiss_index import choose_factory
 
     split = read_split("de-en")
     base = np.concatenate([emb(split.src.sentences, "de-en de"), emb(split.tgt.sentences, "de-en en")])
@@ -388,10 +387,22 @@ def section_b(
     return _report_b(results, base, sizes, sigma, total, structure)
 
 
+def _recall_table(rows: list[dict], key: str, heading: str, columns: list[str]) -> list[str]:
+    """recall / ms per 1,000 queries of each row's `key` settings, a column a setting ([] without rows)."""
+    if not rows:
+        return []
+    cells = (
+        f"{r['n']:,} | `{r['factory']}` | "
+        + " | ".join(f"{s['recall']:.4f} / {s['ms_per_1000']:,.0f}" for s in r[key])
+        for r in rows
+    )
+    return ["", heading, "", *table("N | index | " + " | ".join(columns), "rl" + "r" * len(columns), cells)]
+
+
 def neighbour_structure(root: Path, n_base: int, queries: int = 200, depth: int = 16) -> dict:
     """Exact neighbours of a few random rows of the grown set: cosine by rank, share of siblings
     (noisy copies of the query's own base vector) among the top 4."""
-    from bitextmine.store import EmbeddingStore
+    from bitextmine.workspace.embeddings import EmbeddingStore
 
     vectors = EmbeddingStore(root, "xx").vectors()
     rows = np.sort(np.random.default_rng(3).choice(len(vectors), size=queries, replace=False))
@@ -419,8 +430,9 @@ def _report_b(results, base, sizes, sigma, total, structure) -> str:
         "",
         f"Data: the {len(base):,} de + en dev vectors of (a), row i = vector (i mod {len(base):,}) plus "
         f"gaussian noise sigma = {sigma} per dimension, renormalised, stored as float16 shards of "
-        f"{SHARD_ROWS:,} rows through `bitextmine.store.EmbeddingStore` (the {min(sizes):,} set is a prefix "
-        "of the larger one). Each index is built by `bitextmine.index.build_index` in its own process. "
+        f"{SHARD_ROWS:,} rows through `bitextmine.workspace.embeddings.EmbeddingStore` (the {min(sizes):,} "
+        "set is a prefix of the larger one). Each index is built by "
+        "`bitextmine.search.faiss_index.build_index` in its own process. "
         f"Recall@{K}: the index module's measurement on {RECALL_QUERIES:,} random rows (a returned row "
         f"counts when its exact cosine reaches the exact {K}th best). Query time: one `search` of "
         f"{SEARCH_QUERIES:,} random rows, k = {K}, per 1,000 queries. All queries are rows of the indexed "
@@ -440,32 +452,20 @@ def _report_b(results, base, sizes, sigma, total, structure) -> str:
             f"{r['build_seconds']:.1f} | {recall} | {r['query_ms_per_1000']:,.0f} | {r['index_mb']:,.0f} | "
             f"{r['peak_rss_mb']:,.0f} | {r['wall_seconds']:.0f} |"
         )
-    swept = [r for r in results if "sweep" in r]
-    if swept:
-        lines += [
-            "",
-            f"nprobe sweep (another {RECALL_QUERIES:,} random rows, own exact search): recall@{K} / "
-            "ms per 1,000 queries",
-            "",
-            "| N | index | " + " | ".join(f"nprobe {p}" for p in NPROBES) + " |",
-            "|---:|---|" + "---:|" * len(NPROBES),
-        ]
-        for r in swept:
-            cells = [f"{s['recall']:.4f} / {s['ms_per_1000']:,.0f}" for s in r["sweep"]]
-            lines.append(f"| {r['n']:,} | `{r['factory']}` | " + " | ".join(cells) + " |")
-    reranked = [r for r in results if "rerank" in r]
-    if reranked:
-        lines += [
-            "",
-            f"PQ indexes at their default nprobe, fetching more than {K} and re-ranking by exact cosine "
-            f"(same queries as the sweep): recall@{K} / ms per 1,000 queries including the re-rank",
-            "",
-            "| N | index | " + " | ".join(f"fetch {f}" for f in RERANK_FETCH) + " |",
-            "|---:|---|" + "---:|" * len(RERANK_FETCH),
-        ]
-        for r in reranked:
-            cells = [f"{s['recall']:.4f} / {s['ms_per_1000']:,.0f}" for s in r["rerank"]]
-            lines.append(f"| {r['n']:,} | `{r['factory']}` | " + " | ".join(cells) + " |")
+    lines += _recall_table(
+        [r for r in results if "sweep" in r],
+        "sweep",
+        f"nprobe sweep (another {RECALL_QUERIES:,} random rows, own exact search): recall@{K} / ms per 1,000 "
+        "queries",
+        [f"nprobe {p}" for p in NPROBES],
+    )
+    lines += _recall_table(
+        [r for r in results if "rerank" in r],
+        "rerank",
+        f"PQ indexes at their default nprobe, fetching more than {K} and re-ranking by exact cosine (same "
+        f"queries as the sweep): recall@{K} / ms per 1,000 queries including the re-rank",
+        [f"fetch {f}" for f in RERANK_FETCH],
+    )
     cos = structure["median_cos_by_rank"]
     lines += [
         "",
@@ -564,7 +564,7 @@ def reference_mine(neighbours, margin: str, strategy: str) -> list[tuple[int, in
 
 
 def section_c(emb: Embeddings) -> str:
-    from bitextmine.mine import mine_arrays
+    from bitextmine.mining.arrays import mine_arrays
 
     split = read_split("de-en")
     src = emb(split.src.sentences, "de-en de")
@@ -636,12 +636,10 @@ def merge_report(out: Path, new_sections: dict[str, str], threads: int) -> str:
         elif match:
             sections[name] = match.group(1).rstrip("\n") + "\n"
     lines = [
-        f"# bench_mine — {datetime.date.today().isoformat()}",
+        "# bench_mine: mining quality and cost on CPU",
         "",
-        f"Machine: {machine(threads)}.",
-        "",
-        "Produced by `examples/benchmarks/bench_mine.py` (`make bench-mine`); each section notes when it "
-        "last ran.",
+        "Produced by `examples/benchmarks/bench_mine.py` (`make bench-mine`); each section notes when, on "
+        "what and at which commit it last ran (`--report-only` rewrites this header around them).",
         "",
     ]
     for name in SECTIONS:
@@ -676,10 +674,14 @@ def main() -> None:
         "--sigma", type=float, default=0.02, help="(b) noise per dimension before renormalising"
     )
     parser.add_argument("--out", type=Path, default=Path(__file__).with_name("results") / "bench_mine.md")
+    parser.add_argument("--report-only", action="store_true", help="rewrite the header, keep the sections")
     parser.add_argument("--index-job", nargs=3, metavar=("STORE", "FACTORY", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.index_job:
         index_job(Path(args.index_job[0]), args.index_job[1], Path(args.index_job[2]), args.threads)
+        return
+    if args.report_only:
+        args.out.write_text(merge_report(args.out, {}, args.threads))
         return
     if not MODEL.is_dir() or not BUCC.is_dir():
         sys.exit(f"bench_mine: {MODEL} or {BUCC} is absent; the benchmark needs the shared model and data")

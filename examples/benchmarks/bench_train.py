@@ -5,11 +5,13 @@ Every row fine-tunes the shared multilingual-e5-small (or trains a small model f
 the evaluation sets (bucc-like dev splits, Tatoeba files), then evaluates the saved model:
 BUCC-format dev F1 (ratio margin, exact mining, threshold learned on the same dev split) and Tatoeba
 accuracy (mean of both directions). Rows are run one at a time with --only ROW; results accumulate in
-results/bench_train.json and the table results/bench_train.md is rebuilt from it after every row.
+results/bench_train.json (each row with its date, machine and commit) and results/bench_train.md is
+rebuilt from it after every row (`--report-only`: only that).
 Section `speed` times packed against padded training steps on the same batches.
 
 Usage: python examples/benchmarks/bench_train.py --only contrastive [--minutes 10] [--threads 2]
        [--keep-model DIR]  (keeps each trained row's model dir, without checkpoints, as DIR/ROW)
+       python examples/benchmarks/bench_train.py --report-only
 """
 
 from __future__ import annotations
@@ -17,8 +19,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
-import platform
 import shutil
 import statistics
 import sys
@@ -26,9 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchlib import MODEL, SHARED, cpu_model, peak_rss_mb
+from benchlib import MODEL, RESULTS, SHARED, peak_rss_mb, runs_table, save_rows, stamped, table
 
-RESULTS = Path(__file__).with_name("results")
 BUCC_PAIRS = ("de-en", "zh-en")
 TATOEBA_LANGS = ("deu", "fra", "rus", "cmn", "ces")
 ROWS = {
@@ -94,10 +93,10 @@ def keep(model_dir: Path, destination: Path) -> None:
 
 
 def evaluate(model_dir: Path) -> dict:
-    from bitextmine.bucc import read_bucc
-    from bitextmine.calibrate import MiningSettings, calibrate_threshold, mine_split
     from bitextmine.encoder.encoder import SentenceEncoder
-    from bitextmine.evaluate import evaluate_tatoeba
+    from bitextmine.evaluation.bucc import read_bucc
+    from bitextmine.evaluation.calibration import MiningSettings, calibrate_threshold, mine_split
+    from bitextmine.evaluation.retrieval import evaluate_tatoeba
 
     encoder = SentenceEncoder.load(str(model_dir), device="cpu", precision="bf16")
     results = {}
@@ -161,79 +160,104 @@ def speed(minutes_each: float = 1.0) -> dict:
     }
 
 
-def machine() -> str:
-    import torch
-
-    cpu = cpu_model()
-    return f"{cpu}, {os.cpu_count()} cores, python {platform.python_version()}, torch {torch.__version__}"
-
-
 def report(results: dict) -> str:
+    rows = {row: results[row] for row in ROWS if row in results}
+    base = results.get("base", {}).get("eval")
+
+    def vs_base(ev: dict) -> tuple[float, float] | None:
+        """(average dev F1, worst Tatoeba language) against the base model, in points."""
+        if base is None:
+            return None
+        f1 = statistics.mean(ev[f"bucc/{p}"] - base[f"bucc/{p}"] for p in BUCC_PAIRS)
+        return f1, min(ev[f"tatoeba/{lang}"] - base[f"tatoeba/{lang}"] for lang in TATOEBA_LANGS)
+
+    def cells(row: str, r: dict) -> str:
+        t, ev = r.get("train", {}), r["eval"]
+        tatoeba = [ev[f"tatoeba/{lang}"] for lang in TATOEBA_LANGS]
+        delta = vs_base(ev) if row != "base" else None
+        return " | ".join(
+            [
+                row,
+                str(t.get("train_minutes", "-")),
+                f"{t['steps']:,}" if t else "-",
+                f"{t['pairs']:,}" if t else "-",
+                str(t.get("pairs_per_s", "-")),
+                f"{t['first_loss']} -> {t['last_loss']}" if t else "-",
+                *[f"{ev[f'bucc/{p}']:.2f}" for p in BUCC_PAIRS],
+                *[f"{x:.2f}" for x in tatoeba],
+                f"{statistics.mean(tatoeba):.2f}",
+                "-" if delta is None else f"{delta[0]:+.2f} / {delta[1]:+.2f}",
+            ]
+        )
+
     lines = [
-        "# bench_train",
+        "# bench_train: training objectives at an equal CPU budget",
         "",
         "Produced by `examples/benchmarks/bench_train.py` (`make bench-train`); rows are run one at a "
-        "time and accumulate. Training data: `../shared/data/parallel` (all pairs, minus every pair "
-        "containing a sentence of the bucc-like splits or of the Tatoeba files of the evaluated "
-        "languages). Base: multilingual-e5-small-q4. Evaluation of the saved model, encoded in bf16: "
-        "BUCC-format dev F1 (`../shared/data/bucc-like`, ratio margin k = 4, exact mining, best-F1 "
-        "threshold on the same dev split) and Tatoeba accuracy (mean of xx->eng and eng->xx).",
+        "time and accumulate; each row's date, machine and commit: the JSON. Training data: "
+        "`../shared/data/parallel` (all pairs, minus every pair containing a sentence of the bucc-like "
+        "splits or of the Tatoeba files of the evaluated languages). Base: multilingual-e5-small-q4. "
+        "Evaluation of the saved model, encoded in bf16: BUCC-format dev F1 (`../shared/data/bucc-like`, "
+        "ratio margin k = 4, exact mining, best-F1 threshold on the same dev split) and Tatoeba accuracy "
+        "(mean of xx->eng and eng->xx).",
         "",
-        "| row | minutes | steps | pairs | pairs/s | loss first -> last 10 | "
-        + " | ".join(f"{p} F1" for p in BUCC_PAIRS)
-        + " | "
-        + " | ".join(TATOEBA_LANGS)
-        + " | Tatoeba avg | run |",
-        "|---|" + "---:|" * (7 + len(BUCC_PAIRS) + len(TATOEBA_LANGS)) + "---|",
+        "## Which training objective, at an equal wall-clock budget?",
+        "",
     ]
-    for row in ROWS:
-        if row not in results:
-            continue
-        r = results[row]
-        t = r.get("train", {})
-        ev = r["eval"]
-        tat = [ev[f"tatoeba/{lang}"] for lang in TATOEBA_LANGS]
-        cells = [
-            row,
-            str(t.get("train_minutes", "-")),
-            f"{t['steps']:,}" if t else "-",
-            f"{t['pairs']:,}" if t else "-",
-            str(t.get("pairs_per_s", "-")),
-            f"{t['first_loss']} -> {t['last_loss']}" if t else "-",
-            *[f"{ev[f'bucc/{p}']:.2f}" for p in BUCC_PAIRS],
-            *[f"{x:.2f}" for x in tat],
-            f"{statistics.mean(tat):.2f}",
-            r["when"],
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
-    if "base" in results:
-        base = results["base"]["eval"]
-        lines += ["", "Differences to the base model (F1 points; Tatoeba: worst language):", ""]
-        for row in ROWS:
-            if row == "base" or row not in results:
-                continue
-            ev = results[row]["eval"]
-            f1 = statistics.mean(ev[f"bucc/{p}"] - base[f"bucc/{p}"] for p in BUCC_PAIRS)
-            worst = min(ev[f"tatoeba/{lang}"] - base[f"tatoeba/{lang}"] for lang in TATOEBA_LANGS)
-            lines.append(f"- {row}: average dev F1 {f1:+.2f}, worst Tatoeba language {worst:+.2f}")
+    trained = {row: vs_base(r["eval"]) for row, r in rows.items() if "train" in r}
+    if base is not None and trained:
+        best = max(trained, key=lambda row: trained[row][0])
+        minutes = sorted({str(rows[row]["train"]["train_minutes"]) for row in trained})
+        lines.append(
+            f"After {minutes[0]}-{minutes[-1]} minutes of training, {best} gained the most average dev F1 "
+            f"({trained[best][0]:+.2f} points over the base model; worst Tatoeba language "
+            f"{trained[best][1]:+.2f})."
+        )
+    else:
+        lines.append("No trained row next to the base model yet.")
+    lines += [
+        "",
+        *table(
+            "row | minutes | steps | pairs | pairs/s | loss first -> last 10 | "
+            + " | ".join(f"{p} F1" for p in BUCC_PAIRS)
+            + " | "
+            + " | ".join(TATOEBA_LANGS)
+            + " | Tatoeba avg | vs base: avg dev F1 / worst Tatoeba",
+            "l" + "r" * (7 + len(BUCC_PAIRS) + len(TATOEBA_LANGS)),
+            (cells(row, r) for row, r in rows.items()),
+        ),
+    ]
     if "speed" in results:
         s = results["speed"]
+        ratio = s["packed_pairs_per_s"] / s["padded_pairs_per_s"]
         lines += [
             "",
-            f"Packed vs padded training steps (contrastive, e5, bf16 autocast, {s['batches']} identical "
-            f"batches of ~{s['pairs_per_batch']} pairs): packed {s['packed_pairs_per_s']} pairs/s, padded "
-            f"{s['padded_pairs_per_s']} pairs/s, ratio "
-            f"{s['packed_pairs_per_s'] / s['padded_pairs_per_s']:.2f} (target 1.5); {s['when']}.",
+            "## Are packed training steps faster than padded ones?",
+            "",
+            f"Packed steps trained {ratio:.2f}x the pairs a second of padded steps on the same batches "
+            f"(target 1.5: {'met' if ratio >= 1.5 else 'NOT met'}).",
+            "",
+            *table(
+                "batches | pairs a batch | packed pairs/s | padded pairs/s | packed / padded",
+                "rrrrr",
+                [
+                    f"{s['batches']} | ~{s['pairs_per_batch']} | {s['packed_pairs_per_s']} "
+                    f"| {s['padded_pairs_per_s']} | {ratio:.2f}"
+                ],
+            ),
+            "",
+            "Contrastive objective, e5, bf16 autocast, identical batches after one warm-up batch.",
         ]
-    lines += ["", f"Machine: {results.get('machine', '?')}."]
-    return "\n".join(lines) + "\n"
+    measured = {"speed": results["speed"]} if "speed" in results else {}
+    all_rows = [dict(r, row=name) for name, r in {**rows, **measured}.items()]
+    return "\n".join([*lines, "", *runs_table(all_rows, lambda r: r["row"])]) + "\n"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--only", choices=[*ROWS, "speed"], action="append", required=True)
+    parser.add_argument("--only", choices=[*ROWS, "speed"], action="append")
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument(
@@ -242,30 +266,35 @@ def main() -> None:
         metavar="DIR",
         help="copy each trained row's model dir to DIR/ROW (without checkpoints)",
     )
+    parser.add_argument("--report-only", action="store_true", help="rewrite the .md from the .json")
     args = parser.parse_args()
+    store = RESULTS / "bench_train.json"
+    results = json.loads(store.read_text()) if store.is_file() else {}
+    if args.report_only:
+        (RESULTS / "bench_train.md").write_text(report(results))
+        return
+    if not args.only:
+        parser.error("--only ROW is required (or --report-only)")
     if not MODEL.is_dir():
         sys.exit(f"bench_train: {MODEL} is absent; the benchmark needs the shared model and data")
     import torch
 
     torch.set_num_threads(args.threads)
-    store = RESULTS / "bench_train.json"
-    results = json.loads(store.read_text()) if store.is_file() else {}
     for row in args.only:
         when = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
         print(f"bench_train: {row} ...", flush=True)
         if row == "speed":
-            results["speed"] = {**speed(), "when": when}
+            results["speed"] = stamped({**speed(), "when": when})
         elif ROWS[row] is None:
-            results[row] = {"eval": evaluate(MODEL), "when": when}
+            results[row] = stamped({"eval": evaluate(MODEL), "when": when})
         else:
             with tempfile.TemporaryDirectory() as scratch:
                 out = Path(scratch) / row
                 trained = train_row(row, args.minutes, out)
-                results[row] = {"train": trained, "eval": evaluate(out), "when": when}
+                results[row] = stamped({"train": trained, "eval": evaluate(out), "when": when})
                 if args.keep_model:
                     keep(out, args.keep_model / row)
-        results["machine"] = machine()
-        store.write_text(json.dumps(results, indent=1) + "\n")
+        save_rows(store, results)
         (RESULTS / "bench_train.md").write_text(report(results))
         print(report(results), flush=True)
 

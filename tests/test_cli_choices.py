@@ -1,0 +1,55 @@
+"""Choices are checked by the parser, before any work, and listed in --help; `--version`."""
+
+from __future__ import annotations
+
+import typing
+
+import pytest
+from typer.testing import CliRunner
+
+from bitextmine.cli import app
+from bitextmine.cli.app import PrecisionOption
+from bitextmine.encoder.precision import PRECISIONS
+from bitextmine.errors import BitextmineError
+from bitextmine.evaluation.calibration import MiningSettings
+from bitextmine.steps.mine import MineOptions
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize(
+    ("args", "valid"),
+    [
+        (["mine", "de", "en", "--margin", "ration"], "'ratio', 'distance', 'csls', 'absolute'"),
+        (["mine", "de", "en", "--strategy", "both"], "'max', 'intersect', 'fwd', 'bwd'"),
+        (["mine", "de", "en", "--launcher", "slurmm"], "'local', 'slurm', 'submitit-local'"),
+        (["encode", "x.txt", "-l", "de", "--precision", "fp16"], "'auto', 'fp32', 'bf16', 'int8'"),
+        (["encode", "x.txt", "-l", "de", "--device", "gpu"], "'auto', 'cpu', 'cuda', 'cuda:N'"),
+        (["train", "--data", "x", "--out", "o", "--bf16", "yes"], "'auto', 'on', 'off'"),
+        (["train", "--data", "x", "--out", "o", "--mexma-alignment", "cos"], "'mse', 'contrastive'"),
+    ],
+)
+def test_a_mistyped_choice_is_a_usage_error_listing_the_valid_values(tmp_path, monkeypatch, args, valid):
+    monkeypatch.setenv("BITEXTMINE_WORKDIR", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert valid in " ".join(result.output.replace("│", " ").split()), result.output
+    assert list(tmp_path.iterdir()) == []  # nothing ran
+
+
+def test_the_cli_precisions_are_the_encoders():
+    (choices,) = typing.get_args(PrecisionOption)[:1]
+    assert typing.get_args(choices) == ("auto", *PRECISIONS)
+
+
+def test_version():
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.output.startswith("bitextmine 0.")
+
+
+def test_api_options_check_their_choices_when_made():
+    with pytest.raises(BitextmineError, match="unknown margin 'ration'; choose one of ratio, distance"):
+        MineOptions(margin="ration")
+    with pytest.raises(BitextmineError, match="unknown candidate strategy 'both'"):
+        MiningSettings(strategy="both")

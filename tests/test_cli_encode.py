@@ -254,7 +254,8 @@ def test_precision_is_recorded_and_a_resume_at_another_precision_is_refused(tmp_
     assert code == 1 and "made at precision bf16, not fp32; pass --precision bf16" in output, output
     assert len(output.strip().splitlines()) <= 3  # the shard lines, then one error line
     code, output = encode(*args, "--precision", "fp16")
-    assert code == 1 and "unknown precision 'fp16'" in output, output
+    expected = "'fp16' is not one of 'auto', 'fp32', 'bf16', 'int8'"  # the parser's usage error
+    assert code == 2 and expected in " ".join(output.replace("│", " ").split()), output
 
 
 def test_shard_jobs_through_submitit_encode_what_the_local_run_encodes(tmp_path, tiny_model_dir):

@@ -22,6 +22,7 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bitextmine.errors import BitextmineError
 from bitextmine.text import reader as corpus
 from bitextmine.text.cleaning import clean_line
 from bitextmine.text.dedup import Deduplicator
@@ -495,6 +496,12 @@ def test_source_info_is_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
 def test_corrupt_manifest_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "manifest.json").write_text("{not json")
+    with pytest.raises(
+        BitextmineError, match=starting(f"{tmp_path / 'manifest.json'}:1: invalid JSON")
+    ) as info:
+        load_manifest(tmp_path)
+    assert str(info.value).endswith("; delete it to rebuild")
+    (tmp_path / "manifest.json").write_text('{"lang": "de"}')  # JSON, but not a manifest
     with pytest.raises(CorpusError, match=starting(f"{tmp_path / 'manifest.json'}: corrupt corpus manifest")):
         load_manifest(tmp_path)
 

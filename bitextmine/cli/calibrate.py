@@ -23,7 +23,7 @@ from bitextmine.cli.app import (
     set_threads,
     user_errors,
 )
-from bitextmine.cli.output import progress_bar, scores_table
+from bitextmine.cli.output import ProgressDisplay, scores_table
 from bitextmine.workspace.layout import DEFAULT_WORKDIR, Workspace
 
 
@@ -56,14 +56,14 @@ def calibrate(
     with user_errors():
         data = read_bucc(bucc, pair, split)
         encoder = load_encoder(require_model(model), device, precision)
-        progress, advance = progress_bar(f"encoding {pair} {split}", data.sentences)
+        progress = ProgressDisplay(f"encoding {pair} {split}", data.sentences, rates=True)
         with progress:
             calibration = calibrate_split(
                 data,
                 encoder,
                 MiningSettings(k, margin, strategy),
                 Workspace(workdir).embedding_cache_dir(),
-                advance,
+                progress.advance,
             )
     result = calibration.result
     title = f"calibrate {pair} {split} ({margin} margin, {strategy})"

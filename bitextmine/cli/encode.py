@@ -5,16 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    ProgressColumn,
-    TextColumn,
-    TimeElapsedColumn,
-)
 from rich.table import Table
-from rich.text import Text
 
 from bitextmine.cli.app import (
     DeviceOption,
@@ -33,20 +24,9 @@ from bitextmine.cli.app import (
     user_errors,
 )
 from bitextmine.cli.launcher_options import NO_FLAGS, LauncherFlags, with_launcher_options
-from bitextmine.cli.output import fields_table
+from bitextmine.cli.output import ProgressDisplay, fields_table
 from bitextmine.encoder.batching import DEFAULT_MAX_TOKENS
 from bitextmine.workspace.layout import DEFAULT_WORKDIR, Workspace
-
-
-class _RateColumn(ProgressColumn):
-    """Sentences/s from the task's progress and tokens/s from its `tokens` field."""
-
-    def render(self, task) -> Text:
-        elapsed = task.elapsed or 0.0
-        if elapsed <= 0:
-            return Text("")
-        tokens = task.fields.get("tokens", 0)
-        return Text(f"{task.completed / elapsed:,.1f} sent/s  {tokens / elapsed:,.0f} tok/s", style="cyan")
 
 
 class _RichEncodeReporter:
@@ -54,16 +34,7 @@ class _RichEncodeReporter:
     loads torch, which the CLI does only once a command runs)."""
 
     def __init__(self) -> None:
-        self.progress = Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            _RateColumn(),
-            TimeElapsedColumn(),
-            console=err,
-            transient=False,
-        )
-        self.task = None
+        self.progress: ProgressDisplay | None = None
 
     def warn(self, message: str) -> None:
         err.print(f"[yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
@@ -83,15 +54,14 @@ class _RichEncodeReporter:
             f"prefix {encoder.settings.prefix!r}, max length {encoder.max_length})",
             highlight=False,
         )
-        self.progress.start()
-        self.task = self.progress.add_task("encoding", total=rows_to_encode, tokens=0)
+        self.progress = ProgressDisplay("encoding", rows_to_encode, rates=True).__enter__()
 
     def advance(self, sentences: int, tokens: int = 0) -> None:
-        fields = self.progress.tasks[0].fields
-        self.progress.update(self.task, advance=sentences, tokens=fields["tokens"] + tokens)
+        self.progress.advance(sentences, tokens)
 
     def close(self) -> None:
-        self.progress.stop()
+        if self.progress is not None:
+            self.progress.__exit__(None, None, None)
 
 
 def _summary_table(summary) -> Table:

@@ -26,7 +26,7 @@ from bitextmine.cli.app import (
     set_threads,
     user_errors,
 )
-from bitextmine.cli.output import print_results, progress_bar, results_table, scores_table
+from bitextmine.cli.output import ProgressDisplay, print_results, results_table, scores_table
 from bitextmine.workspace.layout import DEFAULT_WORKDIR, Workspace
 
 eval_app = typer.Typer(
@@ -80,7 +80,7 @@ def eval_bucc(
             used, candidates = None, scores.predicted
         else:
             encoder = load_encoder(require_model(model), device, precision)
-            progress, advance = progress_bar(f"encoding {pair} {split}", data.sentences)
+            progress = ProgressDisplay(f"encoding {pair} {split}", data.sentences, rates=True)
             with progress:
                 evaluation = evaluate_bucc(
                     data,
@@ -88,7 +88,7 @@ def eval_bucc(
                     threshold,
                     MiningSettings(k, margin, strategy),
                     Workspace(workdir).embedding_cache_dir(),
-                    advance,
+                    progress.advance,
                 )
             scores, used, candidates = evaluation.scores, evaluation.threshold, evaluation.candidates
     summary = {

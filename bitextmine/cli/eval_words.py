@@ -21,7 +21,7 @@ from bitextmine.cli.app import (
     user_errors,
 )
 from bitextmine.cli.eval import eval_app
-from bitextmine.cli.output import print_results, progress_bar, results_table
+from bitextmine.cli.output import ProgressDisplay, print_results, results_table
 
 if TYPE_CHECKING:
     from bitextmine.evaluation.words.hidden_states import HiddenStates
@@ -35,12 +35,6 @@ def _load(model: str | None, device: str) -> HiddenStates:
     from bitextmine.evaluation.words.hidden_states import HiddenStates
 
     return HiddenStates.load(require_model(model), device)
-
-
-def _encoding_progress(description: str):
-    """(progress bar, advance, set_total): the total is known once the run has planned its sentences."""
-    progress, advance = progress_bar(description, None)
-    return progress, advance, lambda total: progress.update(progress.task_ids[0], total=total)
 
 
 @eval_app.command("words")
@@ -93,9 +87,11 @@ def eval_words(
             tgt += more_tgt
         words_dict = read_dictionary(dictionary, keep_identical)
         hidden = _load(model, device)
-        progress, advance, set_total = _encoding_progress(f"encoding {pair}")
+        progress = ProgressDisplay(f"encoding {pair}", None)  # the total is known once sentences are planned
         with progress:
-            result = evaluate_words(src, tgt, langs, words_dict, hidden, settings, advance, set_total)
+            result = evaluate_words(
+                src, tgt, langs, words_dict, hidden, settings, progress.advance, progress.set_total
+            )
     err.print(
         f"pool {result.pool:,} lines: {result.extracted:,} translated-in-context pairs "
         f"({result.distinct:,} distinct); {result.encoded:,} sentences encoded",
@@ -198,9 +194,9 @@ def eval_tokens(
         )
         texts = read_nway(flores, chosen, english, split, sentences)
         hidden = _load(model, device)
-        progress, advance, set_total = _encoding_progress("encoding tokens")
+        progress = ProgressDisplay("encoding tokens", None)
         with progress:
-            result = evaluate_token_matching(texts, hidden, settings, advance, set_total)
+            result = evaluate_token_matching(texts, hidden, settings, progress.advance, progress.set_total)
     title = (
         f"token matching (last layer): {result.queries:,} queries × {neighbors} neighbours among "
         f"{result.candidates:,} tokens of {len(result.langs)} languages"

@@ -8,7 +8,7 @@ import typer
 
 from bitextmine.cli.app import WorkdirOption, app, err, out, user_errors
 from bitextmine.cli.launcher_options import NO_FLAGS, LauncherFlags, with_launcher_options
-from bitextmine.cli.output import progress_bar
+from bitextmine.cli.output import ProgressDisplay
 from bitextmine.workspace.layout import DEFAULT_WORKDIR, Workspace
 
 
@@ -89,9 +89,9 @@ def index(
             max_memory_gb=max_memory,
         )
         config = cluster.config("index", workspace.logs_dir("index"))
-        progress, advance = progress_bar(f"indexing {lang}", len(open_language(workspace, lang).vectors))
+        progress = ProgressDisplay(f"indexing {lang}", len(open_language(workspace, lang).vectors))
         with progress:
-            info = index_language(workspace, lang, options, advance, config)
+            info = index_language(workspace, lang, options, progress.advance, config)
     out.print(_index_line(info, workspace), highlight=False)
     if info.note:
         err.print(f"note: {info.note}", highlight=False)

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from bitextmine.cli.app import MarginOption, ModelOption, StrategyOption, WorkdirOption, app, out, user_errors
 from bitextmine.cli.launcher_options import NO_FLAGS, LauncherFlags, with_launcher_options
-from bitextmine.cli.output import progress_bar, results_table
+from bitextmine.cli.output import ProgressDisplay, results_table
 from bitextmine.errors import BitextmineError
 from bitextmine.workspace.layout import DEFAULT_WORKDIR, Workspace
 
@@ -74,9 +74,9 @@ def mine(
             job_rows=job_rows,
         )
         queries = sum(len(open_language(workspace, lang).vectors) for lang in (src, tgt))
-        progress, advance = progress_bar(f"mining {src}-{tgt}", queries)
+        progress = ProgressDisplay(f"mining {src}-{tgt}", queries)
         with progress:
-            summary = mine_pair(workspace, src, tgt, options, advance, config)
+            summary = mine_pair(workspace, src, tgt, options, progress.advance, config)
     out.print(_preview_table(summary))
     kept = f"{summary.kept:,} pairs" + (
         "" if summary.threshold is None else f" with score >= {summary.threshold:.4f}"

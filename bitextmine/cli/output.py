@@ -2,29 +2,103 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
+from rich.text import Text
 
 from bitextmine.cli.app import err, out, user_errors
 from bitextmine.files import write_json
 
+LOG_EVERY_SECONDS = 30.0  # how often a progress line is written when stderr is a file, not a terminal
 
-def progress_bar(description: str, total: int | None) -> tuple[Progress, Callable[..., None]]:
-    """A bar on stderr and the function that advances it by n (extra arguments, such as tokens, are
-    ignored)."""
-    progress = Progress(
-        TextColumn(f"[bold]{description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err,
-    )
-    task = progress.add_task(description, total=total)
-    return progress, lambda n, *_: progress.update(task, advance=n)
+
+class ProgressDisplay:
+    """A step's progress on stderr. On a terminal a live bar; in a file (a Slurm log, `2> log`), where a
+    bar would show only its last frame once the run ends, a plain line every LOG_EVERY_SECONDS and one at
+    the end. With `rates`, sentences/s and tokens/s are shown too (`advance` then takes tokens)."""
+
+    def __init__(
+        self,
+        description: str,
+        total: int | None,
+        *,
+        rates: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.description, self.total, self.rates, self.clock = description, total, rates, clock
+        self.done = self.tokens = 0
+        self.started = self.last_line = 0.0
+        self.bar: Progress | None = None
+        if err.is_terminal:
+            columns = [TextColumn(f"[bold]{description}"), BarColumn(), MofNCompleteColumn()]
+            self.bar = Progress(
+                *columns, *([_RateColumn()] if rates else []), TimeElapsedColumn(), console=err
+            )
+            self.task = self.bar.add_task(description, total=total, tokens=0)
+
+    def __enter__(self) -> ProgressDisplay:
+        self.started = self.last_line = self.clock()
+        if self.bar is not None:
+            self.bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+        else:
+            err.print(self.line(), highlight=False, soft_wrap=True)
+
+    def advance(self, n: int, tokens: int = 0) -> None:
+        self.done += n
+        self.tokens += tokens
+        if self.bar is not None:
+            self.bar.update(self.task, advance=n, tokens=self.tokens)
+        elif self.clock() - self.last_line >= LOG_EVERY_SECONDS:
+            self.last_line = self.clock()
+            err.print(self.line(), highlight=False, soft_wrap=True)
+
+    def set_total(self, total: int) -> None:
+        self.total = total
+        if self.bar is not None:
+            self.bar.update(self.task, total=total)
+
+    def line(self) -> str:
+        """`description: done/total (percent), rates, elapsed` as one plain line."""
+        elapsed = self.clock() - self.started
+        of = "" if self.total is None else f"/{self.total:,} ({100 * self.done / max(self.total, 1):.0f}%)"
+        speed = ""
+        if self.rates and elapsed > 0:
+            speed = f", {self.done / elapsed:,.1f} sent/s, {self.tokens / elapsed:,.0f} tok/s"
+        return f"{self.description}: {self.done:,}{of}{speed}, {_clock_time(elapsed)}"
+
+
+def _clock_time(seconds: float) -> str:
+    minutes, seconds = divmod(int(seconds), 60)
+    return f"{minutes // 60}:{minutes % 60:02d}:{seconds:02d}"
+
+
+class _RateColumn(ProgressColumn):
+    """Sentences/s from the task's progress and tokens/s from its `tokens` field."""
+
+    def render(self, task: Task) -> Text:
+        elapsed = task.elapsed or 0.0
+        if elapsed <= 0:
+            return Text("")
+        tokens = task.fields.get("tokens", 0)
+        return Text(f"{task.completed / elapsed:,.1f} sent/s  {tokens / elapsed:,.0f} tok/s", style="cyan")
 
 
 def results_table(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -9,16 +11,18 @@ import typer
 from rich.live import Live
 
 from bitextmine.cli.app import DeviceOption, app, err, out, set_threads, user_errors
-from bitextmine.cli.output import fields_table
+from bitextmine.cli.output import LOG_EVERY_SECONDS, fields_table
 
 SHOWN_TERMS = 6
 
 
 class _LiveReporter:
-    """A table redrawn after every step: the latest losses, speed and evaluation results."""
+    """The latest losses, speed and evaluation results: on a terminal a table redrawn after every step;
+    in a log file a plain line every LOG_EVERY_SECONDS, after each evaluation and at the end."""
 
-    def __init__(self) -> None:
-        self.live = Live(console=err, auto_refresh=False, transient=False)
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.live = Live(console=err, auto_refresh=False, transient=False) if err.is_terminal else None
+        self.clock, self.last_line = clock, 0.0
         self.record: dict[str, Any] = {}
         self.evaluation: dict[str, float] = {}
         self.evaluated_at = 0
@@ -26,7 +30,9 @@ class _LiveReporter:
     def started(self, config, resumed_from: int, languages: list[str]) -> None:
         where = f"resuming at step {resumed_from}" if resumed_from else "starting"
         err.print(f"train: {where}; languages {', '.join(languages)}; objectives {config.objectives}")
-        self.live.start()
+        self.last_line = self.clock()
+        if self.live is not None:
+            self.live.start()
 
     def step(self, record: dict[str, Any]) -> None:
         self.record = record
@@ -34,23 +40,34 @@ class _LiveReporter:
 
     def evaluated(self, step: int, results: dict[str, float]) -> None:
         self.evaluation, self.evaluated_at = results, step
-        self._draw()
+        self._draw(now=True)
 
     def checkpoint(self, path: Path) -> None:
-        self.live.console.print(f"checkpoint {path}", highlight=False)
+        err.print(f"checkpoint {path}", highlight=False)
 
     def note(self, message: str) -> None:
-        self.live.console.print(message, highlight=False)
+        err.print(message, highlight=False)
 
     def warning(self, message: str) -> None:
         err.print(f"[yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
 
     def close(self) -> None:
-        self.live.stop()
-        if (self.record or self.evaluation) and not err.is_terminal:
-            err.line()  # in a file rich ends the last frame without a line end; errors start a line
+        if self.live is not None:
+            self.live.stop()
+        elif self.record or self.evaluation:
+            err.print(self._line(), highlight=False, soft_wrap=True)
 
-    def _draw(self) -> None:
+    def _draw(self, now: bool = False) -> None:
+        if self.live is not None:
+            self.live.update(fields_table("training", self._rows()), refresh=True)
+        elif now or self.clock() - self.last_line >= LOG_EVERY_SECONDS:
+            self.last_line = self.clock()
+            err.print(self._line(), highlight=False, soft_wrap=True)
+
+    def _line(self) -> str:
+        return "train: " + ", ".join(f"{name} {value}" for name, value in self._rows())
+
+    def _rows(self) -> list[tuple[str, str]]:
         rows = []
         r = self.record
         if r:
@@ -64,7 +81,7 @@ class _LiveReporter:
         rows += [
             (f"{key} (step {self.evaluated_at})", f"{value:.2f}") for key, value in self.evaluation.items()
         ]
-        self.live.update(fields_table("training", rows), refresh=True)
+        return rows
 
 
 @app.command()

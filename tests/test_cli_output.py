@@ -1,0 +1,57 @@
+"""What the CLI prints in a log file (stderr not a terminal): plain progress lines, not a bar's last frame."""
+
+from __future__ import annotations
+
+from bitextmine.cli.output import LOG_EVERY_SECONDS, ProgressDisplay
+from bitextmine.cli.train import _LiveReporter
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_progress_in_a_log_is_a_line_every_interval_and_one_at_the_end(capsys):
+    clock = Clock()
+    with ProgressDisplay("encoding", 400, rates=True, clock=clock) as progress:
+        for _ in range(8):  # 50 sentences of 500 tokens every 10 s
+            clock.now += 10
+            progress.advance(50, 500)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        "encoding: 150/400 (38%), 5.0 sent/s, 50 tok/s, 0:00:30",
+        "encoding: 300/400 (75%), 5.0 sent/s, 50 tok/s, 0:01:00",
+        "encoding: 400/400 (100%), 5.0 sent/s, 50 tok/s, 0:01:20",
+    ]
+    assert LOG_EVERY_SECONDS == 30
+
+
+def test_a_total_learned_late_and_no_total(capsys):
+    clock = Clock()
+    with ProgressDisplay("mining de-en", None, clock=clock) as progress:
+        progress.advance(7)
+        progress.set_total(10)
+        progress.advance(3)
+    assert capsys.readouterr().err == "mining de-en: 10/10 (100%), 0:00:00\n"
+    with ProgressDisplay("indexing", None, clock=clock) as progress:
+        progress.advance(5)
+    assert capsys.readouterr().err == "indexing: 5, 0:00:00\n"
+
+
+def test_training_in_a_log_is_a_line_every_interval_after_evaluations_and_at_the_end(capsys):
+    clock = Clock()
+    reporter = _LiveReporter(clock=clock)
+    reporter.last_line = clock.now
+    record = {"step": 1, "loss": 2.5, "lr": 1e-5, "pairs_per_s": 12.0, "elapsed_s": 60.0}
+    for step in range(1, 5):  # a step every 20 s
+        clock.now += 20
+        reporter.step(record | {"step": step})
+    reporter.evaluated(4, {"tatoeba": 91.234})
+    reporter.close()
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "train: step 2, loss 2.5000, lr 1.00e-05, pairs/s 12.0, elapsed 1.0 min"
+    assert lines[1] == "train: step 4, loss 2.5000, lr 1.00e-05, pairs/s 12.0, elapsed 1.0 min"
+    assert lines[2].endswith("tatoeba (step 4) 91.23") and lines[3] == lines[2] and len(lines) == 4

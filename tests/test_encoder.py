@@ -105,8 +105,8 @@ def test_settings_precedence(tmp_path):
 
 
 def test_bad_settings_and_models_are_one_line_errors(tmp_path):
-    with pytest.raises(BitextmineError, match="unknown pooling 'max'"):
-        resolve_settings(None, {"pooling": "max"})
+    with pytest.raises(BitextmineError, match="unknown pooling 'median'"):
+        resolve_settings(None, {"pooling": "median"})
     (tmp_path / "bitextmine.json").write_text("{oops")
     with pytest.raises(BitextmineError, match=r"bitextmine.json:1: invalid JSON"):
         resolve_settings(tmp_path)

@@ -111,7 +111,11 @@ def encode(
     ] = False,
     max_chars: Annotated[int, typer.Option(help="Cut longer lines to this many characters.", min=1)] = 10_000,
     pooling: Annotated[
-        str | None, typer.Option(help="mean or cls \\[default: from the model dir, else mean].")
+        str | None,
+        typer.Option(
+            help="cls, max, mean, mean_sqrt_len_tokens, weightedmean or lasttoken (sentence-transformers' "
+            "modes) \\[default: from the model dir, else mean]."
+        ),
     ] = None,
     prefix: Annotated[
         str | None, typer.Option(help="Text put before every sentence, e.g. 'query: '.")

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from bitextmine.encoder.attention import select_attention, without_cudnn_attention
 from bitextmine.encoder.batching import DEFAULT_MAX_TOKENS, token_budget_batches
+from bitextmine.encoder.head import SentenceHead, load_head
 from bitextmine.encoder.loading import LoadedModel, load_model, model_fingerprint
 from bitextmine.encoder.packed import PackedBertForward, head_dim_of, supports_packing
 from bitextmine.encoder.precision import (
@@ -63,7 +63,8 @@ class SentenceEncoder:
     fallback for architectures the packed forward does not know). ``precision`` (fp32, bf16, int8 or
     auto, see precision.py) converts the model once it is loaded; the first time a precision is used
     with a model on a device type, the built-in sample is encoded both ways and ``precision_check``
-    holds the cosines to fp32 (later runs read the recorded check).
+    holds the cosines to fp32 (later runs read the recorded check). Either forward's token states go
+    through ``head`` (head.py; by default the settings' pooling and normalisation alone).
     """
 
     def __init__(
@@ -75,11 +76,17 @@ class SentenceEncoder:
         packed: bool | None = None,
         attention: str = "auto",
         precision: str = "fp32",
+        head: SentenceHead | None = None,
     ) -> None:
         self.loaded = loaded
         self.settings = settings
         self.max_tokens = max_tokens
         self.device = next(loaded.model.parameters()).device
+        if head is None:  # the settings' pooling and normalisation alone (the model being trained)
+            head = SentenceHead(
+                loaded.model.config.hidden_size, settings.pooling, normalize=settings.normalize
+            )
+        self.head = head.to(self.device)
         model_limit = getattr(loaded.model.config, "max_position_embeddings", settings.max_length)
         if loaded.model.config.model_type in ("xlm-roberta", "roberta", "camembert"):
             model_limit -= loaded.model.config.pad_token_id + 1
@@ -93,7 +100,7 @@ class SentenceEncoder:
             if self.packed
             else None
         )
-        self.fingerprint = model_fingerprint(loaded.model_dir, settings)
+        self.fingerprint = model_fingerprint(loaded.model_dir, settings, self.head.identity())
         self.precision = "fp32"
         self.precision_check: PrecisionCheck | None = None
         self._set_precision(resolve_precision(precision, self.device))
@@ -112,8 +119,15 @@ class SentenceEncoder:
     ) -> SentenceEncoder:
         loaded = load_model(name_or_path, pick_device(device))
         settings = resolve_settings(loaded.model_dir, overrides)
+        head = load_head(loaded.model_dir, settings, loaded.tokenizer, loaded.model.config.hidden_size)
         return cls(
-            loaded, settings, max_tokens=max_tokens, packed=packed, attention=attention, precision=precision
+            loaded,
+            settings,
+            max_tokens=max_tokens,
+            packed=packed,
+            attention=attention,
+            precision=precision,
+            head=head,
         )
 
     def _set_precision(self, precision: str) -> None:
@@ -130,7 +144,8 @@ class SentenceEncoder:
 
     @property
     def dim(self) -> int:
-        return int(self.loaded.model.config.hidden_size)
+        """Size of the vectors: the head's output."""
+        return self.head.dim
 
     @property
     def mode(self) -> str:
@@ -167,30 +182,22 @@ class SentenceEncoder:
 
     @torch.inference_mode()
     def _encode_batch(self, ids: list[list[int]]) -> np.ndarray:
-        pooled = self._packed(ids) if self._packed_forward else self._padded(ids)
-        if self.settings.normalize:
-            pooled = F.normalize(pooled, dim=-1)
-        return pooled.cpu().numpy()
+        hidden, seqlens = self._packed(ids) if self._packed_forward else self._padded(ids)
+        return self.head(hidden.float(), seqlens).cpu().numpy()  # the head in fp32 whatever the precision
 
-    def _packed(self, ids: list[list[int]]) -> torch.Tensor:
+    def _packed(self, ids: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Token states [tokens, hidden] of the sentences back to back, and their lengths."""
         seqlens = [len(x) for x in ids]
         stream = torch.tensor([t for x in ids for t in x], device=self.device)
-        hidden = self._packed_forward(stream, seqlens).float()  # pool in fp32 whatever the precision
-        lengths = torch.tensor(seqlens, device=self.device)
-        if self.settings.pooling == "cls":
-            return hidden[torch.cumsum(lengths, 0) - lengths]
-        owner = torch.repeat_interleave(torch.arange(len(ids), device=self.device), lengths)
-        sums = hidden.new_zeros(len(ids), hidden.shape[1]).index_add_(0, owner, hidden)
-        return sums / lengths[:, None].to(hidden.dtype)
+        return self._packed_forward(stream, seqlens), torch.tensor(seqlens, device=self.device)
 
-    def _padded(self, ids: list[list[int]]) -> torch.Tensor:
+    def _padded(self, ids: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The same as `_packed` from the padded forward: its states with the padding dropped."""
         batch = self.loaded.tokenizer.pad({"input_ids": ids}, return_tensors="pt").to(self.device)
         with without_cudnn_attention():
-            hidden = self.loaded.model(**batch).last_hidden_state.float()
-        if self.settings.pooling == "cls":
-            return hidden[:, 0]
-        mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-        return (hidden * mask).sum(1) / mask.sum(1)
+            hidden = self.loaded.model(**batch).last_hidden_state
+        real = batch["attention_mask"].bool()
+        return hidden[real], real.sum(1)
 
 
 def load_encoder(

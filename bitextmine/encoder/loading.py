@@ -61,10 +61,12 @@ def load_model(name_or_path: str, device: torch.device) -> LoadedModel:
     return LoadedModel(model.to(device).eval(), tokenizer, model_dir, name_or_path)
 
 
-def model_fingerprint(model_dir: Path, settings: EncoderSettings) -> str:
-    """Hash of the config, tokenizer, weights and encoder settings: equal fingerprints, equal vectors."""
+def model_fingerprint(model_dir: Path, settings: EncoderSettings, head: bytes = b"") -> str:
+    """Hash of the config, tokenizer, weights, encoder settings and `head` (what the sentence head adds
+    to the settings, see head.py): equal fingerprints, equal vectors."""
     digest = hashlib.sha256()
     digest.update(json.dumps(settings.as_dict(), sort_keys=True).encode())
+    digest.update(head)
     files = [model_dir / name for name in _FINGERPRINT_FILES]
     files += sorted(p for pattern in _WEIGHT_PATTERNS for p in model_dir.glob(pattern))
     for path in files:

@@ -1,21 +1,25 @@
 """How a model turns a sentence into a vector: pooling, prefix, max length, normalization.
 
 Resolution order for each field: an explicit override (CLI flag), then the model dir's
-``bitextmine.json``, then the sentence-transformers files (``modules.json``, ``1_Pooling/config.json``,
-``sentence_bert_config.json``, ``config_sentence_transformers.json``), then built-in defaults.
+``bitextmine.json``, then the sentence-transformers files (``modules.json``, the Pooling module's
+``config.json``, ``sentence_bert_config.json``, ``config_sentence_transformers.json``), then built-in
+defaults. What else a sentence-transformers pipeline runs (Dense layers, prompt tokens left out of the
+pooling) is the head's (head.py).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from bitextmine.encoder.st_files import POOLING_MODES, pooling_config, st_modules
 from bitextmine.errors import BitextmineError
+from bitextmine.files import read_json
 
 BITEXTMINE_CONFIG = "bitextmine.json"
-POOLINGS = ("mean", "cls")
+# Tokenizers with no length limit of their own say so with a huge model_max_length.
+_NO_TOKENIZER_LIMIT = 1 << 24
 
 
 @dataclass(frozen=True)
@@ -26,8 +30,9 @@ class EncoderSettings:
     normalize: bool = True
 
     def __post_init__(self) -> None:
-        if self.pooling not in POOLINGS:
-            raise BitextmineError(f"unknown pooling {self.pooling!r}; choose one of {', '.join(POOLINGS)}")
+        if self.pooling not in POOLING_MODES:
+            choices = ", ".join(POOLING_MODES)
+            raise BitextmineError(f"unknown pooling {self.pooling!r}; choose one of {choices}")
         if self.max_length < 2:
             raise BitextmineError(f"max length must be at least 2 tokens, got {self.max_length}")
 
@@ -46,49 +51,36 @@ def resolve_settings(model_dir: Path | None, overrides: dict[str, Any] | None = 
     return EncoderSettings(**{k: v for k, v in values.items() if k in known})
 
 
-def _read(path: Path) -> dict[str, Any]:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
-    except json.JSONDecodeError as exc:
-        raise BitextmineError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg})") from None
-
-
 def _from_bitextmine_json(model_dir: Path) -> dict[str, Any]:
     path = model_dir / BITEXTMINE_CONFIG
-    return _read(path).get("encoder", {}) if path.is_file() else {}
+    return read_json(path).get("encoder", {}) if path.is_file() else {}
 
 
 def _from_sentence_transformers(model_dir: Path) -> dict[str, Any]:
-    values: dict[str, Any] = {}
-    modules_path = model_dir / "modules.json"
-    if not modules_path.is_file():
-        return values
-    modules = _read(modules_path)
-    for module in modules:
-        kind = module.get("type", "")
-        if kind.endswith("models.Pooling"):
-            values.update(_st_pooling(model_dir / module.get("path", "") / "config.json"))
-    values["normalize"] = any(m.get("type", "").endswith("models.Normalize") for m in modules)
-    bert_config = model_dir / "sentence_bert_config.json"
-    if bert_config.is_file() and "max_seq_length" in (cfg := _read(bert_config)):
-        values["max_length"] = int(cfg["max_seq_length"])
+    modules = st_modules(model_dir)
+    if not modules:
+        return {}
+    values: dict[str, Any] = {
+        "pooling": pooling_config(modules[1]).mode,
+        "normalize": modules[-1].kind == "Normalize",
+    }
+    if (max_length := _st_max_length(model_dir)) is not None:
+        values["max_length"] = max_length
     prompts_path = model_dir / "config_sentence_transformers.json"
     if prompts_path.is_file():
-        cfg = _read(prompts_path)
+        cfg = read_json(prompts_path)
         default = cfg.get("default_prompt_name")
         if default and default in cfg.get("prompts", {}):
             values["prefix"] = cfg["prompts"][default]
     return values
 
 
-def _st_pooling(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        return {}
-    cfg = _read(path)
-    if cfg.get("pooling_mode_cls_token"):
-        return {"pooling": "cls"}
-    if cfg.get("pooling_mode_mean_tokens"):
-        return {"pooling": "mean"}
-    modes = [k for k, v in cfg.items() if k.startswith("pooling_mode") and v]
-    raise BitextmineError(f"{path}: pooling {modes} is not supported (mean or cls only)")
+def _st_max_length(model_dir: Path) -> int | None:
+    """sentence_bert_config.json's max_seq_length, else the tokenizer's model_max_length (where
+    sentence-transformers 6 keeps it)."""
+    bert_config = model_dir / "sentence_bert_config.json"
+    if bert_config.is_file() and "max_seq_length" in (cfg := read_json(bert_config)):
+        return int(cfg["max_seq_length"])
+    tokenizer_config = model_dir / "tokenizer_config.json"
+    limit = read_json(tokenizer_config).get("model_max_length") if tokenizer_config.is_file() else None
+    return int(limit) if isinstance(limit, int) and limit < _NO_TOKENIZER_LIMIT else None

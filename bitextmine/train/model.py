@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from bitextmine.encoder.attention import select_attention
+from bitextmine.encoder.head import pool as pool_tokens
 from bitextmine.encoder.packed import PackedBertForward, head_dim_of
 
 
@@ -43,13 +44,8 @@ def sentence_of_tokens(seqlens: Sequence[int], device: torch.device) -> torch.Te
 
 
 def pool(hidden: torch.Tensor, seqlens: Sequence[int], pooling: str) -> torch.Tensor:
-    """Mean of each sentence's token states, or its first token's state (`cls`)."""
-    lengths = torch.as_tensor(list(seqlens), device=hidden.device)
-    if pooling == "cls":
-        return hidden[torch.cumsum(lengths, 0) - lengths]
-    owner = sentence_of_tokens(seqlens, hidden.device)
-    sums = hidden.new_zeros(len(lengths), hidden.shape[1]).index_add(0, owner, hidden)
-    return sums / lengths[:, None].to(hidden.dtype)
+    """Sentence vectors of packed token states, pooled as the encoder pools them (any of its modes)."""
+    return pool_tokens(hidden, torch.as_tensor(list(seqlens), device=hidden.device), pooling)
 
 
 class TrainEncoder(nn.Module):

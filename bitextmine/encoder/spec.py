@@ -20,7 +20,7 @@ class EncoderSpec:
     packed: bool | None = None
 
     def load(self) -> SentenceEncoder:
-        """The encoder, loaded once per process: the jobs of a step run here reuse the step's."""
+        """The encoder, loaded once until `release_encoder`: the jobs of a step run here reuse the step's."""
         if self not in _loaded:
             _loaded.clear()  # one encoder in memory at a time
             _loaded[self] = self._load()

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bitextmine.encoder.encoder import SentenceEncoder
-from bitextmine.encoder.spec import EncoderSpec
+from bitextmine.encoder.spec import EncoderSpec, release_encoder
 from bitextmine.errors import BitextmineError
 from bitextmine.launch.config import LauncherConfig
 from bitextmine.launch.jobs import Job, Progress, run_jobs
@@ -111,9 +111,18 @@ def encode(
     spec = model if isinstance(model, EncoderSpec) else EncoderSpec(model)
     paths = [str(path) for path in paths]
     with workspace_locks(workspace, write=[f"lang-{check_lang(lang)}"]):
-        return _encode(
-            paths, lang, workspace, spec, options or EncodeOptions(), reporter or EncodeReporter(), launcher
-        )
+        try:
+            return _encode(
+                paths,
+                lang,
+                workspace,
+                spec,
+                options or EncodeOptions(),
+                reporter or EncodeReporter(),
+                launcher,
+            )
+        finally:  # the jobs run here shared the step's encoder; a later call loads the model as it is then
+            release_encoder()
 
 
 def _encode(

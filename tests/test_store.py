@@ -133,3 +133,14 @@ def test_a_random_gather_leaves_few_file_pages_mapped(tmp_path, monkeypatch):
     monkeypatch.setattr("bitextmine.workspace.embeddings.TAKE_CHUNK_ROWS", 256)
     assert np.array_equal(vectors.take(rows), whole[rows])
     assert mapped_kb(paths) < 1_000  # each chunk's pages were unmapped after it
+
+
+def test_shards_are_in_row_order_past_99999(tmp_path):
+    """Issue 22: names sorted as text put shard-100000 before shard-10001 and misaligned vectors and texts."""
+    store = EmbeddingStore(tmp_path, "de")
+    store.bind(MODEL_A)
+    for name, fill in (("shard-100000", 2.0), ("shard-99999", 1.0), ("shard-100001", 3.0)):
+        store.write_shard(shard(name, 1), np.full((1, 4), fill, np.float32))
+    store = EmbeddingStore(tmp_path, "de")
+    assert store.shard_names() == ["shard-99999", "shard-100000", "shard-100001"]
+    assert store.vectors().take(np.arange(3))[:, 0].tolist() == [1.0, 2.0, 3.0]

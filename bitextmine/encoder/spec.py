@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from bitextmine.encoder.batching import DEFAULT_MAX_TOKENS
 from bitextmine.encoder.encoder import SentenceEncoder
@@ -23,7 +23,9 @@ class EncoderSpec:
         """The encoder, loaded once until `release_encoder`: the jobs of a step run here reuse the step's."""
         if self not in _loaded:
             _loaded.clear()  # one encoder in memory at a time
-            _loaded[self] = self._load()
+            encoder = self._load()
+            # the spec with "auto" resolved (what a step sends its jobs) names the same encoder
+            _loaded[self] = _loaded[replace(self, precision=encoder.precision)] = encoder
         return _loaded[self]
 
     def _load(self) -> SentenceEncoder:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bitextmine.encoder.encoder import SentenceEncoder
@@ -148,11 +148,13 @@ def _encode(
     store.remove_shards({_stem(s.name) for s in pending})  # stale vectors of the same names
     reporter.encoder_ready(encoder, sum(s.rows for s in pending))
     del encoder  # the jobs load it (here: the same object, see EncoderSpec.load)
+    # precision "auto" is resolved here, once: jobs on other nodes must not choose their own
+    job_spec = replace(spec, precision=identity.precision)
     jobs = [
         Job(
             f"encode {lang} {s.name}",
             encode_shard_job,
-            (spec, workspace.root, lang, s),
+            (job_spec, workspace.root, lang, s),
             outputs=store.shard_files(_stem(s.name)),
             work=s.rows,
         )
@@ -208,10 +210,16 @@ def encode_shard_job(
     workspace = Workspace(root)
     encoder = spec.load()
     store = EmbeddingStore(workspace.embedding_dir(lang), lang)
-    if model_identity(encoder).fingerprint != store.model.fingerprint:
+    loaded = model_identity(encoder)
+    if loaded.fingerprint != store.model.fingerprint:
         raise BitextmineError(
             f"{store.root}: the encoder loaded from {spec.model} is not {store.model.describe()} "
             "that the submitting run bound here (the model changed since?)"
+        )
+    if loaded.precision != store.model.precision:
+        raise BitextmineError(
+            f"{store.root}: this job runs the encoder at {loaded.precision}, the shards here are "
+            f"{store.model.precision}: give --precision {store.model.precision}"
         )
     return encode_shard(encoder, workspace.corpus_dir(lang), shard, store, progress)
 

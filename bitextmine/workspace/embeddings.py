@@ -166,7 +166,8 @@ class EmbeddingStore:
         return self._bound().model
 
     def shard_names(self) -> list[str]:
-        return sorted(self._bound().shards)
+        """In row order: by shard number (as text, shard-100000 would come before shard-10001)."""
+        return sorted(self._bound().shards, key=lambda name: int(name.removeprefix("shard-")))
 
     def vectors(self) -> ShardedVectors:
         """Every row of this language, memory-mapped."""

@@ -26,10 +26,29 @@ def open_language(workspace: Workspace, lang: str) -> Language:
         raise BitextmineError(
             f"no embeddings for '{lang}' in {workspace.root}: run `bitextmine encode FILE... --lang {lang}`"
         )
-    vectors = store.vectors()
-    if len(vectors) != corpus.rows:
+    _check_encodes(store, corpus, workspace.corpus_dir(lang), lang)
+    return Language(lang, store.vectors(), corpus, workspace.corpus_dir(lang))
+
+
+def _check_encodes(store: EmbeddingStore, corpus: CorpusManifest, corpus_dir: Path, lang: str) -> None:
+    """Every text shard has its embedding shard, encoded from that very text (checksum and rows), and no
+    other shard is there: a total row count alone would let the vectors of an older text of the same
+    size (a re-encode stopped before its first shard) pass for the new one."""
+    encoded = store.manifest.shards
+    wanted = {Path(shard.name).stem: shard for shard in corpus.shards}
+    stale = [
+        name
+        for name, shard in wanted.items()
+        if name in encoded and (encoded[name].text_sha256, encoded[name].rows) != (shard.sha256, shard.rows)
+    ]
+    if stale:
         raise BitextmineError(
-            f"embeddings of '{lang}' cover {len(vectors)} of {corpus.rows} sentences: "
+            f"embeddings of '{lang}' were encoded from other text than {corpus_dir / stale[0]}.tsv "
+            f"({len(stale)} shard(s)): rerun `bitextmine encode` for '{lang}'"
+        )
+    covered = sum(shard.rows for name, shard in wanted.items() if name in encoded)
+    if covered != corpus.rows or set(encoded) - set(wanted):
+        raise BitextmineError(
+            f"embeddings of '{lang}' cover {covered} of {corpus.rows} sentences: "
             f"rerun `bitextmine encode` for '{lang}' to finish it"
         )
-    return Language(lang, vectors, corpus, workspace.corpus_dir(lang))

@@ -127,3 +127,25 @@ def test_unavailable_device_and_unreachable_hub_id_are_clear_errors(monkeypatch)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(BitextmineError, match="not loadable from the Hugging Face hub"):
         SentenceEncoder.load("bitextmine-test/no-such-model", device="cpu")
+
+
+def test_hub_failures_are_one_line_errors_and_other_failures_are_not_disguised(monkeypatch):
+    """Issue 22: `except Exception` turned every failure, bugs included, into 'not loadable from the hub'."""
+    import huggingface_hub
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    from bitextmine.encoder.loading import resolve_model_dir
+
+    def offline(repo_id: str) -> str:
+        raise LocalEntryNotFoundError("Got: ConnectError: [Errno -2] Name or service not known")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", offline)
+    with pytest.raises(BitextmineError, match=r"^org/model: not a local directory and not loadable from the"):
+        resolve_model_dir("org/model")
+
+    def broken(repo_id: str) -> str:
+        raise TypeError("a bug, not a missing model")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", broken)
+    with pytest.raises(TypeError, match="a bug"):
+        resolve_model_dir("org/model")

@@ -39,7 +39,7 @@ def resolve_model_dir(name_or_path: str) -> Path:
         from huggingface_hub import snapshot_download
 
         return Path(snapshot_download(name_or_path))
-    except Exception as exc:  # network errors, unknown repos, gated repos all land here
+    except (OSError, ValueError) as exc:  # the hub's errors (no network, unknown or gated repo, bad id)
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise BitextmineError(
             f"{name_or_path}: not a local directory and not loadable from the Hugging Face hub ({reason})"

@@ -7,6 +7,7 @@ temporary name and renamed, so a crash leaves the previous checkpoint intact. Ol
 
 from __future__ import annotations
 
+import pickle
 import re
 from pathlib import Path
 from typing import Any
@@ -53,7 +54,12 @@ def _reason(exc: BaseException) -> str:
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
     try:
-        return torch.load(path, map_location="cpu", weights_only=False)
+        # weights_only: tensors and plain containers only; a checkpoint that would run code when
+        # unpickled (one planted in a shared --out folder) is refused, not executed
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise BitextmineError(f"{path}: not a bitextmine checkpoint, refused to load it ({first})") from None
     except (OSError, RuntimeError, EOFError) as exc:
         raise BitextmineError(f"{path}: unreadable checkpoint ({str(exc).splitlines()[0]})") from None
 

@@ -12,8 +12,6 @@ from typing import Any
 from bitextmine.errors import BitextmineError
 
 LAUNCHERS = ("local", "slurm", "submitit-local")
-
-
 STEPS = ("encode", "index", "mine")
 
 

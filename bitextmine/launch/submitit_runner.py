@@ -21,8 +21,6 @@ from bitextmine.launch.config import LauncherConfig
 from bitextmine.launch.jobs import Job, Progress, count_attempts
 
 _DEFAULT_POLL_SECONDS = {"slurm": 5.0, "submitit-local": 0.5}
-
-
 _STDERR_TAIL_LINES = 5
 
 

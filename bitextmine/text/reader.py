@@ -346,8 +346,6 @@ def iter_rows(
 
 
 _ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
-
-
 _SPACE_RUN = re.compile(r"\s+")
 
 

@@ -35,6 +35,7 @@ _EXPORTS = {
     "EncodeOptions": "bitextmine.steps.encode",
     "EncodeReporter": "bitextmine.steps.encode",
     "EncodeSummary": "bitextmine.steps.encode",
+    "import_embeddings": "bitextmine.steps.encode",
     "index": "bitextmine.steps.index",
     "IndexOptions": "bitextmine.steps.index",
     "IndexInfo": "bitextmine.search.faiss_index",
@@ -79,6 +80,7 @@ __all__ = [
     "embed",
     "encode",
     "evaluate_bucc",
+    "import_embeddings",
     "index",
     "load_encoder",
     "mine",
@@ -114,7 +116,13 @@ if TYPE_CHECKING:
     from bitextmine.mining.selection import Candidates
     from bitextmine.search.faiss_index import IndexInfo
     from bitextmine.steps.calibrate import calibrate, evaluate_bucc
-    from bitextmine.steps.encode import EncodeOptions, EncodeReporter, EncodeSummary, encode
+    from bitextmine.steps.encode import (
+        EncodeOptions,
+        EncodeReporter,
+        EncodeSummary,
+        encode,
+        import_embeddings,
+    )
     from bitextmine.steps.index import IndexOptions, index
     from bitextmine.steps.mine import MineOptions, MineSummary, mine
     from bitextmine.train.loop import TrainConfig, train

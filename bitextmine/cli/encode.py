@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 from rich.table import Table
@@ -15,6 +15,7 @@ from bitextmine.cli.app import (
     app,
     encoder_spec,
     err,
+    fail,
     out,
     print_precision_check,
     require_model,
@@ -26,6 +27,7 @@ from bitextmine.cli.app import (
 from bitextmine.cli.launcher_options import NO_FLAGS, LauncherFlags, with_launcher_options
 from bitextmine.cli.output import ProgressDisplay, fields_table
 from bitextmine.encoder.batching import DEFAULT_MAX_TOKENS
+from bitextmine.errors import BitextmineError
 from bitextmine.workspace.layout import DEFAULT_WORKDIR, Workspace
 
 
@@ -56,6 +58,14 @@ class _RichEncodeReporter:
         )
         self.progress = ProgressDisplay("encoding", rows_to_encode, rates=True).__enter__()
 
+    def vectors_ready(self, source, model, rows_to_import: int) -> None:
+        err.print(
+            f"vectors {source.path} ({source.rows:,} x {source.dim}, {source.vectors.dtype}) "
+            f"of model {model.name}",
+            highlight=False,
+        )
+        self.progress = ProgressDisplay("importing", rows_to_import).__enter__()
+
     def advance(self, sentences: int, tokens: int = 0) -> None:
         self.progress.advance(sentences, tokens)
 
@@ -81,6 +91,7 @@ def _summary_table(summary) -> Table:
     ]
     if summary.sentences_encoded:
         rows.append(("sentences/s", f"{summary.sentences_encoded / summary.encode_seconds:,.1f}"))
+    if summary.tokens_encoded:
         rows.append(("tokens/s", f"{summary.tokens_encoded / summary.encode_seconds:,.0f}"))
     rows.append(("embeddings", str(summary.embedding_dir)))
     return fields_table(f"encode {summary.lang}", rows)
@@ -135,6 +146,37 @@ def encode(
             "--overwrite", help="Rebuild this language even if it exists with other inputs or another model."
         ),
     ] = False,
+    embeddings: Annotated[
+        str | None,
+        typer.Option(
+            help="Import these vectors instead of encoding: a .npy [lines, dim], or raw rows (LASER's "
+            "layout, with --dim); one row per line of the single input file, empty lines included.",
+            rich_help_panel="Bring your own embeddings",
+        ),
+    ] = None,
+    dim: Annotated[
+        int | None,
+        typer.Option(
+            help="Values per row of a raw --embeddings file.",
+            min=1,
+            rich_help_panel="Bring your own embeddings",
+        ),
+    ] = None,
+    embeddings_dtype: Annotated[
+        Literal["float32", "float16"] | None,  # workspace/external.py's DTYPES
+        typer.Option(
+            help="float32 or float16: the values of a raw --embeddings file \\[default: float32].",
+            rich_help_panel="Bring your own embeddings",
+        ),
+    ] = None,
+    model_name: Annotated[
+        str | None,
+        typer.Option(
+            help="The model that made the --embeddings: languages imported under the same name can be mined "
+            "together.",
+            rich_help_panel="Bring your own embeddings",
+        ),
+    ] = None,
     cluster: LauncherFlags = NO_FLAGS,
 ) -> None:
     """Encode corpora of one language into the workspace.
@@ -144,10 +186,28 @@ def encode(
     embeddings to WORK/emb/LANG/ (shard-N.npy), each with a manifest.json. A rerun skips complete
     shards, so an interrupted run resumes where it stopped. Model defaults (pooling, prefix, max length)
     come from the model dir's bitextmine.json, else its sentence-transformers files, else the flags.
+    With --embeddings, the vectors come from that file instead of a model (--model-name names it).
     """
     from bitextmine.steps.encode import EncodeOptions
     from bitextmine.steps.encode import encode as encode_files
 
+    options = EncodeOptions(shard_size=shard_size, dedup=dedup, max_chars=max_chars, overwrite=overwrite)
+    if embeddings is not None:
+        given = {
+            "--pooling": pooling is not None,
+            "--prefix": prefix is not None,
+            "--max-length": max_length is not None,
+            "--padded": padded,
+            "--precision": precision != "auto",
+            "--device": device != "auto",
+            "--launcher": cluster.launcher not in (None, "local"),
+        }
+        if any(given.values()):
+            flags = ", ".join(flag for flag, used in given.items() if used)
+            message = f"--embeddings imports vectors in this process, without a model: {flags} cannot apply"
+            fail(BitextmineError(message))
+        _import(files, lang, Workspace(workdir), embeddings, model_name, dim, embeddings_dtype, options)
+        return
     model = require_model(model)
     set_threads(threads)
     overrides = {"pooling": pooling, "prefix": prefix, "max_length": max_length}
@@ -160,9 +220,32 @@ def encode(
                 lang,
                 Workspace(workdir),
                 encoder_spec(model, device, precision, overrides, max_tokens, padded),
-                EncodeOptions(shard_size=shard_size, dedup=dedup, max_chars=max_chars, overwrite=overwrite),
+                options,
                 reporter,
                 config,
+            )
+        finally:
+            reporter.close()
+    out.print(_summary_table(summary))
+
+
+def _import(files, lang, workspace, embeddings, model_name, dim, dtype, options) -> None:
+    """`encode --embeddings`: the corpus pass, then the rows of the vectors file instead of a model."""
+    from bitextmine.steps.encode import import_embeddings
+
+    reporter = _RichEncodeReporter()
+    with user_errors():
+        try:
+            summary = import_embeddings(
+                files,
+                lang,
+                workspace,
+                embeddings,
+                model_name=model_name or "",
+                dim=dim,
+                dtype=dtype,
+                options=options,
+                reporter=reporter,
             )
         finally:
             reporter.close()

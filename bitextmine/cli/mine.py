@@ -45,6 +45,12 @@ def mine(
         int,
         typer.Option(help="Query sentences per search job (the unit of resume and of cluster jobs).", min=1),
     ] = 1_000_000,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Mine even if the two languages were encoded by different models (a warning)."
+        ),
+    ] = False,
     cluster: LauncherFlags = NO_FLAGS,
 ) -> None:
     """Mine translation pairs between two encoded and indexed languages.
@@ -54,7 +60,8 @@ def mine(
     them with the margin, keeps each sentence at most once and writes WORK/mined/SRC-TGT.tsv.zst
     (score, source sentence, target sentence, source id, target id; ids are INPUT-FILE-INDEX:LINE),
     sorted by score, plus WORK/mined/SRC-TGT.stats.json. --threshold auto reads the threshold that
-    `bitextmine calibrate` stored in the model dir (--model, default the model of the embeddings).
+    `bitextmine calibrate` stored in the model dir (--model, default the model of the embeddings;
+    external embeddings have none). Two languages encoded by different models are refused unless --force.
     """
     from bitextmine.steps.mine import MineOptions
     from bitextmine.steps.mine import mine as mine_pair
@@ -72,6 +79,7 @@ def mine(
             max_codes=max_codes,
             model=model,
             job_rows=job_rows,
+            force=force,
         )
         queries = sum(len(open_language(workspace, lang).vectors) for lang in (src, tgt))
         progress = ProgressDisplay(f"mining {src}-{tgt}", queries)

@@ -13,7 +13,7 @@ from bitextmine.errors import BitextmineError
 from bitextmine.launch.config import LauncherConfig
 from bitextmine.launch.jobs import Job, Progress, run_jobs
 from bitextmine.text.languages import check_lang
-from bitextmine.text.reader import CorpusCounts, warn_user
+from bitextmine.text.reader import STDIN, CorpusCounts, warn_user
 from bitextmine.workspace.corpus import (
     CorpusManifest,
     SourceInfo,
@@ -23,6 +23,7 @@ from bitextmine.workspace.corpus import (
     read_text_shard,
 )
 from bitextmine.workspace.embeddings import EmbeddingShard, EmbeddingStore, ModelIdentity
+from bitextmine.workspace.external import VectorsFile, external_model, open_vectors
 from bitextmine.workspace.layout import Workspace
 from bitextmine.workspace.locks import workspace_locks
 
@@ -38,6 +39,9 @@ class EncodeReporter:
 
     def encoder_ready(self, encoder: SentenceEncoder, rows_to_encode: int) -> None:
         """The encoder is loaded and `rows_to_encode` sentences are left to encode."""
+
+    def vectors_ready(self, source: VectorsFile, model: ModelIdentity, rows_to_import: int) -> None:
+        """`import_embeddings` opened `source` (made by `model`); `rows_to_import` rows are left to store."""
 
     def advance(self, sentences: int, tokens: int = 0) -> None:
         """`sentences` more sentences (of `tokens` tokens) were encoded."""
@@ -178,6 +182,114 @@ def _encode(
         encode_seconds=encode_seconds,
         embedding_dir=store.root,
     )
+
+
+def import_embeddings(
+    paths: Sequence[str | Path],
+    lang: str,
+    workspace: Workspace,
+    vectors: str | Path,
+    *,
+    model_name: str,
+    dim: int | None = None,
+    dtype: str | None = None,
+    options: EncodeOptions | None = None,
+    reporter: EncodeReporter | None = None,
+) -> EncodeSummary:
+    """Encode with vectors made elsewhere: the text of one corpus file goes through the same corpus pass as
+    `encode`, and each kept line takes its row of `vectors` (a .npy file, or raw `dtype` rows of `dim`
+    values: one row per line of the input, empty lines included), L2-normalised and stored as `encode`
+    stores its own. `model_name` names the model that made the vectors: languages imported under the same
+    name can be mined together. Resumable shard by shard, as `encode` is."""
+    paths = [str(path) for path in paths]
+    if len(paths) != 1 or paths[0] == STDIN:
+        raise BitextmineError(
+            f"{vectors}: --embeddings takes exactly one input file (not stdin), one row a line"
+        )
+    if not model_name:
+        raise BitextmineError(
+            f"{vectors}: --embeddings needs --model-name, the model that made these vectors"
+        )
+    with workspace_locks(workspace, write=[f"lang-{check_lang(lang)}"]):
+        source = open_vectors(vectors, dim, dtype)
+        return _import(
+            paths,
+            lang,
+            workspace,
+            source,
+            model_name,
+            options or EncodeOptions(),
+            reporter or EncodeReporter(),
+        )
+
+
+def _import(
+    paths: Sequence[str],
+    lang: str,
+    workspace: Workspace,
+    source: VectorsFile,
+    model_name: str,
+    options: EncodeOptions,
+    reporter: EncodeReporter,
+) -> EncodeSummary:
+    started = time.perf_counter()
+    corpus, rebuilt = prepare_corpus(paths, lang, workspace, options, reporter.warn)
+    reporter.corpus_ready(corpus, rebuilt)
+    if source.rows != corpus.counts.lines:
+        raise BitextmineError(
+            f"{source.path} has {source.rows:,} rows but {paths[0]} has {corpus.counts.lines:,} lines: "
+            "give one vector a line, empty lines included"
+        )
+    store = EmbeddingStore(workspace.embedding_dir(lang), lang)
+    identity = external_model(model_name, source)
+    changed = store.manifest is None or store.manifest.model != identity
+    store.bind(identity, overwrite=options.overwrite)
+    if changed:  # another vectors file under the same name: none of the shards is up to date
+        store.remove_shards(set(store.manifest.shards))
+    pending = _pending(store, corpus)
+    store.remove_shards({_stem(s.name) for s in pending})
+    reporter.vectors_ready(source, identity, sum(s.rows for s in pending))
+    importing_started = time.perf_counter()
+    jobs = [  # in this process: the vectors file is memory-mapped here
+        Job(
+            f"import {lang} {s.name}",
+            import_shard,
+            (source, workspace.corpus_dir(lang), s, store),
+            outputs=store.shard_files(_stem(s.name)),
+            work=s.rows,
+        )
+        for s in pending
+    ]
+    run_jobs(jobs, None, "encode", reporter.advance)
+    store.retain({_stem(s.name) for s in corpus.shards})
+    return EncodeSummary(
+        lang=lang,
+        counts=corpus.counts,
+        rows=corpus.rows,
+        shards=len(corpus.shards),
+        shards_encoded=len(pending),
+        sentences_encoded=sum(s.rows for s in pending),
+        tokens_encoded=0,
+        truncated=0,
+        seconds=time.perf_counter() - started,
+        encode_seconds=time.perf_counter() - importing_started,
+        embedding_dir=store.root,
+    )
+
+
+def import_shard(
+    source: VectorsFile,
+    corpus_dir: Path,
+    shard: TextShard,
+    store: EmbeddingStore,
+    progress: Progress | None = None,
+) -> None:
+    """Job: store the rows of `source` that the text shard's lines pick (line N: row N-1), the record last."""
+    _, _, lines = read_text_shard(corpus_dir / shard.name)
+    vectors = source.unit_rows(lines - 1)
+    store.write_shard(EmbeddingShard(_stem(shard.name), shard.rows, shard.sha256, 0, 0), vectors)
+    if progress:
+        progress(shard.rows)
 
 
 def model_identity(encoder: SentenceEncoder) -> ModelIdentity:

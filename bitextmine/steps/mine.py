@@ -26,6 +26,8 @@ from bitextmine.search.ivf_scan import query_block_rows, search
 from bitextmine.search.knn import Neighbours, SearchShard, find_neighbours
 from bitextmine.search.sharded import ShardedIndex, release_index
 from bitextmine.text.languages import check_lang
+from bitextmine.text.reader import warn_user
+from bitextmine.workspace.external import is_external
 from bitextmine.workspace.language import Language, open_language
 from bitextmine.workspace.layout import Workspace
 from bitextmine.workspace.locks import workspace_locks
@@ -48,6 +50,7 @@ class MineOptions:
     block_rows: int | None = None  # queries searched at once; None: ivf_scan.query_block_rows
     job_rows: int = 1_000_000  # queries per neighbour job (the unit of resume and of cluster jobs)
     model: str | None = None  # where "auto" looks for thresholds; default: the model that made the embeddings
+    force: bool = False  # mine two languages encoded by different models (a warning instead of an error)
 
     def __post_init__(self) -> None:  # before the search, not after it
         check_margin(self.margin)
@@ -71,6 +74,11 @@ class MineSummary:
 def resolve_threshold(options: MineOptions, src: Language, pair: str) -> float | None:
     if options.threshold != "auto":
         return None if options.threshold is None else float(options.threshold)
+    if options.model is None and is_external(src.vectors.model):
+        raise BitextmineError(
+            f"'{src.lang}' has external embeddings ({src.vectors.model.name}), which have no model dir "
+            "to read a calibrated threshold from: pass --threshold FLOAT or --model DIR"
+        )
     model_dir = resolve_model_dir(options.model or src.vectors.model.name)
     return calibrated_threshold(model_dir, options.margin, pair)
 
@@ -107,11 +115,7 @@ def _mine(
     started = time.perf_counter()
     pair = f"{src_lang}-{tgt_lang}"
     src, tgt = open_language(workspace, src_lang), open_language(workspace, tgt_lang)
-    if src.vectors.model.fingerprint != tgt.vectors.model.fingerprint:
-        raise BitextmineError(
-            f"'{src_lang}' was encoded with {src.vectors.model.describe()} but '{tgt_lang}' with "
-            f"{tgt.vectors.model.describe()}: encode both with the same model"
-        )
+    _check_same_model(src, tgt, options.force)
     threshold = resolve_threshold(options, src, pair)
     src_info = load_index_info(workspace.index_dir(), src_lang, src.vectors)
     tgt_info = load_index_info(workspace.index_dir(), tgt_lang, tgt.vectors)
@@ -172,6 +176,19 @@ def _mine(
         seconds,
         preview,
     )
+
+
+def _check_same_model(src: Language, tgt: Language, force: bool) -> None:
+    """Vectors of two models are not comparable: refuse, or (forced) warn."""
+    if src.vectors.model.fingerprint == tgt.vectors.model.fingerprint:
+        return
+    message = (
+        f"'{src.lang}' was encoded with {src.vectors.model.describe()} but '{tgt.lang}' with "
+        f"{tgt.vectors.model.describe()}"
+    )
+    if not force:
+        raise BitextmineError(f"{message}: encode both with the same model, or pass --force")
+    warn_user(f"{message}; mining them anyway (--force): scores compare vectors of two models")
 
 
 def _neighbour_dir(

@@ -226,10 +226,15 @@ class ShardedVectors:
         return int(self._starts[-1])
 
     def digest(self) -> str:
-        """Identifies these exact vectors: the model, its precision and every shard's text checksum."""
+        """Identifies these exact vectors: the model, its precision, every shard's text checksum and, for
+        imported vectors, the file they came from."""
         shards = self.store.manifest.shards if self.store.manifest else {}
         key = [self.model.fingerprint, self.model.precision]
         key += [[name, shards[name].text_sha256, shards[name].rows] for name in sorted(shards)]
+        if (
+            "source" in self.model.settings
+        ):  # imported vectors (workspace/external.py): the file they came from
+            key.append(self.model.settings["source"])
         return hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]
 
     @property

@@ -167,21 +167,7 @@ def _encode(
     encoding_started = time.perf_counter()
     tokens = sum(run_jobs(jobs, launcher, "encode", reporter.advance))  # none is done: see remove_shards
     store = EmbeddingStore(workspace.embedding_dir(lang), lang)
-    encode_seconds = time.perf_counter() - encoding_started
-    store.retain({_stem(s.name) for s in corpus.shards})
-    return EncodeSummary(
-        lang=lang,
-        counts=corpus.counts,
-        rows=corpus.rows,
-        shards=len(corpus.shards),
-        shards_encoded=len(pending),
-        sentences_encoded=sum(s.rows for s in pending),
-        tokens_encoded=tokens,
-        truncated=sum(s.truncated for s in store.manifest.shards.values()),
-        seconds=time.perf_counter() - started,
-        encode_seconds=encode_seconds,
-        embedding_dir=store.root,
-    )
+    return _finish(lang, corpus, pending, store, tokens, started, encoding_started)
 
 
 def import_embeddings(
@@ -261,20 +247,7 @@ def _import(
         for s in pending
     ]
     run_jobs(jobs, None, "encode", reporter.advance)
-    store.retain({_stem(s.name) for s in corpus.shards})
-    return EncodeSummary(
-        lang=lang,
-        counts=corpus.counts,
-        rows=corpus.rows,
-        shards=len(corpus.shards),
-        shards_encoded=len(pending),
-        sentences_encoded=sum(s.rows for s in pending),
-        tokens_encoded=0,
-        truncated=0,
-        seconds=time.perf_counter() - started,
-        encode_seconds=time.perf_counter() - importing_started,
-        embedding_dir=store.root,
-    )
+    return _finish(lang, corpus, pending, store, 0, started, importing_started)
 
 
 def import_shard(
@@ -290,6 +263,33 @@ def import_shard(
     store.write_shard(EmbeddingShard(_stem(shard.name), shard.rows, shard.sha256, 0, 0), vectors)
     if progress:
         progress(shard.rows)
+
+
+def _finish(
+    lang: str,
+    corpus: CorpusManifest,
+    pending: list[TextShard],
+    store: EmbeddingStore,
+    tokens: int,
+    started: float,
+    work_started: float,
+) -> EncodeSummary:
+    """Drop shards of a shrunken corpus, then sum up the step (`work_started`: when the vectors began)."""
+    work_seconds = time.perf_counter() - work_started
+    store.retain({_stem(s.name) for s in corpus.shards})
+    return EncodeSummary(
+        lang=lang,
+        counts=corpus.counts,
+        rows=corpus.rows,
+        shards=len(corpus.shards),
+        shards_encoded=len(pending),
+        sentences_encoded=sum(s.rows for s in pending),
+        tokens_encoded=tokens,
+        truncated=sum(s.truncated for s in store.manifest.shards.values()),
+        seconds=time.perf_counter() - started,
+        encode_seconds=work_seconds,
+        embedding_dir=store.root,
+    )
 
 
 def model_identity(encoder: SentenceEncoder) -> ModelIdentity:

@@ -42,6 +42,12 @@ _EXPORTS = {
     "mine": "bitextmine.steps.mine",
     "MineOptions": "bitextmine.steps.mine",
     "MineSummary": "bitextmine.steps.mine",
+    "FilterSettings": "bitextmine.mining.filters",
+    "parse_filters": "bitextmine.mining.filters",
+    "score_bitext": "bitextmine.steps.score",
+    "ScoreOptions": "bitextmine.steps.score",
+    "ScoreSummary": "bitextmine.steps.score",
+    "read_bitext": "bitextmine.text.bitext",
     "calibrate": "bitextmine.steps.calibrate",
     "evaluate_bucc": "bitextmine.steps.calibrate",
     "MiningSettings": "bitextmine.evaluation.calibration",
@@ -67,12 +73,15 @@ __all__ = [
     "EncodeReporter",
     "EncodeSummary",
     "EncoderSpec",
+    "FilterSettings",
     "IndexInfo",
     "IndexOptions",
     "LauncherConfig",
     "MineOptions",
     "MineSummary",
     "MiningSettings",
+    "ScoreOptions",
+    "ScoreSummary",
     "SentenceEncoder",
     "TrainConfig",
     "Workspace",
@@ -85,8 +94,11 @@ __all__ = [
     "load_encoder",
     "mine",
     "mine_arrays",
+    "parse_filters",
+    "read_bitext",
     "read_bucc",
     "sample_split",
+    "score_bitext",
     "score_mined_file",
     "train",
 ]
@@ -113,6 +125,7 @@ if TYPE_CHECKING:
     from bitextmine.evaluation.calibration import MiningSettings, score_mined_file
     from bitextmine.launch.config import LauncherConfig
     from bitextmine.mining.arrays import mine_arrays
+    from bitextmine.mining.filters import FilterSettings, parse_filters
     from bitextmine.mining.selection import Candidates
     from bitextmine.search.faiss_index import IndexInfo
     from bitextmine.steps.calibrate import calibrate, evaluate_bucc
@@ -125,5 +138,7 @@ if TYPE_CHECKING:
     )
     from bitextmine.steps.index import IndexOptions, index
     from bitextmine.steps.mine import MineOptions, MineSummary, mine
+    from bitextmine.steps.score import ScoreOptions, ScoreSummary, score_bitext
+    from bitextmine.text.bitext import read_bitext
     from bitextmine.train.loop import TrainConfig, train
     from bitextmine.workspace.layout import Workspace

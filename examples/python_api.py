@@ -4,15 +4,14 @@ mine), scoring what was mined, and the in-memory helpers (load an encoder, embed
     python examples/python_api.py --model ../shared/models/multilingual-e5-small-q4 \
         --bucc ../shared/data/bucc-like/de-en --work /tmp/api-work --sentences 1000
 
-`calibrate` stores its threshold in the model dir, so the example works on a copy of the model inside
-the workspace (as `make demo` does). It prints the calibrated F1, the F1 of the mined file (equal: the
-workspace steps and calibration score the same float16 vectors) and the in-memory pairs.
+`calibrate` stores its threshold in the workspace's threshold store (the model dir is only read). It
+prints the calibrated F1, the F1 of the mined file (equal: the workspace steps and calibration score
+the same float16 vectors) and the in-memory pairs.
 """
 
 from __future__ import annotations
 
 import argparse
-import shutil
 from pathlib import Path
 
 import bitextmine as bm
@@ -27,9 +26,7 @@ def main() -> None:
     args = parser.parse_args()
 
     work = bm.Workspace(args.work)
-    model = work.root / "model"
-    if not model.is_dir():
-        shutil.copytree(args.model, model)
+    model = args.model
     split = bm.sample_split(bm.read_bucc(args.bucc, "de-en", "dev"), args.sentences)
 
     # The workspace steps: one text file a language in, mined pairs out.
@@ -42,7 +39,9 @@ def main() -> None:
         print(f"{lang}: {encoded.rows:,} sentences encoded, index {info.factory}")
 
     encoder = bm.load_encoder(str(model))
-    calibration = bm.calibrate(split, encoder, cache_dir=work.embedding_cache_dir())
+    calibration = bm.calibrate(
+        split, encoder, cache_dir=work.embedding_cache_dir(), store=work.thresholds_file()
+    )
     result = calibration.result
     print(f"calibrated: threshold {result.threshold:.4f}, F1 {100 * result.scores.f1:.2f}")
     mined = bm.mine(work, "de", "en", bm.MineOptions(threshold="auto"))

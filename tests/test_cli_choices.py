@@ -9,9 +9,11 @@ from typer.testing import CliRunner
 
 from bitextmine.cli import app
 from bitextmine.cli.app import PrecisionOption
+from bitextmine.cli.mine import OutputFormat
 from bitextmine.encoder.precision import PRECISIONS
 from bitextmine.errors import BitextmineError
 from bitextmine.evaluation.calibration import MiningSettings
+from bitextmine.mining.output import FORMATS
 from bitextmine.steps.mine import MineOptions
 
 runner = CliRunner()
@@ -23,6 +25,7 @@ runner = CliRunner()
         (["mine", "de", "en", "--margin", "ration"], "'ratio', 'distance', 'csls', 'absolute'"),
         (["mine", "de", "en", "--strategy", "both"], "'max', 'intersect', 'fwd', 'bwd'"),
         (["mine", "de", "en", "--launcher", "slurmm"], "'local', 'slurm', 'submitit-local'"),
+        (["mine", "de", "en", "--format", "parq"], "'tsv.zst', 'tsv.gz', 'tsv', 'jsonl', 'parquet'"),
         (["encode", "x.txt", "-l", "de", "--precision", "fp16"], "'auto', 'fp32', 'bf16', 'int8'"),
         (["encode", "x.txt", "-l", "de", "--device", "gpu"], "'auto', 'cpu', 'cuda', 'cuda:N'"),
         (["train", "--data", "x", "--out", "o", "--bf16", "yes"], "'auto', 'on', 'off'"),
@@ -41,6 +44,10 @@ def test_a_mistyped_choice_is_a_usage_error_listing_the_valid_values(tmp_path, m
 def test_the_cli_precisions_are_the_encoders():
     (choices,) = typing.get_args(PrecisionOption)[:1]
     assert typing.get_args(choices) == ("auto", *PRECISIONS)
+
+
+def test_the_cli_output_formats_are_the_writers():
+    assert typing.get_args(OutputFormat) == FORMATS
 
 
 def test_version():

@@ -6,10 +6,9 @@ import json
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from tests.helpers import read_mined, run, sentences
+from tests.helpers import eval_bucc_dev, read_mined, run, sentences, write_bucc
 
 pytestmark = pytest.mark.integration  # the CLI end to end (docs: make test-fast leaves these out)
 
@@ -34,8 +33,9 @@ def test_index_then_mine_finds_the_identical_sentences(workspace):
     assert scores == sorted(scores, reverse=True) and min(scores) >= 1.0
     identical = [r for r in rows if r[1] == r[2]]
     assert {r[1] for r in identical} == set(shared)
-    assert {r[3] for r in identical} == {f"0:{i + 1}" for i in range(10)}
-    assert {r[4] for r in identical} == {f"0:{i + 13}" for i in range(10)}
+    de_file, en_file = (str(work.parent / f"{lang}.txt") for lang in ("de", "en"))
+    assert {r[3] for r in identical} == {f"{de_file}:{i + 1}" for i in range(10)}
+    assert {r[4] for r in identical} == {f"{en_file}:{i + 13}" for i in range(10)}
     stats = json.loads((work / "mined" / "de-en.stats.json").read_text())
     assert stats["counts"]["src_sentences"] == 25 and stats["counts"]["kept"] == len(rows)
     assert sum(stats["score_histogram"]["counts"]) == stats["counts"]["one_to_one_candidates"]
@@ -67,7 +67,10 @@ def test_max_codes_caps_the_rows_each_query_scans(workspace):
     code, output = run("mine", "de", "en", "-w", str(work), "--max-codes", "3")
     assert code == 0, output
     rows = read_mined(work / "mined" / "de-en.tsv.zst")
-    assert rows and all(r[3] in {"0:1", "0:2", "0:3"} or r[4] in {"0:1", "0:2", "0:3"} for r in rows)
+    first_three = {"1", "2", "3"}  # line numbers: ids are INPUT-PATH:LINE
+    assert rows and all(
+        r[3].rsplit(":", 1)[1] in first_three or r[4].rsplit(":", 1)[1] in first_three for r in rows
+    )
 
 
 def test_missing_steps_and_mismatches_are_one_line_errors(workspace, tiny_model_dir, tmp_path):
@@ -92,24 +95,6 @@ def test_missing_steps_and_mismatches_are_one_line_errors(workspace, tiny_model_
     assert code == 1 and "encode both with the same model" in output and "Traceback" not in output
 
 
-def eval_bucc_dev(bucc: Path, *options: str) -> tuple[int, str]:
-    """`bitextmine eval bucc` on the de-en dev split in `bucc`."""
-    return run("eval", "bucc", "--bucc", str(bucc), "--pair", "de-en", "--split", "dev", *options)
-
-
-def write_bucc(directory: Path, shared: list[str]) -> None:
-    """A de-en split whose gold pairs are identical sentences hidden among distractors."""
-    de = shared + sentences(20, seed=5)
-    en = sentences(20, seed=6) + shared
-    rng = np.random.default_rng(0)
-    de_ids = [f"de-{i:09d}" for i in rng.permutation(len(de)) + 1]
-    en_ids = [f"en-{i:09d}" for i in rng.permutation(len(en)) + 1]
-    (directory / "de-en.dev.de").write_text("".join(f"{i}\t{s}\n" for i, s in zip(de_ids, de, strict=True)))
-    (directory / "de-en.dev.en").write_text("".join(f"{i}\t{s}\n" for i, s in zip(en_ids, en, strict=True)))
-    gold = sorted(f"{de_ids[i]}\t{en_ids[20 + i]}\n" for i in range(len(shared)))
-    (directory / "de-en.dev.gold").write_text("".join(gold))
-
-
 def test_calibrate_stores_a_threshold_that_mine_and_eval_use(tmp_path, tiny_model_dir):
     model = tmp_path / "model"
     shutil.copytree(tiny_model_dir("bert"), model)
@@ -120,9 +105,8 @@ def test_calibrate_stores_a_threshold_that_mine_and_eval_use(tmp_path, tiny_mode
     work = str(tmp_path / "w")
     code, output = run("calibrate", "--bucc", str(bucc), "--pair", "de-en", "--model", str(model), "-w", work)
     assert code == 0, output
-    config = json.loads((model / "bitextmine.json").read_text())
-    threshold = config["thresholds"]["ratio"]["de-en"]
-    assert config["thresholds"]["ratio"] == {"de-en": threshold}  # no "default" that other pairs would take
+    [record] = json.loads((Path(work) / "thresholds.json").read_text())["thresholds"]  # not in the model dir
+    threshold = record["value"]
 
     report = tmp_path / "eval.json"
     code, output = eval_bucc_dev(
@@ -324,3 +308,20 @@ def test_reencoding_a_same_size_corpus_rebuilds_a_sharded_index(tmp_path, tiny_m
     assert build(tmp_path / "reencoded", ["first.de", "second.de"]) == build(
         tmp_path / "fresh", ["second.de"]
     )
+
+
+def test_eval_bucc_applies_the_pair_filters(tmp_path, tiny_model_dir):
+    """The split's gold pairs are identical sentences: the copies filter drops every one."""
+    bucc = tmp_path / "bucc"
+    bucc.mkdir()
+    write_bucc(bucc, sentences(8, seed=4))
+    report = tmp_path / "eval.json"
+    model = str(tiny_model_dir("bert"))
+    common = ["--model", model, "-w", str(tmp_path / "w"), "--threshold", "0", "--json", str(report)]
+    assert eval_bucc_dev(bucc, *common)[0] == 0
+    assert json.loads(report.read_text())["recall"] == 100.0
+    code, output = eval_bucc_dev(bucc, *common, "--filter", "copies")
+    assert code == 0, output
+    result = json.loads(report.read_text())
+    assert result["recall"] == 0.0 and result["filtered"] == {"copies": 8}
+    assert "copies" in output and "dropped by the filters" in " ".join(output.split())

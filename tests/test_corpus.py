@@ -452,6 +452,8 @@ def test_build_corpus_and_manifest(tmp_path: Path) -> None:
         "invalid_utf8": 0,
         "too_long": 0,
         "kept": 4,
+        "missing_columns": 0,
+        "wrong_language": 0,
     }
     rows = []
     for shard in m.shards:
@@ -516,4 +518,6 @@ def test_counts_add() -> None:
         "invalid_utf8": 44,
         "too_long": 55,
         "kept": 66,
+        "missing_columns": 0,
+        "wrong_language": 0,
     }

@@ -70,4 +70,4 @@ def test_the_python_api_example_mines_what_calibration_measured(tmp_path):
     assert mined[3] == calibrated[2] and float(mined[3]) > 80
     assert Path(mined[2]).is_file() and Path(mined[2]).parent == tmp_path / "work" / "mined"
     assert re.search(r"in memory: [\d,]+ pairs at the calibrated threshold", result.stdout)
-    assert {p.name: p.stat().st_mtime_ns for p in model.iterdir()} == shared_before  # it calibrated a copy
+    assert {p.name: p.stat().st_mtime_ns for p in model.iterdir()} == shared_before  # the model is only read

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from bitextmine.cli.app import (
     BuccDir,
     DeviceOption,
+    JsonOption,
     MarginOption,
     ModelOption,
     PairOption,
     PrecisionOption,
     StrategyOption,
     ThreadsOption,
+    ThresholdsOption,
     WorkdirOption,
     app,
     load_encoder,
@@ -23,8 +26,12 @@ from bitextmine.cli.app import (
     set_threads,
     user_errors,
 )
-from bitextmine.cli.output import ProgressDisplay, scores_table
+from bitextmine.cli.output import ProgressDisplay, emit_json, scores_table
+from bitextmine.cli.plots import CURVES, curve_lines, curve_range, save_calibration_plot
 from bitextmine.workspace.layout import DEFAULT_WORKDIR, Workspace
+
+if TYPE_CHECKING:
+    from bitextmine.steps.calibrate import Calibration
 
 
 @app.command()
@@ -34,6 +41,22 @@ def calibrate(
     split: Annotated[str, typer.Option(help="Split to learn the threshold on.")] = "dev",
     model: ModelOption = None,
     workdir: WorkdirOption = DEFAULT_WORKDIR,
+    thresholds: ThresholdsOption = None,
+    target_precision: Annotated[
+        float | None,
+        typer.Option(
+            metavar="P",
+            help="Take the lowest threshold whose precision on the split is >= P (0 < P <= 1) "
+            "\\[default: the best F1].",
+        ),
+    ] = None,
+    json_path: JsonOption = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE.png", help="Draw P, R and F1 against the threshold (needs the plot extra)."
+        ),
+    ] = None,
     k: Annotated[int, typer.Option("--k", "-k", min=1, help="Neighbours per sentence for the margin.")] = 4,
     margin: MarginOption = "ratio",
     strategy: StrategyOption = "max",
@@ -41,19 +64,25 @@ def calibrate(
     precision: PrecisionOption = "auto",
     threads: ThreadsOption = None,
 ) -> None:
-    """Learn the margin threshold with the best F1 on a BUCC-format split and store it in the model dir.
+    """Learn the margin threshold on a BUCC-format split and store it in the threshold store.
 
     Reads BUCC/PAIR.SPLIT.{x,en,gold}, encodes both sides (cached in WORK/cache/embeddings), mines
-    one-to-one candidates exactly, tries a threshold at every midpoint between consecutive candidate
-    scores and writes the best one into MODEL/bitextmine.json (per pair and as the margin's default),
-    where `mine --threshold auto` and `eval bucc --threshold auto` find it.
+    one-to-one candidates exactly and tries a threshold at every midpoint between consecutive candidate
+    scores. Keeps the best F1 (or, with --target-precision, the lowest threshold reaching it) and
+    records it, with its P/R/F1, split and rule, under the model's fingerprint, the margin and the
+    pair in WORK/thresholds.json (or --thresholds FILE), where `mine --threshold auto` and `eval bucc`
+    find it. Nothing is written into the model dir. Prints the curve as a text plot; --json PATH|-
+    writes the settings, the chosen point and every threshold's P/R/F1, and --plot FILE.png draws them.
     """
-    from bitextmine.evaluation.bucc import read_bucc
+    from bitextmine.evaluation.bucc import read_bucc, target_rule
     from bitextmine.evaluation.calibration import MiningSettings
     from bitextmine.steps.calibrate import calibrate as calibrate_split
 
     set_threads(threads)
+    workspace = Workspace(workdir)
     with user_errors():
+        if target_precision is not None:
+            target_rule(target_precision)
         data = read_bucc(bucc, pair, split)
         encoder = load_encoder(require_model(model), device, precision)
         progress = ProgressDisplay(f"encoding {pair} {split}", data.sentences, rates=True)
@@ -62,10 +91,56 @@ def calibrate(
                 data,
                 encoder,
                 MiningSettings(k, margin, strategy),
-                Workspace(workdir).embedding_cache_dir(),
+                workspace.embedding_cache_dir(),
                 progress.advance,
+                store=thresholds or workspace.thresholds_file(),
+                target_precision=target_precision,
             )
+        report = calibration_report(calibration)
+        title = f"calibrate {pair} {split} ({margin} margin, {strategy})"
+        if plot is not None:
+            save_calibration_plot(plot, report["curve"], report["chosen"], title)
     result = calibration.result
-    title = f"calibrate {pair} {split} ({margin} margin, {strategy})"
     out.print(scores_table(title, result.scores, result.threshold, result.candidates))
-    out.print(f"threshold {result.threshold:.6f} stored in {calibration.stored_in}", highlight=False)
+    for line in _curve_plot(report):
+        out.print(line, highlight=False, markup=False)
+    record = calibration.record
+    out.print(
+        f"threshold {record.value:.6f} ({record.rule}) for {record.model} (fingerprint {record.fingerprint}) "
+        f"stored in {calibration.stored_in}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    if plot is not None:
+        out.print(f"plot written to {plot}", highlight=False, soft_wrap=True)
+    emit_json(json_path, report)
+
+
+def calibration_report(calibration: Calibration) -> dict[str, Any]:
+    """What `calibrate --json` writes: the settings, the stored record, the chosen point and the curve
+    (every threshold tried, decreasing, with precision, recall and F1 in percent, kept and true pairs)."""
+    result = calibration.result
+    chosen = {"threshold": result.threshold, **result.scores.as_percent()}
+    chosen |= {"kept": result.scores.predicted, "true_positives": result.scores.true_positives}
+    return {
+        "pair": calibration.pair,
+        "split": calibration.split,
+        "margin": calibration.settings.margin,
+        "strategy": calibration.settings.strategy,
+        "k": calibration.settings.k,
+        "model": calibration.record.model,
+        "fingerprint": calibration.record.fingerprint,
+        "rule": result.rule,
+        "candidates": result.candidates,
+        "gold": result.scores.gold,
+        "stored_in": str(calibration.stored_in),
+        "chosen": chosen,
+        "curve": result.curve.rows(),
+    }
+
+
+def _curve_plot(report: dict[str, Any]) -> list[str]:
+    curve = report["curve"]
+    x = [point["threshold"] for point in curve]
+    series = {label: [point[key] for point in curve] for key, label in CURVES.items()}
+    return curve_lines(x, series, mark=report["chosen"]["threshold"], x_range=curve_range(curve))

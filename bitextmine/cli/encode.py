@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Annotated, Literal
 
 import typer
@@ -9,6 +10,7 @@ from rich.table import Table
 
 from bitextmine.cli.app import (
     DeviceOption,
+    JsonOption,
     ModelOption,
     PrecisionOption,
     WorkdirOption,
@@ -16,6 +18,7 @@ from bitextmine.cli.app import (
     encoder_spec,
     err,
     fail,
+    info,
     out,
     print_precision_check,
     require_model,
@@ -25,9 +28,11 @@ from bitextmine.cli.app import (
     user_errors,
 )
 from bitextmine.cli.launcher_options import NO_FLAGS, LauncherFlags, with_launcher_options
-from bitextmine.cli.output import ProgressDisplay, fields_table
+from bitextmine.cli.output import ProgressDisplay, emit_json, fields_table
 from bitextmine.encoder.batching import DEFAULT_MAX_TOKENS
 from bitextmine.errors import BitextmineError
+from bitextmine.text.lid import DEFAULT_MIN_CONFIDENCE
+from bitextmine.text.reader import Columns
 from bitextmine.workspace.layout import DEFAULT_WORKDIR, Workspace
 
 
@@ -43,26 +48,22 @@ class _RichEncodeReporter:
 
     def corpus_ready(self, manifest, rebuilt: bool) -> None:
         verb = "built" if rebuilt else "reusing"
-        err.print(
-            f"{verb} {len(manifest.shards)} text shard(s), {manifest.rows:,} sentences of '{manifest.lang}'"
-        )
+        info(f"{verb} {len(manifest.shards)} text shard(s), {manifest.rows:,} sentences of '{manifest.lang}'")
 
     def encoder_ready(self, encoder, rows_to_encode: int) -> None:
         print_precision_check(encoder)
-        err.print(
+        info(
             f"model {encoder.loaded.name} ({encoder.mode}, {encoder.device}, {encoder.precision}, "
             f"{usable_cores()} cores, "
             f"{thread_summary()}, pooling {encoder.settings.pooling}, "
-            f"prefix {encoder.settings.prefix!r}, max length {encoder.max_length})",
-            highlight=False,
+            f"prefix {encoder.settings.prefix!r}, max length {encoder.max_length})"
         )
         self.progress = ProgressDisplay("encoding", rows_to_encode, rates=True).__enter__()
 
     def vectors_ready(self, source, model, rows_to_import: int) -> None:
-        err.print(
+        info(
             f"vectors {source.path} ({source.rows:,} x {source.dim}, {source.vectors.dtype}) "
-            f"of model {model.name}",
-            highlight=False,
+            f"of model {model.name}"
         )
         self.progress = ProgressDisplay("importing", rows_to_import).__enter__()
 
@@ -76,13 +77,16 @@ class _RichEncodeReporter:
 
 def _summary_table(summary) -> Table:
     counts = summary.counts
+    drops = {"empty": counts.empty, "duplicate": counts.duplicates}
+    drops |= {  # named where they happened: their options are off by default
+        why: n
+        for why, n in (("wrong language", counts.wrong_language), ("too few columns", counts.missing_columns))
+        if n
+    }
     rows = [
         ("rows in", f"{counts.lines:,}"),
         ("rows kept", f"{summary.rows:,}"),
-        (
-            "dropped",
-            f"{counts.empty + counts.duplicates:,} ({counts.empty:,} empty, {counts.duplicates:,} duplicate)",
-        ),
+        ("dropped", f"{sum(drops.values()):,} ({', '.join(f'{n:,} {why}' for why, n in drops.items())})"),
         ("invalid UTF-8 (replaced)", f"{counts.invalid_utf8:,}"),
         ("cut to --max-chars", f"{counts.too_long:,}"),
         ("truncated to max length", f"{summary.truncated:,}"),
@@ -121,6 +125,50 @@ def encode(
         bool, typer.Option("--dedup", help="Drop exact duplicate sentences (after cleaning).")
     ] = False,
     max_chars: Annotated[int, typer.Option(help="Cut longer lines to this many characters.", min=1)] = 10_000,
+    text_column: Annotated[
+        int | None,
+        typer.Option(
+            help="TAB-separated input: the sentence is this column (1-based); lines with fewer columns are "
+            "skipped and counted \\[default: the whole line].",
+            min=1,
+            rich_help_panel="TSV input and language identification",
+        ),
+    ] = None,
+    meta_column: Annotated[
+        int | None,
+        typer.Option(
+            help="With --text-column: carry this column (e.g. a URL or an id) through to the text shards and "
+            "the mined pairs.",
+            min=1,
+            rich_help_panel="TSV input and language identification",
+        ),
+    ] = None,
+    lid: Annotated[
+        bool,
+        typer.Option(
+            "--lid",
+            help="Keep only the lines that language identification (py3langid) finds in --lang.",
+            rich_help_panel="TSV input and language identification",
+        ),
+    ] = False,
+    lid_lang: Annotated[
+        str | None,
+        typer.Option(
+            help="The language --lid keeps, as an ISO 639-1 or 639-3 code, when --lang is a code it does not "
+            "know \\[default: --lang].",
+            rich_help_panel="TSV input and language identification",
+        ),
+    ] = None,
+    lid_min_confidence: Annotated[
+        float,
+        typer.Option(
+            help="--lid keeps a line whose most likely language is the wanted one at this probability or "
+            "more.",
+            min=0.0,
+            max=1.0,
+            rich_help_panel="TSV input and language identification",
+        ),
+    ] = DEFAULT_MIN_CONFIDENCE,
     pooling: Annotated[
         str | None,
         typer.Option(
@@ -177,6 +225,7 @@ def encode(
             rich_help_panel="Bring your own embeddings",
         ),
     ] = None,
+    json_path: JsonOption = None,
     cluster: LauncherFlags = NO_FLAGS,
 ) -> None:
     """Encode corpora of one language into the workspace.
@@ -187,11 +236,24 @@ def encode(
     shards, so an interrupted run resumes where it stopped. Model defaults (pooling, prefix, max length)
     come from the model dir's bitextmine.json, else its sentence-transformers files, else the flags.
     With --embeddings, the vectors come from that file instead of a model (--model-name names it).
+    With --text-column, each line is TAB-separated and one column is the sentence (--meta-column: one
+    more is carried along, e.g. a URL); with --lid, lines identified as another language are dropped.
     """
     from bitextmine.steps.encode import EncodeOptions
     from bitextmine.steps.encode import encode as encode_files
 
-    options = EncodeOptions(shard_size=shard_size, dedup=dedup, max_chars=max_chars, overwrite=overwrite)
+    options = EncodeOptions(
+        shard_size=shard_size,
+        dedup=dedup,
+        max_chars=max_chars,
+        overwrite=overwrite,
+        columns=_columns(text_column, meta_column),
+        lid=lid,
+        lid_lang=lid_lang,
+        lid_min_confidence=lid_min_confidence,
+    )
+    if not lid and (lid_lang is not None or lid_min_confidence != DEFAULT_MIN_CONFIDENCE):
+        fail(BitextmineError("--lid-lang and --lid-min-confidence apply to --lid: add --lid"))
     if embeddings is not None:
         given = {
             "--pooling": pooling is not None,
@@ -206,7 +268,10 @@ def encode(
             flags = ", ".join(flag for flag, used in given.items() if used)
             message = f"--embeddings imports vectors in this process, without a model: {flags} cannot apply"
             fail(BitextmineError(message))
-        _import(files, lang, Workspace(workdir), embeddings, model_name, dim, embeddings_dtype, options)
+        summary = _import(
+            files, lang, Workspace(workdir), embeddings, model_name, dim, embeddings_dtype, options
+        )
+        emit_json(json_path, asdict(summary))
         return
     model = require_model(model)
     set_threads(threads)
@@ -227,9 +292,19 @@ def encode(
         finally:
             reporter.close()
     out.print(_summary_table(summary))
+    emit_json(json_path, asdict(summary))
 
 
-def _import(files, lang, workspace, embeddings, model_name, dim, dtype, options) -> None:
+def _columns(text_column: int | None, meta_column: int | None) -> Columns | None:
+    if text_column is None:
+        if meta_column is not None:
+            fail(BitextmineError("--meta-column needs --text-column: which column holds the sentence?"))
+        return None
+    with user_errors():
+        return Columns(text_column, meta_column)
+
+
+def _import(files, lang, workspace, embeddings, model_name, dim, dtype, options):
     """`encode --embeddings`: the corpus pass, then the rows of the vectors file instead of a model."""
     from bitextmine.steps.encode import import_embeddings
 
@@ -250,3 +325,4 @@ def _import(files, lang, workspace, embeddings, model_name, dim, dtype, options)
         finally:
             reporter.close()
     out.print(_summary_table(summary))
+    return summary

@@ -18,15 +18,18 @@ from bitextmine.cli.app import (
     PrecisionOption,
     StrategyOption,
     ThreadsOption,
+    ThresholdsOption,
     WorkdirOption,
     app,
-    err,
+    info,
     load_encoder,
+    out,
     require_model,
     set_threads,
     user_errors,
 )
-from bitextmine.cli.output import ProgressDisplay, print_results, results_table, scores_table
+from bitextmine.cli.filter_options import FilterOption, FiltersPresetOption, filter_settings
+from bitextmine.cli.output import ProgressDisplay, fields_table, print_results, results_table, scores_table
 from bitextmine.workspace.layout import DEFAULT_WORKDIR, Workspace
 
 eval_app = typer.Typer(
@@ -48,15 +51,22 @@ def eval_bucc(
     split: Annotated[str, typer.Option(help="Split to evaluate.")] = "test",
     model: ModelOption = None,
     threshold: Annotated[
-        str, typer.Option(help="auto (calibrated), oracle (best on this split) or a number.")
+        str,
+        typer.Option(
+            help="auto (calibrated for this pair), auto:PAIR (for another pair), oracle (best on this "
+            "split) or a number."
+        ),
     ] = "auto",
     workdir: WorkdirOption = DEFAULT_WORKDIR,
+    thresholds: ThresholdsOption = None,
     mined: Annotated[
         Path | None, typer.Option(help="Score this `mine` output file instead (sentences matched by text).")
     ] = None,
     k: Annotated[int, typer.Option("--k", "-k", min=1, help="Neighbours per sentence for the margin.")] = 4,
     margin: MarginOption = "ratio",
     strategy: StrategyOption = "max",
+    filters: FiltersPresetOption = "none",
+    filter_items: FilterOption = None,
     device: DeviceOption = "auto",
     precision: PrecisionOption = "auto",
     threads: ThreadsOption = None,
@@ -65,8 +75,11 @@ def eval_bucc(
     """Precision, recall and F1 on a BUCC-format split.
 
     Reads BUCC/PAIR.SPLIT.{x,en,gold}; encodes and mines the split with MODEL and keeps pairs scoring
-    >= the threshold, or, with --mined, scores a `bitextmine mine` output file. --json FILE gets
-    precision, recall and f1 in percent and the threshold.
+    >= the threshold, or, with --mined, scores a `bitextmine mine` output file. `auto` reads the
+    threshold `calibrate` stored for the model's fingerprint in WORK/thresholds.json (--thresholds
+    FILE), or in an older model dir's bitextmine.json; where it came from is printed. Pair filters
+    (--filters, --filter) apply to the pairs reaching the threshold, as in `mine`. --json FILE gets
+    precision, recall and f1 in percent, the threshold and the filters' drop counts.
     """
     from bitextmine.evaluation.bucc import read_bucc
     from bitextmine.evaluation.calibration import MiningSettings, score_mined_file
@@ -74,10 +87,11 @@ def eval_bucc(
 
     set_threads(threads)
     with user_errors():
+        settings = filter_settings(filters, filter_items)
         data = read_bucc(bucc, pair, split)
         if mined is not None:
             scores = score_mined_file(mined, data)
-            used, candidates = None, scores.predicted
+            used, candidates, source, dropped = None, scores.predicted, None, {}
         else:
             encoder = load_encoder(require_model(model), device, precision)
             progress = ProgressDisplay(f"encoding {pair} {split}", data.sentences, rates=True)
@@ -89,19 +103,28 @@ def eval_bucc(
                     MiningSettings(k, margin, strategy),
                     Workspace(workdir).embedding_cache_dir(),
                     progress.advance,
+                    store=thresholds or Workspace(workdir).thresholds_file(),
+                    filters=settings,
                 )
             scores, used, candidates = evaluation.scores, evaluation.threshold, evaluation.candidates
+            source, dropped = evaluation.source, evaluation.filtered
     summary = {
         "pair": pair,
         "split": split,
         **scores.as_percent(),
         "threshold": used,
+        "threshold_source": source,
         "margin": margin,
         "strategy": strategy,
         "predicted": scores.predicted,
         "gold": scores.gold,
+        "filtered": dropped,
     }
     print_results(scores_table(f"eval bucc {pair} {split}", scores, used, candidates), summary, json_path)
+    if dropped:
+        out.print(fields_table("dropped by the filters", [(k, f"{v:,}") for k, v in dropped.items()]))
+    if source is not None:
+        out.print(f"threshold {used:.6f}: {source}", highlight=False, soft_wrap=True)
 
 
 def _encode_fn(model: str, device: str, precision: str, workdir: Path) -> Callable:
@@ -136,7 +159,7 @@ def eval_tatoeba(
             data,
             _languages(langs, lambda: tatoeba_languages(data)),
             encode,
-            progress=lambda lang: err.print(f"tatoeba {lang}"),
+            progress=lambda lang: info(f"tatoeba {lang}"),
         )
     rows = [(r.lang, f"{r.pairs:,}", f"{r.xx_to_eng:.1f}", f"{r.eng_to_xx:.1f}") for r in result.rows]
     rows.append(("average", "", f"{result.average_xx_to_eng:.2f}", f"{result.average_eng_to_xx:.2f}"))
@@ -174,7 +197,7 @@ def eval_xsim(
             split=split,
             margin=margin,
             k=k,
-            progress=lambda lang: err.print(f"xsim {lang}"),
+            progress=lambda lang: info(f"xsim {lang}"),
         )
     rows = [(r.lang, f"{r.sentences:,}", f"{r.errors:,}", f"{r.error_rate:.2f}") for r in result.rows]
     rows.append(("average", "", "", f"{result.average:.2f}"))

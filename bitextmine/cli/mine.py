@@ -2,16 +2,31 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Literal
 
 import typer
 from rich.table import Table
 
-from bitextmine.cli.app import MarginOption, ModelOption, StrategyOption, WorkdirOption, app, out, user_errors
+from bitextmine.cli.app import (
+    JsonOption,
+    MarginOption,
+    ModelOption,
+    StrategyOption,
+    ThresholdsOption,
+    WorkdirOption,
+    app,
+    out,
+    user_errors,
+)
+from bitextmine.cli.filter_options import FilterOption, FiltersPresetOption, filter_settings, filtered_table
 from bitextmine.cli.launcher_options import NO_FLAGS, LauncherFlags, with_launcher_options
-from bitextmine.cli.output import ProgressDisplay, results_table
-from bitextmine.errors import BitextmineError
+from bitextmine.cli.output import ProgressDisplay, emit_json, results_table
+from bitextmine.cli.plots import histogram_lines
+from bitextmine.files import read_json
 from bitextmine.workspace.layout import DEFAULT_WORKDIR, Workspace
+
+OutputFormat = Literal["tsv.zst", "tsv.gz", "tsv", "jsonl", "parquet"]  # mining.output.FORMATS
 
 
 @app.command()
@@ -26,8 +41,8 @@ def mine(
     threshold: Annotated[
         str | None,
         typer.Option(
-            help="Keep pairs scoring >= FLOAT, or 'auto' for the model's calibrated threshold "
-            "\\[default: keep every one-to-one candidate]."
+            help="Keep pairs scoring >= FLOAT, 'auto' (this pair's calibrated threshold) or 'auto:PAIR' "
+            "(another pair's) \\[default: keep every one-to-one candidate]."
         ),
     ] = None,
     nprobe: Annotated[int | None, typer.Option(help="Override the indexes' stored nprobe.", min=1)] = None,
@@ -40,6 +55,7 @@ def mine(
             min=1,
         ),
     ] = None,
+    thresholds: ThresholdsOption = None,
     model: ModelOption = None,
     job_rows: Annotated[
         int,
@@ -51,6 +67,17 @@ def mine(
             "--force", help="Mine even if the two languages were encoded by different models (a warning)."
         ),
     ] = False,
+    filters: FiltersPresetOption = "none",
+    filter_items: FilterOption = None,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Write the pairs here \\[default: WORK/mined/SRC-TGT.FORMAT]."),
+    ] = None,
+    output_format: Annotated[
+        OutputFormat | None,
+        typer.Option("--format", help="Output format \\[default: from --output's suffix, else tsv.zst]."),
+    ] = None,
+    json_path: JsonOption = None,
     cluster: LauncherFlags = NO_FLAGS,
 ) -> None:
     """Mine translation pairs between two encoded and indexed languages.
@@ -58,10 +85,14 @@ def mine(
     Reads WORK/emb/SRC, WORK/emb/TGT, their text shards and WORK/index/{SRC,TGT}.faiss; searches k
     nearest neighbours both ways, recomputes the candidates' cosines from the stored vectors, scores
     them with the margin, keeps each sentence at most once and writes WORK/mined/SRC-TGT.tsv.zst
-    (score, source sentence, target sentence, source id, target id; ids are INPUT-FILE-INDEX:LINE),
-    sorted by score, plus WORK/mined/SRC-TGT.stats.json. --threshold auto reads the threshold that
-    `bitextmine calibrate` stored in the model dir (--model, default the model of the embeddings;
-    external embeddings have none). Two languages encoded by different models are refused unless --force.
+    (score, source sentence, target sentence, source id, target id; ids are INPUT-PATH:LINE), sorted
+    by score, plus WORK/mined/SRC-TGT.stats.json. --threshold auto reads the threshold `bitextmine
+    calibrate` stored for this pair and the embeddings' model (WORK/thresholds.json or --thresholds),
+    auto:PAIR another pair's; the summary says which threshold was used and where it came from. Pair
+    filters (--filters web, --filter NAME[=VALUE]) drop pairs that reach the threshold but are not
+    translations; their counts go to the stats and the summary. --output/--format write tsv.zst,
+    tsv.gz, tsv, jsonl or parquet. Two languages encoded by different models are refused unless --force.
+    --json gets the stats file's content.
     """
     from bitextmine.steps.mine import MineOptions
     from bitextmine.steps.mine import mine as mine_pair
@@ -74,39 +105,48 @@ def mine(
             k=k,
             margin=margin,
             strategy=strategy,
-            threshold=_threshold(threshold),
+            threshold=threshold,
+            thresholds=thresholds,
             nprobe=nprobe,
             max_codes=max_codes,
             model=model,
             job_rows=job_rows,
             force=force,
+            filters=filter_settings(filters, filter_items),
+            output=output,
+            format=output_format,
         )
         queries = sum(len(open_language(workspace, lang).vectors) for lang in (src, tgt))
         progress = ProgressDisplay(f"mining {src}-{tgt}", queries)
         with progress:
             summary = mine_pair(workspace, src, tgt, options, progress.advance, config)
-    out.print(_preview_table(summary))
+    out.print(preview_table(summary.pair, summary.written.preview))
+    counts = summary.counts
+    if counts["filtered"]:
+        reached = counts["above_threshold"]
+        out.print(filtered_table(f"filters {summary.pair}", reached, counts["filtered"], summary.kept))
+    if summary.kept:
+        histogram = summary.written.histogram
+        out.print(f"scores of the {summary.kept:,} pairs kept:", highlight=False)
+        out.print("\n".join(histogram_lines(histogram["edges"], histogram["counts"])), highlight=False)
+    if summary.threshold is not None:
+        out.print(f"threshold {summary.threshold.value:.4f}: {summary.threshold.source}", highlight=False)
     kept = f"{summary.kept:,} pairs" + (
-        "" if summary.threshold is None else f" with score >= {summary.threshold:.4f}"
+        "" if summary.threshold is None else f" with score >= {summary.threshold.value:.4f}"
     )
     out.print(
-        f"{summary.pair}: {summary.src_rows:,} x {summary.tgt_rows:,} sentences, {summary.candidates:,} "
-        f"one-to-one candidates, {kept} -> {summary.output} ({summary.seconds:.1f} s)",
+        f"{summary.pair}: {counts['src_sentences']:,} x {counts['tgt_sentences']:,} sentences, "
+        f"{counts['one_to_one_candidates']:,} one-to-one candidates, {kept} -> {summary.output} "
+        f"({summary.seconds:.1f} s)",
         highlight=False,
     )
+    if json_path is not None:
+        with user_errors():
+            emit_json(json_path, read_json(summary.stats))
 
 
-def _threshold(value: str | None) -> float | str | None:
-    if value is None or value == "auto":
-        return value
-    try:
-        return float(value)
-    except ValueError:
-        raise BitextmineError(f"--threshold must be a number or 'auto', not {value!r}") from None
-
-
-def _preview_table(summary) -> Table:
-    rows = [(f"{score:.4f}", src_text, tgt_text) for score, src_text, tgt_text in summary.preview]
+def preview_table(pair: str, preview: list[tuple[float, str, str]]) -> Table:
+    rows = [(f"{score:.4f}", src_text, tgt_text) for score, src_text, tgt_text in preview]
     return results_table(
-        f"top pairs {summary.pair}", ["score", "source", "target"], rows, text_columns=["source", "target"]
+        f"top pairs {pair}", ["score", "source", "target"], rows, text_columns=["source", "target"]
     )

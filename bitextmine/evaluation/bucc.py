@@ -3,7 +3,8 @@
 A split of pair ``de-en`` in a directory is three files: ``de-en.dev.de`` and ``de-en.dev.en`` with
 lines ``ID<TAB>SENTENCE``, and ``de-en.dev.gold`` with lines ``DE-ID<TAB>EN-ID`` (one-to-one).
 The threshold sweep follows DAP appendix B and LASER's BUCC script: sort the candidate scores and try
-a threshold at every midpoint between consecutive distinct scores, keeping the best F1.
+a threshold at every midpoint between consecutive distinct scores, keeping the best F1 (or, with a
+target precision, the lowest threshold that reaches it). The whole curve is kept for reports and plots.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from bitextmine.text.reader import Warn, read_lines, warn_user
 
 class BuccError(BitextmineError):
     """Bad BUCC input; a one-line message naming the file and, when it applies, ``path:LINE:``."""
+
+
+BEST_F1 = "best F1"
 
 
 @dataclass
@@ -59,11 +63,39 @@ class Scores:
         return {"precision": 100 * self.precision, "recall": 100 * self.recall, "f1": 100 * self.f1}
 
 
+@dataclass(frozen=True, eq=False)
+class SweepCurve:
+    """Every threshold the sweep tried, decreasing, and what keeping the scores >= it gives."""
+
+    thresholds: np.ndarray
+    true_positives: np.ndarray
+    kept: np.ndarray
+    gold: int
+
+    def scores(self, point: int) -> Scores:
+        return _scores(int(self.true_positives[point]), int(self.kept[point]), self.gold)
+
+    def precision(self) -> np.ndarray:
+        return np.divide(self.true_positives, self.kept, out=np.zeros(self.kept.shape), where=self.kept > 0)
+
+    def f1(self) -> np.ndarray:
+        return 2 * self.true_positives / (self.kept + self.gold)
+
+    def rows(self) -> list[dict[str, float]]:
+        """One JSON object a threshold: the threshold, precision, recall and F1 in percent, kept, TP."""
+        return [
+            {"threshold": float(t), **self.scores(i).as_percent(), "kept": int(k), "true_positives": int(tp)}
+            for i, (t, k, tp) in enumerate(zip(self.thresholds, self.kept, self.true_positives, strict=True))
+        ]
+
+
 @dataclass(frozen=True)
 class SweepResult:
     threshold: float  # keep candidates with score >= threshold
     scores: Scores
     candidates: int  # number of candidate pairs swept over
+    curve: SweepCurve
+    rule: str = BEST_F1  # how the threshold was chosen: BEST_F1 or target_rule(P)
 
 
 def read_bucc(
@@ -139,28 +171,57 @@ def score_pairs(predicted: Iterable[tuple[str, str]], gold: set[tuple[str, str]]
     return _scores(len(unique & gold), len(unique), len(gold))
 
 
-def sweep_threshold(scores: np.ndarray, is_gold: np.ndarray, gold_total: int) -> SweepResult:
-    """The threshold with the best F1 over one-to-one candidates; among equal F1 the higher one.
+def sweep_threshold(
+    scores: np.ndarray, is_gold: np.ndarray, gold_total: int, target_precision: float | None = None
+) -> SweepResult:
+    """The threshold with the best F1 over one-to-one candidates, among equal F1 the higher one; with
+    `target_precision`, the lowest threshold whose precision is at least that (a BuccError if none is).
 
     Tried: the midpoint between each two consecutive distinct scores, the minimum score (keeps all)
     and one above the maximum (keeps none). Thresholds are exact values of the scores' dtype (float32
     stays float32), so ``scores >= threshold`` reproduces the returned Scores exactly.
     """
+    curve = sweep_curve(scores, is_gold, gold_total)
+    if target_precision is None:
+        point, rule = int(np.argmax(curve.f1())), BEST_F1  # the first maximum is the highest threshold
+    else:
+        point, rule = _lowest_reaching(curve, target_precision), target_rule(target_precision)
+    return SweepResult(float(curve.thresholds[point]), curve.scores(point), int(curve.kept[-1]), curve, rule)
+
+
+def sweep_curve(scores: np.ndarray, is_gold: np.ndarray, gold_total: int) -> SweepCurve:
+    """Every threshold of the sweep (see `sweep_threshold`), decreasing, with its kept and true counts."""
     values, gold_flags = _check_sweep_input(scores, is_gold, gold_total)
     order = np.argsort(values)[::-1]  # the order within ties does not matter: no cut falls inside one
     values, hits = values[order], np.cumsum(gold_flags[order])
     # keep the top `keep` candidates; a cut only where the next score is strictly lower (ties together)
     keep = np.append(np.flatnonzero(values[:-1] > values[1:]) + 1, values.size)
-    thresholds = np.concatenate([[_above(values[0])], _midpoints(values, keep)])
-    true_positives = np.concatenate([[0], hits[keep - 1]])
-    predicted = np.concatenate([[0], keep])
-    f1 = 2 * true_positives / (predicted + gold_total)
-    best = int(np.argmax(f1))  # thresholds are decreasing, so the first maximum is the highest threshold
-    return SweepResult(
-        threshold=float(thresholds[best]),
-        scores=_scores(int(true_positives[best]), int(predicted[best]), gold_total),
-        candidates=int(values.size),
+    return SweepCurve(
+        thresholds=np.concatenate([[_above(values[0])], _midpoints(values, keep)]),
+        true_positives=np.concatenate([[0], hits[keep - 1]]),
+        kept=np.concatenate([[0], keep]),
+        gold=gold_total,
     )
+
+
+def target_rule(target_precision: float) -> str:
+    """The rule recorded for a threshold chosen by `--target-precision` (checked here)."""
+    if not 0 < target_precision <= 1:
+        raise BitextmineError(f"--target-precision must be above 0 and at most 1, not {target_precision}")
+    return f"precision >= {target_precision:g}"
+
+
+def _lowest_reaching(curve: SweepCurve, target_precision: float) -> int:
+    target_rule(target_precision)
+    precision = curve.precision()
+    reaching = np.flatnonzero(precision >= target_precision)
+    if reaching.size == 0:
+        best = int(np.argmax(precision))
+        raise BuccError(
+            f"no threshold reaches precision {target_precision:g} (the highest is {precision[best]:.4f}, "
+            f"at threshold {curve.thresholds[best]:.4f}): lower --target-precision"
+        )
+    return int(reaching[-1])  # thresholds decrease: the last one reaching the target is the lowest
 
 
 def _check_sweep_input(

@@ -11,6 +11,7 @@ from bitextmine.encoder.cache import embed
 from bitextmine.encoder.encoder import ProgressCallback, SentenceEncoder
 from bitextmine.evaluation.bucc import BuccError, BuccSplit, Scores, SweepResult, score_pairs, sweep_threshold
 from bitextmine.mining.arrays import mine_arrays
+from bitextmine.mining.filters import PairFilter
 from bitextmine.mining.margin import check_margin
 from bitextmine.mining.selection import Candidates, check_strategy
 from bitextmine.text.cleaning import clean_line
@@ -45,6 +46,13 @@ def mine_split(
     """Encode both sides of the split and mine its one-to-one candidates (exact search)."""
     src = embed(encoder, split.src.sentences, cache_dir, progress)
     tgt = embed(encoder, split.tgt.sentences, cache_dir, progress)
+    return mine_vectors(split, src, tgt, settings)
+
+
+def mine_vectors(
+    split: BuccSplit, src: np.ndarray, tgt: np.ndarray, settings: MiningSettings
+) -> SplitCandidates:
+    """The split's one-to-one candidates from its sides' vectors (row i: sentence i), exact search."""
     candidates = mine_arrays(src, tgt, k=settings.k, margin=settings.margin, strategy=settings.strategy)
     gold = split.gold or set()
     is_gold = np.array(
@@ -57,20 +65,35 @@ def mine_split(
     return SplitCandidates(split, candidates, is_gold)
 
 
-def calibrate_threshold(mined: SplitCandidates) -> SweepResult:
-    """The threshold with the best F1 on this split (midpoints of consecutive candidate scores)."""
-    return sweep_threshold(mined.candidates.score, mined.is_gold, len(mined.split.gold or ()))
+def calibrate_threshold(mined: SplitCandidates, target_precision: float | None = None) -> SweepResult:
+    """The threshold with the best F1 on this split (midpoints of consecutive candidate scores), or the
+    lowest one whose precision is at least `target_precision`."""
+    gold = len(mined.split.gold or ())
+    return sweep_threshold(mined.candidates.score, mined.is_gold, gold, target_precision)
 
 
-def scores_at(mined: SplitCandidates, threshold: float) -> Scores:
+def kept_candidates(
+    mined: SplitCandidates, threshold: float, pair_filter: PairFilter | None = None
+) -> Candidates:
+    """The candidates scoring >= `threshold` that pass `pair_filter`, as `mine` keeps them."""
     kept = mined.candidates.above(threshold)
+    if pair_filter is None:
+        return kept
+    src = [mined.split.src.sentences[i] for i in kept.src]
+    tgt = [mined.split.tgt.sentences[i] for i in kept.tgt]
+    mask = pair_filter.keep(kept.score, src, tgt)
+    return Candidates(kept.src[mask], kept.tgt[mask], kept.score[mask], kept.cosine[mask])
+
+
+def scores_at(mined: SplitCandidates, threshold: float, pair_filter: PairFilter | None = None) -> Scores:
+    kept = kept_candidates(mined, threshold, pair_filter)
     ids = mined.split
     predicted = [(ids.src.ids[s], ids.tgt.ids[t]) for s, t in zip(kept.src, kept.tgt, strict=True)]
     return score_pairs(predicted, mined.split.gold or set())
 
 
 def score_mined_file(path: Path, split: BuccSplit) -> Scores:
-    """P/R/F1 of a `mine` output file against the split's gold, matching sentences by their text."""
+    """P/R/F1 of a `mine` TSV output file against the split's gold, matching sentences by their text."""
     src_id = {clean_line(s): i for s, i in zip(split.src.sentences, split.src.ids, strict=True)}
     tgt_id = {clean_line(s): i for s, i in zip(split.tgt.sentences, split.tgt.ids, strict=True)}
     predicted = []
@@ -78,7 +101,7 @@ def score_mined_file(path: Path, split: BuccSplit) -> Scores:
         raise BuccError(f"{path}: no such file (run `bitextmine mine` first)")
     for number, line in read_lines(path):
         fields = line.split("\t")
-        if len(fields) != 5:
+        if len(fields) not in (5, 7):  # 7: with the corpora's meta columns
             raise BuccError(f"{path}:{number}: expected SCORE<TAB>SRC<TAB>TGT<TAB>SRC-ID<TAB>TGT-ID")
         if fields[1] in src_id and fields[2] in tgt_id:
             predicted.append((src_id[fields[1]], tgt_id[fields[2]]))

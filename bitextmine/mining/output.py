@@ -1,43 +1,243 @@
-"""The mined output: scored pairs as a zstd-compressed TSV, and the score histogram of the stats."""
+"""The mined output: kept pairs with their sentences and origins, in the format users load.
+
+Formats (`FORMATS`, chosen by `--format` or the output's suffix):
+
+- ``tsv.zst`` (default), ``tsv.gz``, ``tsv``: ``score<TAB>src<TAB>tgt<TAB>src id<TAB>tgt id`` and, when
+  the corpora carry a meta column, ``<TAB>src meta<TAB>tgt meta``; an id is ``INPUT-PATH:LINE``.
+- ``jsonl``: one object a pair with the keys of `COLUMNS`.
+- ``parquet``: the same columns (needs pyarrow: ``pip install 'bitextmine[parquet]'``).
+
+Every format loads with Hugging Face ``datasets`` (``load_dataset("parquet" | "json" | "csv", ...)``).
+Compression and row groups are deterministic, so a rerun writes the same bytes.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import gzip
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, BinaryIO, Protocol
 
 import numpy as np
 import zstandard
 
+from bitextmine.errors import BitextmineError
 from bitextmine.faults import crash_point
 from bitextmine.files import atomic_open
-from bitextmine.workspace.corpus import lookup_rows
+from bitextmine.mining.filters import PairFilter
+from bitextmine.text.reader import Row
+from bitextmine.workspace.corpus import RowReader
 from bitextmine.workspace.language import Language
 
+FORMATS = ("tsv.zst", "tsv.gz", "tsv", "jsonl", "parquet")
+COLUMNS = ("score", "src", "tgt", "src_file", "src_line", "tgt_file", "tgt_line", "src_meta", "tgt_meta")
 HISTOGRAM_BINS = 50
+InputFiles = tuple[list[str], list[str]]  # the input paths of the source and target corpora
+ScoredRows = tuple[np.ndarray, list[Row], list[Row]]  # scores, and the source and target rows scored
+KEPT_HISTOGRAM_BINS = 10
+
+
+def output_format(path: Path, requested: str | None = None) -> str:
+    """`requested`, or the format `path`'s suffix names; a one-line error if neither is known."""
+    if requested is not None:
+        if requested not in FORMATS:
+            raise BitextmineError(f"unknown output format {requested!r}; choose one of {', '.join(FORMATS)}")
+        return requested
+    name = Path(path).name
+    for fmt in FORMATS:
+        if name.endswith(f".{fmt}"):
+            return fmt
+    raise BitextmineError(f"{path}: cannot tell the output format from its name; pass --format")
+
+
+@dataclass
+class MinedChunk:
+    """Columns of kept pairs, in score order."""
+
+    score: list[float]
+    src: list[Row]
+    tgt: list[Row]
+    src_files: list[str]  # input paths of the source corpus, by Row.source
+    tgt_files: list[str]
+
+    def records(self, with_meta: bool) -> Iterator[dict[str, Any]]:
+        for score, s, t in zip(self.score, self.src, self.tgt, strict=True):
+            record = {
+                "score": round(score, 6),
+                "src": s.text,
+                "tgt": t.text,
+                "src_file": self.src_files[s.source],
+                "src_line": s.line,
+                "tgt_file": self.tgt_files[t.source],
+                "tgt_line": t.line,
+            }
+            if with_meta:
+                record["src_meta"], record["tgt_meta"] = s.meta, t.meta
+            yield record
+
+
+class _Writer(Protocol):
+    def write(self, chunk: MinedChunk) -> None: ...
+    def close(self) -> None: ...
+
+
+class _TsvWriter:
+    def __init__(self, raw: BinaryIO, with_meta: bool) -> None:
+        self.raw, self.with_meta = raw, with_meta
+
+    def write(self, chunk: MinedChunk) -> None:
+        lines = []
+        for r in chunk.records(self.with_meta):
+            fields = [
+                f"{r['score']:.6f}",
+                r["src"],
+                r["tgt"],
+                _id(r["src_file"], r["src_line"]),
+                _id(r["tgt_file"], r["tgt_line"]),
+            ]
+            if self.with_meta:
+                fields += [r["src_meta"] or "", r["tgt_meta"] or ""]
+            lines.append("\t".join(fields) + "\n")
+        self.raw.write("".join(lines).encode())
+
+    def close(self) -> None:
+        pass
+
+
+def _id(path: str, line: int) -> str:
+    if "\t" in path or "\n" in path:
+        raise BitextmineError(f"{path!r}: an input path with a TAB or newline cannot be an id in a TSV")
+    return f"{path}:{line}"
+
+
+class _JsonlWriter:
+    def __init__(self, raw: BinaryIO, with_meta: bool) -> None:
+        self.raw, self.with_meta = raw, with_meta
+
+    def write(self, chunk: MinedChunk) -> None:
+        text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in chunk.records(self.with_meta))
+        self.raw.write(text.encode())
+
+    def close(self) -> None:
+        pass
+
+
+class _ParquetWriter:
+    def __init__(self, raw: BinaryIO, with_meta: bool) -> None:
+        try:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise BitextmineError("parquet output needs pyarrow: pip install 'bitextmine[parquet]'") from None
+        self.pa, self.with_meta = pa, with_meta
+        columns = [("score", pa.float64()), ("src", pa.string()), ("tgt", pa.string())]
+        columns += [("src_file", pa.string()), ("src_line", pa.int64())]
+        columns += [("tgt_file", pa.string()), ("tgt_line", pa.int64())]
+        if with_meta:
+            columns += [("src_meta", pa.string()), ("tgt_meta", pa.string())]
+        self.schema = pa.schema(columns)
+        self.writer = pq.ParquetWriter(raw, self.schema, compression="zstd")
+
+    def write(self, chunk: MinedChunk) -> None:
+        table = self.pa.Table.from_pylist(list(chunk.records(self.with_meta)), schema=self.schema)
+        self.writer.write_table(table)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def _open_writer(raw: BinaryIO, fmt: str, with_meta: bool) -> tuple[_Writer, BinaryIO]:
+    """The writer of `fmt` over `raw`, and the stream it writes to (`raw`, or a compressor over it)."""
+    stream: BinaryIO = raw
+    if fmt == "tsv.zst":
+        stream = zstandard.ZstdCompressor().stream_writer(raw, closefd=False)
+    elif fmt == "tsv.gz":
+        stream = gzip.GzipFile("", "wb", fileobj=raw, mtime=0)  # no name, no time: reruns give the same bytes
+    if fmt == "jsonl":
+        return _JsonlWriter(stream, with_meta), stream
+    if fmt == "parquet":
+        return _ParquetWriter(stream, with_meta), stream
+    return _TsvWriter(stream, with_meta), stream
+
+
+@dataclass
+class MinedOutput:
+    path: Path
+    format: str
+    kept: int  # pairs written
+    preview: list[tuple[float, str, str]]  # the best pairs written
+    histogram: dict[str, list[float]]  # of the written scores, KEPT_HISTOGRAM_BINS bins
 
 
 def write_mined(
-    path: Path, pairs: np.ndarray, src: Language, tgt: Language, preview: int = 10, chunk: int = 500_000
-) -> list:
-    """Write `score<TAB>src<TAB>tgt<TAB>src id<TAB>tgt id` lines for candidate records (CANDIDATE_DTYPE,
-    by decreasing score), zstd-compressed, looking sentences up `chunk` pairs at a time.
+    path: Path,
+    fmt: str,
+    pairs: np.ndarray,
+    src: Language,
+    tgt: Language,
+    pair_filter: PairFilter,
+    chunk: int = 500_000,
+) -> MinedOutput:
+    """Write the candidate records (CANDIDATE_DTYPE, by decreasing score) that pass `pair_filter` to
+    `path` in `fmt`, looking sentences up `chunk` pairs at a time."""
 
-    Ids are ``SOURCE:LINE``: the index of the input file given to `encode` and its 1-based line number.
-    """
-    shown = []
-    with atomic_open(path, "wb") as raw, zstandard.ZstdCompressor().stream_writer(raw) as out:
+    readers = RowReader(src.corpus_dir, src.corpus), RowReader(tgt.corpus_dir, tgt.corpus)
+
+    def chunks() -> Iterator[ScoredRows]:
         for first in range(0, len(pairs), chunk):
             part = pairs[first : first + chunk]
-            src_rows = lookup_rows(src.corpus_dir, src.corpus, part["src"])
-            tgt_rows = lookup_rows(tgt.corpus_dir, tgt.corpus, part["tgt"])
-            for score, s, t in zip(part["score"].tolist(), src_rows, tgt_rows, strict=True):
-                out.write(
-                    f"{score:.6f}\t{s.text}\t{t.text}\t{s.source}:{s.line}\t{t.source}:{t.line}\n".encode()
-                )
-                if len(shown) < preview:
-                    shown.append((score, s.text, t.text))
+            yield part["score"], readers[0].rows(part["src"]), readers[1].rows(part["tgt"])
+
+    files: InputFiles = [s.path for s in src.corpus.sources], [s.path for s in tgt.corpus.sources]
+    span = (float(pairs["score"][-1]), float(pairs["score"][0])) if len(pairs) else (0.0, 1.0)
+    with_meta = _has_meta(src) or _has_meta(tgt)
+    return write_pairs(path, fmt, chunks(), files, pair_filter, span, with_meta)
+
+
+def write_pairs(
+    path: Path,
+    fmt: str,
+    chunks: Iterable[ScoredRows],
+    files: InputFiles,
+    pair_filter: PairFilter,
+    span: tuple[float, float],
+    with_meta: bool = False,
+    preview: int = 10,
+) -> MinedOutput:
+    """Write the pairs of `chunks` that pass `pair_filter` to `path` in `fmt`; the histogram of what was
+    written spans `span`, and the first `preview` pairs written come back."""
+    counts = np.zeros(KEPT_HISTOGRAM_BINS, dtype=np.int64)
+    shown: list[tuple[float, str, str]] = []
+    kept = 0
+    with atomic_open(path, "wb") as raw:
+        writer, stream = _open_writer(raw, fmt, with_meta)
+        for scores, src_rows, tgt_rows in chunks:
+            mask = pair_filter.keep(scores, [r.text for r in src_rows], [r.text for r in tgt_rows])
+            written = MinedChunk(
+                np.asarray(scores)[mask].tolist(),
+                [r for r, k in zip(src_rows, mask, strict=True) if k],
+                [r for r, k in zip(tgt_rows, mask, strict=True) if k],
+                *files,
+            )
+            writer.write(written)
+            counts += np.histogram(written.score, bins=KEPT_HISTOGRAM_BINS, range=span)[0]
+            kept += len(written.score)
+            best = zip(written.score, written.src, written.tgt, strict=True)
+            shown += [(score, s.text, t.text) for score, s, t in best][: preview - len(shown)]
             crash_point("mine.write-chunk")
-    return shown
+        writer.close()
+        if stream is not raw:
+            stream.close()  # the compressor's end of stream; atomic_open closes `raw`
+    edges = np.histogram_bin_edges(np.zeros(0), bins=KEPT_HISTOGRAM_BINS, range=span)
+    histogram = {"edges": [round(float(e), 6) for e in edges], "counts": counts.tolist()}
+    return MinedOutput(path, fmt, kept, shown, histogram)
+
+
+def _has_meta(language: Language) -> bool:
+    columns = language.corpus.columns
+    return columns is not None and columns.meta is not None
 
 
 def score_histogram(scores: np.ndarray, chunk: int = 1_000_000) -> dict[str, list[float]]:

@@ -12,6 +12,8 @@ import numpy as np
 # is 1.6 GB, whatever the block of queries searched at once.
 RERANK_ROWS = 16_384
 
+QueryBlocks = Callable[[], Iterable[tuple[int, np.ndarray]]]  # (first query row, vectors), in row order
+
 
 @dataclass
 class Neighbours:
@@ -85,7 +87,7 @@ class SearchShard:
 
 
 def find_neighbours(
-    query_blocks: Callable[[], Iterable[tuple[int, np.ndarray]]],
+    query_blocks: QueryBlocks,
     n_queries: int,
     shards: Sequence[SearchShard],
     take: TakeFn,

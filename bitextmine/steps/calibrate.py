@@ -1,5 +1,6 @@
-"""The calibrate step, and scoring on BUCC-format splits: learn the margin threshold with the best F1 on
-a split and store it in the model dir, or measure P/R/F1 at a threshold."""
+"""The calibrate step, and scoring on BUCC-format splits: learn a margin threshold on a split (best F1,
+or the lowest reaching a target precision) and record it in a threshold store, or measure P/R/F1 at a
+threshold."""
 
 from __future__ import annotations
 
@@ -7,10 +8,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bitextmine.encoder.encoder import ProgressCallback, SentenceEncoder
-from bitextmine.errors import BitextmineError
-from bitextmine.evaluation.bucc import BuccSplit, Scores, SweepResult
+from bitextmine.evaluation.bucc import BuccSplit, Scores, SweepResult, target_rule
 from bitextmine.evaluation.calibration import MiningSettings, calibrate_threshold, mine_split, scores_at
-from bitextmine.evaluation.thresholds import calibrated_threshold, store_threshold
+from bitextmine.evaluation.thresholds import (
+    ThresholdChoice,
+    ThresholdRecord,
+    resolve_threshold,
+    store_threshold,
+)
+from bitextmine.mining.filters import NO_FILTERS, FilterSettings, PairFilter
+from bitextmine.text.languages import parse_pair
+from bitextmine.workspace.layout import DEFAULT_WORKDIR, Workspace
 
 
 @dataclass
@@ -18,8 +26,9 @@ class Calibration:
     pair: str
     split: str
     settings: MiningSettings
-    result: SweepResult  # the threshold and the P/R/F1 it gives on the split
-    stored_in: Path  # the model dir's bitextmine.json
+    result: SweepResult  # the threshold, the P/R/F1 it gives on the split, the whole curve, the rule
+    record: ThresholdRecord  # what was stored: the threshold with its model, split, scores and rule
+    stored_in: Path  # the threshold store
 
 
 @dataclass
@@ -27,6 +36,13 @@ class BuccEvaluation:
     scores: Scores
     threshold: float
     candidates: int  # one-to-one candidates before the threshold
+    source: str  # where the threshold came from, for people
+    filtered: dict[str, int]  # pairs each filter dropped among those reaching the threshold
+
+
+def default_store() -> Path:
+    """The threshold store of the commands' default workspace, ``./bitextmine-work/thresholds.json``."""
+    return Workspace(DEFAULT_WORKDIR).thresholds_file()
 
 
 def calibrate(
@@ -35,13 +51,28 @@ def calibrate(
     settings: MiningSettings | None = None,
     cache_dir: Path | None = None,
     progress: ProgressCallback | None = None,
+    *,
+    store: Path | None = None,
+    target_precision: float | None = None,
 ) -> Calibration:
-    """Encode and mine the split exactly, find the threshold with the best F1 and store it in the
-    encoder's model dir (per pair and as the margin's default) for `mine --threshold auto`."""
+    """Encode and mine the split exactly and find the threshold with the best F1, or the lowest whose
+    precision is at least `target_precision`; record it in the threshold `store` (default: the default
+    workspace's) under the encoder's fingerprint, margin and the pair, for `threshold="auto"`."""
     settings = settings or MiningSettings()
-    result = calibrate_threshold(mine_split(split, encoder, settings, cache_dir, progress))
-    stored = store_threshold(encoder.loaded.model_dir, settings.margin, split.pair, result.threshold)
-    return Calibration(split.pair, split.split, settings, result, stored)
+    store = store or default_store()
+    if target_precision is not None:
+        target_rule(target_precision)  # checked before the encoding, not after it
+    result = calibrate_threshold(mine_split(split, encoder, settings, cache_dir, progress), target_precision)
+    record = ThresholdRecord.from_sweep(
+        result,
+        fingerprint=encoder.fingerprint,
+        model=encoder.loaded.name,
+        margin=settings.margin,
+        pair=split.pair,
+        split=split.split,
+    )
+    store_threshold(store, record)
+    return Calibration(split.pair, split.split, settings, result, record, store)
 
 
 def evaluate_bucc(
@@ -51,22 +82,28 @@ def evaluate_bucc(
     settings: MiningSettings | None = None,
     cache_dir: Path | None = None,
     progress: ProgressCallback | None = None,
+    *,
+    store: Path | None = None,
+    filters: FilterSettings = NO_FILTERS,
 ) -> BuccEvaluation:
     """P/R/F1 of the split mined with `encoder`, keeping pairs scoring >= `threshold`: a number, "auto"
-    (calibrated for this pair, from the model dir) or "oracle" (the best threshold on this split)."""
+    or "auto:PAIR" (calibrated for this pair or for PAIR, from the threshold `store`, default the
+    default workspace's, else the model dir's old bitextmine.json) or "oracle" (the best on this split)."""
     settings = settings or MiningSettings()
+    pair_filter = PairFilter(filters, *parse_pair(split.pair))
+    oracle = threshold == "oracle"
+    if not oracle:  # before the encoding: a missing calibration is an error at once
+        choice = resolve_threshold(
+            threshold,
+            store=store or default_store(),
+            fingerprint=encoder.fingerprint,
+            margin=settings.margin,
+            pair=split.pair,
+            model_dir=encoder.loaded.model_dir,
+        )
     mined = mine_split(split, encoder, settings, cache_dir, progress)
-    if threshold == "oracle":
-        used = calibrate_threshold(mined).threshold
-    elif threshold == "auto":
-        used = calibrated_threshold(encoder.loaded.model_dir, settings.margin, split.pair)
-    else:
-        used = _number(threshold)
-    return BuccEvaluation(scores_at(mined, used), used, len(mined.candidates))
-
-
-def _number(value: float | str) -> float:
-    try:
-        return float(value)
-    except ValueError:
-        raise BitextmineError(f"--threshold must be auto, oracle or a number, not {value!r}") from None
+    if oracle:
+        best = calibrate_threshold(mined).threshold
+        choice = ThresholdChoice(best, split.pair, f"the best on {split.pair} {split.split} (oracle)")
+    scores = scores_at(mined, choice.value, pair_filter)
+    return BuccEvaluation(scores, choice.value, len(mined.candidates), choice.source, pair_filter.counts())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -13,9 +14,11 @@ from bitextmine.errors import BitextmineError
 from bitextmine.launch.config import LauncherConfig
 from bitextmine.launch.jobs import Job, Progress, run_jobs
 from bitextmine.text.languages import check_lang
-from bitextmine.text.reader import STDIN, CorpusCounts, warn_user
+from bitextmine.text.lid import DEFAULT_MIN_CONFIDENCE, lid_code, model_id
+from bitextmine.text.reader import STDIN, Columns, CorpusCounts, warn_user
 from bitextmine.workspace.corpus import (
     CorpusManifest,
+    LidFilter,
     SourceInfo,
     TextShard,
     build_corpus,
@@ -26,6 +29,8 @@ from bitextmine.workspace.embeddings import EmbeddingShard, EmbeddingStore, Mode
 from bitextmine.workspace.external import VectorsFile, external_model, open_vectors
 from bitextmine.workspace.layout import Workspace
 from bitextmine.workspace.locks import workspace_locks
+
+_log = logging.getLogger(__name__)
 
 
 class EncodeReporter:
@@ -53,6 +58,19 @@ class EncodeOptions:
     dedup: bool = False
     max_chars: int = 10_000
     overwrite: bool = False
+    columns: Columns | None = None  # TSV input: the sentence column and a meta column to carry
+    lid: bool = False  # keep only the lines identified as the language (lid_lang, else the one encoded)
+    lid_lang: str | None = None
+    lid_min_confidence: float = DEFAULT_MIN_CONFIDENCE
+
+    def lid_filter(self, lang: str) -> LidFilter | None:
+        if not self.lid:
+            return None
+        if not 0 <= self.lid_min_confidence <= 1:
+            raise BitextmineError(
+                f"the LID confidence floor must be in [0, 1], not {self.lid_min_confidence}"
+            )
+        return LidFilter(lid_code(self.lid_lang or lang), self.lid_min_confidence, model_id())
 
 
 @dataclass
@@ -75,6 +93,7 @@ def prepare_corpus(
 ) -> tuple[CorpusManifest, bool]:
     """Reuse complete text shards built from the same inputs; otherwise (re)build them."""
     out_dir = workspace.corpus_dir(lang)
+    lid = options.lid_filter(lang)
     wanted = CorpusManifest(
         lang=lang,
         sources=[SourceInfo.of(p) for p in paths],
@@ -84,10 +103,13 @@ def prepare_corpus(
         shards=[],
         counts=CorpusCounts(),
         complete=False,
+        columns=options.columns,
+        lid=lid,
     )
     existing = load_manifest(out_dir)
     if existing is not None and existing.complete and existing.same_inputs(wanted) and not options.overwrite:
         return existing, False
+    _log.debug("reading %s into %s", ", ".join(map(str, paths)), out_dir)
     manifest = build_corpus(
         paths,
         lang,
@@ -95,6 +117,8 @@ def prepare_corpus(
         shard_size=options.shard_size,
         dedup=options.dedup,
         max_chars=options.max_chars,
+        columns=options.columns,
+        lid=lid,
         warn=warn,
     )
     return manifest, True
@@ -258,7 +282,7 @@ def import_shard(
     progress: Progress | None = None,
 ) -> None:
     """Job: store the rows of `source` that the text shard's lines pick (line N: row N-1), the record last."""
-    _, _, lines = read_text_shard(corpus_dir / shard.name)
+    _, _, lines = read_text_shard(corpus_dir / shard.name, shard.sha256)
     vectors = source.unit_rows(lines - 1)
     store.write_shard(EmbeddingShard(_stem(shard.name), shard.rows, shard.sha256, 0, 0), vectors)
     if progress:
@@ -306,7 +330,7 @@ def encode_shard(
     progress: Callable[[int, int], None] | None = None,
 ) -> int:
     """Encode one text shard into the store (vectors, then the shard's record); returns its tokens."""
-    texts, _, _ = read_text_shard(corpus_dir / shard.name)
+    texts, _, _ = read_text_shard(corpus_dir / shard.name, shard.sha256)
     encoded = encoder.encode(texts, progress=progress)
     store.write_shard(
         EmbeddingShard(_stem(shard.name), shard.rows, shard.sha256, encoded.tokens, encoded.truncated),

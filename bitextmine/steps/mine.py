@@ -6,24 +6,26 @@ import hashlib
 import json
 import shutil
 import time
+import tokenize
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from bitextmine.encoder.loading import resolve_model_dir
 from bitextmine.errors import BitextmineError
-from bitextmine.evaluation.thresholds import calibrated_threshold
+from bitextmine.evaluation.thresholds import ThresholdChoice, resolve_threshold
 from bitextmine.files import atomic_open, write_json
 from bitextmine.launch.config import LauncherConfig
 from bitextmine.launch.jobs import Job, Progress, run_jobs
+from bitextmine.mining.filters import NO_FILTERS, FilterSettings, PairFilter
 from bitextmine.mining.margin import check_margin
-from bitextmine.mining.output import score_histogram, write_mined
+from bitextmine.mining.output import MinedOutput, output_format, score_histogram, write_mined
 from bitextmine.mining.selection import NeighbourBlocks, check_strategy, select_candidates
 from bitextmine.search.faiss_index import IndexInfo, load_index, load_index_info
 from bitextmine.search.ivf_scan import query_block_rows, search
-from bitextmine.search.knn import Neighbours, SearchShard, find_neighbours
+from bitextmine.search.knn import Neighbours, QueryBlocks, SearchShard, find_neighbours
 from bitextmine.search.sharded import ShardedIndex, release_index
 from bitextmine.text.languages import check_lang
 from bitextmine.text.reader import warn_user
@@ -42,45 +44,93 @@ class MineOptions:
     k: int = 4
     margin: str = "ratio"
     strategy: str = "max"
-    threshold: float | str | None = (
-        None  # a number, "auto" (calibrated, from the model dir) or None (keep all)
-    )
+    threshold: float | str | None = None  # a number, "auto", "auto:PAIR" (calibrated) or None (keep all)
+    thresholds: Path | None = None  # the threshold store of "auto"; default: WORK/thresholds.json
     nprobe: int | None = None
     max_codes: int | None = None  # rows an IVF query scans at most (FAISS max_codes); None: no cap
     block_rows: int | None = None  # queries searched at once; None: ivf_scan.query_block_rows
     job_rows: int = 1_000_000  # queries per neighbour job (the unit of resume and of cluster jobs)
-    model: str | None = None  # where "auto" looks for thresholds; default: the model that made the embeddings
+    model: str | None = None  # a model dir with 0.1's thresholds; default: the embeddings' model
     force: bool = False  # mine two languages encoded by different models (a warning instead of an error)
+    filters: FilterSettings = NO_FILTERS  # pair filters, applied to the candidates that reach the threshold
+    output: Path | None = None  # default: WORK/mined/SRC-TGT.FORMAT
+    format: str | None = None  # one of mining.output.FORMATS; default: from `output`'s suffix, or tsv.zst
 
     def __post_init__(self) -> None:  # before the search, not after it
         check_margin(self.margin)
         check_strategy(self.strategy)
+        if self.output is not None or self.format is not None:
+            output_format(Path(self.output or "mined.tsv.zst"), self.format)
+
+    def output_path(self, workspace: Workspace, src: str, tgt: str) -> tuple[Path, str]:
+        if self.output is not None:
+            return Path(self.output), output_format(Path(self.output), self.format)
+        fmt = self.format or "tsv.zst"
+        return workspace.mined_file(src, tgt, fmt), fmt
+
+    def to_json(self) -> dict[str, Any]:
+        paths = {"output": self.output, "thresholds": self.thresholds}
+        return {**asdict(self), **{name: path and str(path) for name, path in paths.items()}}
 
 
 @dataclass
 class MineSummary:
     pair: str
-    src_rows: int
-    tgt_rows: int
-    candidates: int
-    kept: int
-    threshold: float | None
-    output: Path
+    counts: dict[str, Any]  # sentences, candidates, above_threshold, filtered (by filter), kept
+    threshold: ThresholdChoice | None
+    written: MinedOutput  # path, format, kept pairs, preview, histogram of the kept scores
     stats: Path
-    seconds: float
-    preview: list[tuple[float, str, str]]
+    seconds: float = 0.0
+
+    @property
+    def output(self) -> Path:
+        return self.written.path
+
+    @property
+    def kept(self) -> int:
+        return self.written.kept
+
+    def to_json(self, options: MineOptions, workspace: Workspace, extra: dict[str, Any]) -> dict[str, Any]:
+        """The stats file: what was mined, how, and what each stage kept (the output's path relative to
+        the workspace when it lies inside, so a moved workspace stays consistent)."""
+        path = self.written.path
+        if path.resolve().is_relative_to(workspace.root.resolve()):
+            path = path.resolve().relative_to(workspace.root.resolve())
+        return {
+            "pair": self.pair,
+            "options": options.to_json(),
+            "threshold": None if self.threshold is None else asdict(self.threshold),
+            "counts": self.counts,
+            "output": {"path": str(path), "format": self.written.format},
+            **extra,
+            "kept_histogram": self.written.histogram,
+            "seconds": self.seconds,
+        }
 
 
-def resolve_threshold(options: MineOptions, src: Language, pair: str) -> float | None:
-    if options.threshold != "auto":
-        return None if options.threshold is None else float(options.threshold)
-    if options.model is None and is_external(src.vectors.model):
-        raise BitextmineError(
-            f"'{src.lang}' has external embeddings ({src.vectors.model.name}), which have no model dir "
-            "to read a calibrated threshold from: pass --threshold FLOAT or --model DIR"
+def resolve_mine_threshold(
+    options: MineOptions, workspace: Workspace, src: Language, pair: str
+) -> ThresholdChoice | None:
+    """The threshold `options.threshold` stands for: calibrated ones ("auto", "auto:PAIR") are looked up by
+    the fingerprint of the model that made the vectors, in the threshold store, then in the local model
+    dir where bitextmine 0.1 kept them."""
+    legacy = Path(options.model or src.vectors.model.name).expanduser()
+    try:
+        return resolve_threshold(
+            options.threshold,
+            store=options.thresholds or workspace.thresholds_file(),
+            fingerprint=src.vectors.model.fingerprint,
+            margin=options.margin,
+            pair=pair,
+            model_dir=legacy if legacy.is_dir() else None,
         )
-    model_dir = resolve_model_dir(options.model or src.vectors.model.name)
-    return calibrated_threshold(model_dir, options.margin, pair)
+    except BitextmineError:
+        if not is_external(src.vectors.model):
+            raise
+        raise BitextmineError(
+            f"'{src.lang}' has external embeddings ({src.vectors.model.name}), which `calibrate` cannot "
+            "calibrate: pass --threshold FLOAT"
+        ) from None
 
 
 def mine(
@@ -116,66 +166,41 @@ def _mine(
     pair = f"{src_lang}-{tgt_lang}"
     src, tgt = open_language(workspace, src_lang), open_language(workspace, tgt_lang)
     _check_same_model(src, tgt, options.force)
-    threshold = resolve_threshold(options, src, pair)
-    src_info = load_index_info(workspace.index_dir(), src_lang, src.vectors)
-    tgt_info = load_index_info(workspace.index_dir(), tgt_lang, tgt.vectors)
-    work = _neighbour_dir(workspace, pair, options, src_info, tgt_info)
+    threshold = resolve_mine_threshold(options, workspace, src, pair)
+    pair_filter = PairFilter(options.filters, src_lang, tgt_lang)
+    infos = [load_index_info(workspace.index_dir(), lang.lang, lang.vectors) for lang in (src, tgt)]
+    work = _neighbour_dir(workspace, pair, options, *infos)
     jobs = [
-        *_neighbour_jobs(workspace, work, "fwd", src, tgt, options, search_block_rows(options, tgt_info)),
-        *_neighbour_jobs(workspace, work, "bwd", tgt, src, options, search_block_rows(options, src_info)),
+        *_neighbour_jobs(workspace, work, "fwd", src, tgt, options, search_block_rows(options, infos[1])),
+        *_neighbour_jobs(workspace, work, "bwd", tgt, src, options, search_block_rows(options, infos[0])),
     ]
     run_jobs(jobs, launcher, "mine", progress)
     release_index()
     sizes = (len(src.vectors), len(tgt.vectors))
     scratch = work / SELECTION_DIR
     shutil.rmtree(scratch, ignore_errors=True)  # left by a killed run
-    candidates = select_candidates(
-        _neighbour_blocks(work, "fwd", sizes[0]),
-        _neighbour_blocks(work, "bwd", sizes[1]),
-        sizes,
-        options.margin,
-        options.strategy,
-        scratch,
-    )
-    candidate_count = len(candidates)
-    kept = candidate_count if threshold is None else _count_at_least(candidates["score"], threshold)
-    output = workspace.mined_file(src_lang, tgt_lang)
-    preview = write_mined(output, candidates[:kept], src, tgt)
+    fwd, bwd = _neighbour_blocks(work, "fwd", sizes), _neighbour_blocks(work, "bwd", sizes[::-1])
+    candidates = select_candidates(fwd, bwd, sizes, options.margin, options.strategy, scratch)
+    above = len(candidates) if threshold is None else _count_at_least(candidates["score"], threshold.value)
+    path, fmt = options.output_path(workspace, src_lang, tgt_lang)
+    written = write_mined(path, fmt, candidates[:above], src, tgt, pair_filter)
+    counts = {
+        "src_sentences": sizes[0],
+        "tgt_sentences": sizes[1],
+        "one_to_one_candidates": len(candidates),
+        "above_threshold": above,
+        "filtered": pair_filter.counts(),
+        "kept": written.kept,
+    }
     histogram = score_histogram(candidates["score"])
     del candidates
     shutil.rmtree(scratch)
     _remove_other_plans(work)
-    stats_path = workspace.stats_file(src_lang, tgt_lang)
-    seconds = time.perf_counter() - started
-    write_json(
-        stats_path,
-        {
-            "pair": pair,
-            "options": asdict(options),
-            "threshold": threshold,
-            "counts": {
-                "src_sentences": len(src.vectors),
-                "tgt_sentences": len(tgt.vectors),
-                "one_to_one_candidates": candidate_count,
-                "kept": kept,
-            },
-            "indexes": {src_lang: src_info.to_json(), tgt_lang: tgt_info.to_json()},
-            "score_histogram": histogram,
-            "seconds": seconds,
-        },
-    )
-    return MineSummary(
-        pair,
-        len(src.vectors),
-        len(tgt.vectors),
-        candidate_count,
-        kept,
-        threshold,
-        output,
-        stats_path,
-        seconds,
-        preview,
-    )
+    summary = MineSummary(pair, counts, threshold, written, workspace.stats_file(src_lang, tgt_lang))
+    summary.seconds = time.perf_counter() - started
+    extra = {"indexes": {i.lang: i.to_json() for i in infos}, "score_histogram": histogram}
+    write_json(summary.stats, summary.to_json(options, workspace, extra))
+    return summary
 
 
 def _check_same_model(src: Language, tgt: Language, force: bool) -> None:
@@ -271,23 +296,15 @@ def neighbours_job(task: NeighbourTask, progress: Progress | None = None) -> int
     """Job: the k nearest base rows of the task's query rows, saved to `task.out`."""
     workspace = Workspace(task.root)
     queries = open_language(workspace, task.query_lang).vectors
-    base = open_language(workspace, task.base_lang).vectors
-    index, info = load_index(
-        workspace.index_dir(), task.base_lang, base, nprobe=task.nprobe, max_codes=task.max_codes
-    )
-    if isinstance(index, ShardedIndex):
-        shards = index.search_shards()
-    else:
-        shards = [SearchShard(lambda q, n: search(index, q, n))]
 
     def blocks() -> Iterator[tuple[int, np.ndarray]]:
         for first in range(task.start, task.stop, task.block_rows):
             rows = np.arange(first, min(first + task.block_rows, task.stop))
             yield first - task.start, queries.take(rows)
             queries.drop_pages()
-            base.drop_pages()  # rows gathered for re-ranking
 
-    found = find_neighbours(blocks, task.queries, shards, base.take, task.k, progress, info.fetch)
+    search = BaseSearch(task.base_lang, task.k, task.nprobe, task.max_codes)
+    found = search.neighbours(workspace, blocks, task.queries, progress)
     lists = np.empty(found.ids.shape, dtype=NEIGHBOUR_DTYPE)  # one .npy: byte-identical when rerun
     lists["id"], lists["cos"] = found.ids, found.sims
     with atomic_open(task.out, "wb") as fh:
@@ -295,22 +312,74 @@ def neighbours_job(task: NeighbourTask, progress: Progress | None = None) -> int
     return task.queries
 
 
-def _neighbour_blocks(work: Path, direction: str, rows: int) -> NeighbourBlocks:
-    """The saved neighbour lists of one direction, SELECTION_BLOCK_ROWS queries at a time."""
-    parts = [np.load(path, mmap_mode="r") for path in sorted(work.glob(f"{direction}-*.npy"))]
-    covered = sum(len(part) for part in parts)
+@dataclass(frozen=True)
+class BaseSearch:
+    """k-NN search of query vectors against one language of a workspace, through its index."""
+
+    base_lang: str
+    k: int
+    nprobe: int | None = None
+    max_codes: int | None = None
+
+    def neighbours(
+        self, workspace: Workspace, blocks: QueryBlocks, queries: int, progress: Progress | None = None
+    ) -> Neighbours:
+        """The k nearest base rows of the `queries` query vectors that `blocks` yields, exact cosines."""
+        base = open_language(workspace, self.base_lang).vectors
+        index, info = load_index(
+            workspace.index_dir(), self.base_lang, base, nprobe=self.nprobe, max_codes=self.max_codes
+        )
+        if isinstance(index, ShardedIndex):
+            shards = index.search_shards()
+        else:
+            shards = [SearchShard(lambda q, n: search(index, q, n))]
+
+        def base_blocks() -> Iterator[tuple[int, np.ndarray]]:
+            for block in blocks():
+                yield block
+                base.drop_pages()  # rows gathered for re-ranking
+
+        return find_neighbours(base_blocks, queries, shards, base.take, self.k, progress, info.fetch)
+
+
+def _neighbour_blocks(work: Path, direction: str, sizes: tuple[int, int]) -> NeighbourBlocks:
+    """The saved neighbour lists of one direction (`sizes`: its queries, then the rows they search),
+    SELECTION_BLOCK_ROWS queries at a time; a damaged file is a one-line error naming it."""
+    rows, base_rows = sizes
+    parts = [(path, _load_neighbours(path)) for path in sorted(work.glob(f"{direction}-*.npy"))]
+    covered = sum(len(part) for _, part in parts)
     if covered != rows:
         raise BitextmineError(f"{work}: neighbour lists cover {covered} of {rows} rows; rerun mine")
 
     def blocks() -> Iterator[tuple[int, Neighbours]]:
         first = 0
-        for part in parts:
+        for path, part in parts:
             for start in range(0, len(part), SELECTION_BLOCK_ROWS):
                 lists = part[start : start + SELECTION_BLOCK_ROWS]
-                yield first + start, Neighbours(np.array(lists["cos"]), np.array(lists["id"]))
+                ids = np.array(lists["id"])
+                if ids.size and (ids.min() < -1 or ids.max() >= base_rows):
+                    raise _damaged_neighbours(path, f"ids outside [0, {base_rows})")
+                yield first + start, Neighbours(np.array(lists["cos"]), ids)
             first += len(part)
 
     return blocks
+
+
+def _load_neighbours(path: Path) -> np.ndarray:
+    try:
+        lists = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (ValueError, EOFError, SyntaxError, tokenize.TokenError):
+        raise _damaged_neighbours(path, "cut short, or its header garbled") from None
+    if lists.dtype != NEIGHBOUR_DTYPE or lists.ndim != 2:
+        raise _damaged_neighbours(path, f"{lists.dtype} {lists.shape}, expected [queries, k] neighbours")
+    return lists
+
+
+def _damaged_neighbours(path: Path, what: str) -> BitextmineError:
+    return BitextmineError(
+        f"{path}: damaged neighbour list ({what}); delete it and rerun `bitextmine mine`: it searches "
+        "those queries again"
+    )
 
 
 def _count_at_least(scores: np.ndarray, threshold: float, chunk: int = SELECTION_BLOCK_ROWS) -> int:

@@ -21,7 +21,7 @@ import warnings
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, fields
-from typing import Any, BinaryIO, cast
+from typing import Any, BinaryIO, NamedTuple, cast
 
 import zstandard
 
@@ -53,6 +53,25 @@ class Row:
     source: int
     line: int
     text: str
+    meta: str | None = None  # the --meta-column field of a TSV input, carried through untouched
+
+
+@dataclass(frozen=True)
+class Columns:
+    """The TAB-separated columns (1-based) of an input line that hold the sentence and, if set, metadata."""
+
+    text: int
+    meta: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.text < 1 or (self.meta is not None and self.meta < 1):
+            raise BitextmineError(f"column numbers start at 1, not {min(self.text, self.meta or 1)}")
+        if self.meta == self.text:
+            raise BitextmineError(f"the meta column and the text column are both column {self.text}")
+
+    @property
+    def needed(self) -> int:
+        return max(self.text, self.meta or 0)
 
 
 @dataclass
@@ -63,6 +82,8 @@ class CorpusCounts:
     invalid_utf8: int = 0
     too_long: int = 0
     kept: int = 0
+    missing_columns: int = 0  # lines with fewer TAB-separated columns than asked for
+    wrong_language: int = 0  # lines that language identification finds in another language
 
     def add(self, other: CorpusCounts) -> None:
         for f in fields(self):
@@ -127,6 +148,7 @@ def _open_stream(fh: Any, *, close: bool) -> tuple[BinaryIO, str]:
     return fh, "plain"
 
 
+# Not zstandard's stream_reader alone: it ends a truncated frame with a clean EOF (zstandard 0.25).
 class _ZstdFrameTracker:
     """Follows the zstd frame layout (RFC 8878) without decompressing, to tell where frames end.
 
@@ -275,9 +297,21 @@ class _FileIssues:
     long: int = 0
     first_invalid: int = 0
     invalid: int = 0
+    first_missing: int = 0
+    missing: int = 0
     kept: int = 0
 
-    def warn_all(self, name: str, lines: int, max_chars: int, warn: Warn) -> None:
+    def warn_all(self, name: str, lines: int, max_chars: int, columns: Columns | None, warn: Warn) -> None:
+        if self.missing and columns is not None:
+            if not self.kept:
+                raise CorpusError(
+                    f"{name}: no line has the {columns.needed} TAB-separated columns asked for "
+                    f"(line {self.first_missing} has fewer)"
+                )
+            warn(
+                f"{name}:{self.first_missing}: fewer than {columns.needed} TAB-separated columns, skipped "
+                f"({self.missing} lines in this file)"
+            )
         if self.invalid:
             warn(_invalid_message(name, self.first_invalid, self.invalid))
         if self.long:
@@ -291,12 +325,21 @@ class _FileIssues:
 
 
 def iter_rows(
-    path: str, source: int, counts: CorpusCounts, *, max_chars: int = 10_000, warn: Warn = warn_user
+    path: str,
+    source: int,
+    counts: CorpusCounts,
+    *,
+    max_chars: int = 10_000,
+    columns: Columns | None = None,
+    warn: Warn = warn_user,
 ) -> Iterator[Row]:
     """Yield the cleaned, non-empty lines of one corpus file with their original line numbers.
 
     A line is cleaned, then cut to `max_chars` characters. Memory stays bounded whatever the line length:
     at most ``4 * max_chars + 8`` bytes are read at once, and a longer line is handled in bounded pieces.
+    With `columns`, the sentence is one TAB-separated column of the line and `Row.meta` another, as it is
+    (cut to `max_chars`); a line with fewer columns is counted and skipped, with one warning per file, and a
+    file none of whose lines has them is an error.
     """
     if max_chars < 1:
         raise ValueError("max_chars must be at least 1")
@@ -311,26 +354,23 @@ def iter_rows(
         while True:
             try:
                 raw = readline(limit)
-                long = None
-                if len(raw) == limit and not raw.endswith(b"\n"):
-                    long = _read_long_line(readline, raw, max_chars)
+                line = _read_line(readline, raw, limit, max_chars, columns) if raw else None
             except _DECOMPRESS_ERRORS as e:
                 raise _read_error(name, kind, lineno, e) from e
-            if not raw:
+            if line is None:
                 break
             lineno += 1
             counts.lines += 1
-            if long is None:
-                decoded, invalid = _decode(raw, name, lineno)
-                text = clean_line(decoded)
-                if invalid:
-                    _note_invalid(lineno, counts, issues)
-            else:
-                text, invalid, nul = long
-                if nul:
-                    raise _nul_error(name, lineno)
-                if invalid:
-                    _note_invalid(lineno, counts, issues)
+            if line.nul:
+                raise _nul_error(name, lineno)
+            if line.invalid:
+                _note_invalid(lineno, counts, issues)
+            if line.text is None:
+                counts.missing_columns += 1
+                issues.missing += 1
+                issues.first_missing = issues.first_missing or lineno
+                continue
+            text = line.text
             if not text:
                 counts.empty += 1
                 continue
@@ -338,40 +378,94 @@ def iter_rows(
                 text = _cut(text, max_chars, lineno, counts, issues)
             counts.kept += 1
             issues.kept += 1
-            yield Row(source, lineno, text)
+            yield Row(source, lineno, text, line.meta)
     finally:
         if path != STDIN:
             fh.close()
-    issues.warn_all(name, lineno, max_chars, warn)
+    issues.warn_all(name, lineno, max_chars, columns, warn)
 
 
 _ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
 _SPACE_RUN = re.compile(r"\s+")
 
 
-def _read_long_line(readline: Callable[[int], bytes], head: bytes, max_chars: int) -> tuple[str, bool, bool]:
-    """Clean a line longer than the byte limit; `head` is its start, the rest is read here in chunks.
+class _Line(NamedTuple):
+    text: str | None  # the cleaned sentence; None when the line has fewer columns than asked for
+    meta: str | None
+    invalid: bool  # invalid UTF-8 was replaced
+    nul: bool  # a NUL byte was seen
 
-    Chunks are decoded and their whitespace collapsed only until more than `max_chars` characters are kept;
-    after that they are only scanned for the line end and NUL bytes. Return the cleaned text (longer than
-    `max_chars` if the line is), whether invalid UTF-8 was replaced, and whether a NUL byte was seen.
+
+def _read_line(
+    readline: Callable[[int], bytes], raw: bytes, limit: int, max_chars: int, columns: Columns | None
+) -> _Line:
+    """The line that starts with `raw`: all of it, unless `limit` bytes were read without reaching its end."""
+    whole = len(raw) < limit or raw.endswith(b"\n")
+    if whole and columns is None:  # the common case, at full speed
+        text, invalid = _decode_bytes(raw)
+        return _Line(clean_line(text), None, invalid, b"\0" in raw)
+    if whole and not raw.strip():  # a blank line is empty, not short of columns
+        return _Line("", None, False, False)
+    return _read_pieces(readline, raw, columns, max_chars)
+
+
+def _read_pieces(
+    readline: Callable[[int], bytes], head: bytes, columns: Columns | None, max_chars: int
+) -> _Line:
+    """Read a line in chunks of bounded size (`head` is its start), splitting it into columns if asked.
+
+    Only the sentence and meta columns are decoded, and only until they hold more than `max_chars`
+    characters; the rest of the line is only scanned for its end, TABs and NUL bytes.
     """
-    decoder = codecs.getincrementaldecoder("utf-8")("surrogateescape")
-    kept, invalid, nul = "", False, False
-    chunk = head
+    text, meta = _Field(max_chars, clean=True), _Field(max_chars, clean=False)
+    column, nul, chunk = 1, False, head
     while True:
         nul = nul or b"\0" in chunk
         done = not chunk or chunk.endswith(b"\n")
-        if len(kept.strip()) <= max_chars:
-            # surrogateescape shows where bytes were invalid; each one becomes a U+FFFD.
-            piece = decoder.decode(chunk, final=done)
-            if _ESCAPED_BYTE.search(piece):
-                invalid = True
-                piece = _ESCAPED_BYTE.sub("\ufffd", piece)
-            kept = _SPACE_RUN.sub(" ", (kept + piece).translate(CLEAN_TABLE))
+        if columns is None:
+            text.feed(chunk)
+        else:
+            for i, piece in enumerate(chunk.removesuffix(b"\n").removesuffix(b"\r").split(b"\t")):
+                column += i > 0
+                if column == columns.text:
+                    text.feed(piece)
+                elif column == columns.meta:
+                    meta.feed(piece)
         if done:
-            return clean_line(kept), invalid, nul
+            break
         chunk = readline(_DISCARD_CHUNK)
+    sentence, meta_value = text.value(), meta.value()  # before `invalid`: the last bytes are decoded here
+    invalid = text.invalid or meta.invalid
+    if columns is not None and column < columns.needed:
+        return _Line(None, None, invalid, nul)
+    return _Line(sentence, meta_value if columns is not None and columns.meta else None, invalid, nul)
+
+
+class _Field:
+    """One field of a line, decoded from byte pieces (invalid UTF-8 becomes U+FFFD) and cleaned if asked,
+    until it holds more than `max_chars` characters: later pieces are dropped."""
+
+    def __init__(self, max_chars: int, *, clean: bool) -> None:
+        # surrogateescape shows where bytes were invalid; each one becomes a U+FFFD.
+        self._decoder = codecs.getincrementaldecoder("utf-8")("surrogateescape")
+        self._max_chars, self._clean = max_chars, clean
+        self._text, self.invalid = "", False
+
+    def feed(self, data: bytes, final: bool = False) -> None:
+        if len(self._text.strip()) > self._max_chars:
+            return
+        piece = self._decoder.decode(data, final=final)
+        if _ESCAPED_BYTE.search(piece):
+            self.invalid = True
+            piece = _ESCAPED_BYTE.sub("\ufffd", piece)
+        self._text += piece
+        if self._clean:
+            self._text = _SPACE_RUN.sub(" ", self._text.translate(CLEAN_TABLE))
+
+    def value(self) -> str:
+        """The cleaned text (longer than `max_chars` if the field is), or the raw one cut to `max_chars`."""
+        self.feed(b"", final=True)
+        return clean_line(self._text) if self._clean else self._text[: self._max_chars]
 
 
 def read_lines(path: str | os.PathLike[str], warn: Warn = warn_user) -> Iterator[tuple[int, str]]:
@@ -412,6 +506,10 @@ def _decode(raw: bytes, name: str, lineno: int) -> tuple[str, bool]:
     """The line's text and whether invalid UTF-8 in it was replaced; a NUL byte is an error."""
     if b"\0" in raw:
         raise _nul_error(name, lineno)
+    return _decode_bytes(raw)
+
+
+def _decode_bytes(raw: bytes) -> tuple[str, bool]:
     try:
         return raw.decode(), False
     except UnicodeDecodeError:

@@ -5,14 +5,18 @@ bounded ``readline``, compressed input is decompressed as a stream, and deduplic
 hashes only (about 16 bytes per unique sentence).
 
 A text shard ``shard-NNNNN.tsv`` holds one row per line, ``SOURCE<TAB>LINE<TAB>TEXT``: the index of the
-input file, the 1-based line number in the original (decompressed) input, and the cleaned sentence.
+input file, the 1-based line number in the original (decompressed) input, and the cleaned sentence; then
+``<TAB>META`` when the corpus was read with a meta column.
 """
 
 from __future__ import annotations
 
 import hashlib
 import itertools
+import json
+import mmap
 import os
+import re
 import stat
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -21,10 +25,12 @@ from typing import Any, cast
 
 import numpy as np
 
-from bitextmine.files import atomic_open, read_json, write_json
+from bitextmine.files import atomic_open, json_record, read_json, write_json
 from bitextmine.text.dedup import Deduplicator
+from bitextmine.text.lid import is_language
 from bitextmine.text.reader import (
     STDIN,
+    Columns,
     CorpusCounts,
     CorpusError,
     Row,
@@ -36,18 +42,17 @@ from bitextmine.text.reader import (
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = 1
+_SHARD_FILE = re.compile(r"shard-\d+\.tsv")  # names come from the manifest and become file names
+LID_BATCH = 1024  # rows identified at a time
 
 
-# ---------------------------------------------------------------------------------------------------
-# Opening files
+@dataclass(frozen=True)
+class LidFilter:
+    """Keep the rows identified as `lang` (the identifier's code) with at least `min_confidence`."""
 
-
-# ---------------------------------------------------------------------------------------------------
-# Cleaning and reading lines
-
-
-# ---------------------------------------------------------------------------------------------------
-# Deduplication
+    lang: str
+    min_confidence: float
+    model: str  # the identifier and its version: another one rebuilds the corpus
 
 
 def iter_corpus(
@@ -56,17 +61,45 @@ def iter_corpus(
     *,
     dedup: bool = False,
     max_chars: int = 10_000,
+    columns: Columns | None = None,
+    lid: LidFilter | None = None,
     warn: Warn = warn_user,
 ) -> Iterator[Row]:
-    """Chain the rows of all `paths` (source = position in `paths`), deduplicated across files if asked."""
+    """Chain the rows of all `paths` (source = position in `paths`), deduplicated across files if asked
+    (on the sentence alone: the first occurrence and its meta stay), then kept only in `lid`'s language.
+
+    Dedup comes first so that each distinct sentence is identified once; as a sentence's language does not
+    depend on where it occurs, the rows kept are the same in either order.
+    """
+    rows = _unique_rows(paths, counts, dedup, max_chars, columns, warn)
+    return rows if lid is None else _in_language(rows, lid, counts)
+
+
+def _unique_rows(
+    paths: Sequence[str],
+    counts: CorpusCounts,
+    dedup: bool,
+    max_chars: int,
+    columns: Columns | None,
+    warn: Warn,
+) -> Iterator[Row]:
     seen = Deduplicator() if dedup else None
     for source, path in enumerate(paths):
-        for row in iter_rows(path, source, counts, max_chars=max_chars, warn=warn):
+        for row in iter_rows(path, source, counts, max_chars=max_chars, columns=columns, warn=warn):
             if seen is not None and seen.seen(row.text):
                 counts.duplicates += 1
                 counts.kept -= 1  # iter_rows counted it; kept counts emitted rows only
                 continue
             yield row
+
+
+def _in_language(rows: Iterator[Row], lid: LidFilter, counts: CorpusCounts) -> Iterator[Row]:
+    while batch := list(itertools.islice(rows, LID_BATCH)):
+        keep = is_language([row.text for row in batch], lid.lang, lid.min_confidence)
+        dropped = len(batch) - int(keep.sum())
+        counts.wrong_language += dropped
+        counts.kept -= dropped
+        yield from itertools.compress(batch, keep)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -113,6 +146,8 @@ class CorpusManifest:
     shards: list[TextShard] = field(default_factory=list)
     counts: CorpusCounts = field(default_factory=CorpusCounts)
     complete: bool = False
+    columns: Columns | None = None  # None: the whole line is the sentence
+    lid: LidFilter | None = None
 
     @property
     def rows(self) -> int:
@@ -130,35 +165,46 @@ class CorpusManifest:
             "shards": [asdict(s) for s in self.shards],
             "counts": self.counts.as_dict(),
             "complete": self.complete,
+            "columns": None if self.columns is None else asdict(self.columns),
+            "lid": None if self.lid is None else asdict(self.lid),
         }
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> CorpusManifest:
         return cls(
             lang=str(d["lang"]),
-            sources=[SourceInfo(**s) for s in d["sources"]],
+            sources=[json_record(SourceInfo, s) for s in d["sources"]],
             shard_size=int(d["shard_size"]),
             dedup=bool(d["dedup"]),
             max_chars=int(d["max_chars"]),
-            shards=[TextShard(**s) for s in d["shards"]],
-            counts=CorpusCounts(**d["counts"]),
+            shards=[_text_shard(s) for s in d["shards"]],
+            counts=json_record(CorpusCounts, d["counts"]),
             complete=bool(d["complete"]),
+            # absent from manifests written before columns and language identification existed
+            columns=json_record(Columns, d["columns"]) if d.get("columns") else None,
+            lid=json_record(LidFilter, d["lid"]) if d.get("lid") else None,
         )
 
     def same_inputs(self, other: CorpusManifest) -> bool:
         """True if `other` was built from the same unchanged files with the same settings (never stdin)."""
         if any(s.path == STDIN for s in [*self.sources, *other.sources]):
             return False
-        return (self.sources, self.shard_size, self.dedup, self.max_chars) == (
-            other.sources,
-            other.shard_size,
-            other.dedup,
-            other.max_chars,
-        )
+        return self._settings() == other._settings()
+
+    def _settings(self) -> tuple:
+        return (self.sources, self.shard_size, self.dedup, self.max_chars, self.columns, self.lid)
 
 
 def shard_name(index: int) -> str:
     return f"shard-{index:05d}.tsv"
+
+
+def _text_shard(entry: Any) -> TextShard:
+    """A shard entry of a manifest read back: its name becomes a file name, so it must be a shard's."""
+    shard = json_record(TextShard, entry)
+    if not _SHARD_FILE.fullmatch(shard.name) or shard.first_row < 0 or shard.rows < 0:
+        raise ValueError(f"not a text shard: {json.dumps(entry)[:80]}")
+    return shard
 
 
 def write_text_shards(
@@ -190,28 +236,55 @@ def _write_shard(path: Path, rows: Iterable[Row], first_row: int) -> TextShard:
     with atomic_open(path, "wb") as fh:
         it = iter(rows)
         while batch := list(itertools.islice(it, 1024)):
-            data = "".join(f"{r.source}\t{r.line}\t{r.text}\n" for r in batch).encode()
+            data = "".join(_shard_line(r) for r in batch).encode()
             digest.update(data)
             fh.write(data)
             count += len(batch)
     return TextShard(path.name, first_row, count, digest.hexdigest())
 
 
-def read_text_shard(path: Path) -> tuple[list[str], np.ndarray, np.ndarray]:
+def _shard_line(row: Row) -> str:
+    meta = "" if row.meta is None else f"\t{row.meta}"
+    return f"{row.source}\t{row.line}\t{row.text}{meta}\n"
+
+
+def read_shard_rows(path: Path, sha256: str | None = None) -> list[Row]:
+    """The rows of one text shard, meta included (None when the corpus has no meta column); a shard
+    that is not the bytes its manifest records (`sha256`, when given) is a one-line error."""
+    data = _checked_bytes(Path(path), sha256).decode()
+    return [_parse_row(line, path, n) for n, line in enumerate(data.split("\n")[:-1], start=1)]
+
+
+def _checked_bytes(path: Path, sha256: str | None) -> bytes:
+    raw = path.read_bytes()
+    if sha256 is not None and hashlib.sha256(raw).hexdigest() != sha256:
+        manifest = path.parent / MANIFEST_NAME
+        raise CorpusError(
+            f"{path}: damaged text shard (not the bytes `encode` wrote: its checksum differs from "
+            f"{manifest}'s); delete {manifest} and rerun `bitextmine encode` with the same files: it "
+            "writes the text shards again and keeps the embeddings"
+        )
+    return raw
+
+
+def _parse_row(line: str, path: Path, number: int) -> Row:
+    fields = line.split("\t")  # cleaning leaves no TAB in a sentence, and a meta field is one column
+    try:
+        if len(fields) not in (3, 4):
+            raise ValueError
+        return Row(int(fields[0]), int(fields[1]), fields[2], fields[3] if len(fields) == 4 else None)
+    except ValueError:
+        raise CorpusError(f"{path}:{number}: malformed text shard line") from None
+
+
+def read_text_shard(path: Path, sha256: str | None = None) -> tuple[list[str], np.ndarray, np.ndarray]:
     """Return the texts, sources (int32) and original line numbers (int64) of one text shard."""
-    texts: list[str] = []
-    sources: list[int] = []
-    lines: list[int] = []
-    data = Path(path).read_bytes().decode()
-    for n, line in enumerate(data.split("\n")[:-1], start=1):
-        try:
-            source, lineno, text = line.split("\t", 2)
-            sources.append(int(source))
-            lines.append(int(lineno))
-        except ValueError:
-            raise CorpusError(f"{path}:{n}: malformed text shard line") from None
-        texts.append(text)
-    return texts, np.array(sources, dtype=np.int32), np.array(lines, dtype=np.int64)
+    rows = read_shard_rows(path, sha256)
+    return (
+        [row.text for row in rows],
+        np.array([row.source for row in rows], dtype=np.int32),
+        np.array([row.line for row in rows], dtype=np.int64),
+    )
 
 
 def _remove_stale(out_dir: Path) -> None:
@@ -229,6 +302,8 @@ def build_corpus(
     shard_size: int,
     dedup: bool,
     max_chars: int = 10_000,
+    columns: Columns | None = None,
+    lid: LidFilter | None = None,
     warn: Warn = warn_user,
     on_shard: Callable[[TextShard], None] | None = None,
 ) -> CorpusManifest:
@@ -243,13 +318,15 @@ def build_corpus(
     out_dir.mkdir(parents=True, exist_ok=True)
     _remove_stale(out_dir)
     counts = CorpusCounts()
-    rows = iter_corpus(paths, counts, dedup=dedup, max_chars=max_chars, warn=warn)
+    rows = iter_corpus(paths, counts, dedup=dedup, max_chars=max_chars, columns=columns, lid=lid, warn=warn)
     try:
         shards = write_text_shards(rows, out_dir, shard_size, on_shard)
         if not shards:
             names = ", ".join(display_name(p) for p in paths)
             raise CorpusError(f"no sentences in {names}: every line is empty")
-        manifest = CorpusManifest(lang, sources, shard_size, dedup, max_chars, shards, counts, complete=True)
+        manifest = CorpusManifest(
+            lang, sources, shard_size, dedup, max_chars, shards, counts, True, columns, lid
+        )
         write_json(out_dir / MANIFEST_NAME, manifest.to_json())
     except BaseException:
         _remove_stale(out_dir)  # bad input or a failed write leaves no shards of a half-read corpus
@@ -270,15 +347,44 @@ def load_manifest(out_dir: Path) -> CorpusManifest | None:
 
 
 def lookup_rows(corpus_dir: Path, manifest: CorpusManifest, rows: np.ndarray) -> list[Row]:
-    """The cleaned sentence and origin of each global row number, reading only the shards involved."""
-    rows = np.asarray(rows, dtype=np.int64)
-    starts = np.array([s.first_row for s in manifest.shards], dtype=np.int64)
-    shard_of = np.searchsorted(starts, rows, side="right") - 1
-    found: list[Row | None] = [None] * len(rows)
-    for index in np.unique(shard_of):
-        shard = manifest.shards[index]
-        texts, sources, lines = read_text_shard(corpus_dir / shard.name)
-        for position in np.flatnonzero(shard_of == index):
-            offset = int(rows[position]) - shard.first_row
-            found[position] = Row(int(sources[offset]), int(lines[offset]), texts[offset])
-    return cast(list[Row], found)
+    """The cleaned sentence, origin and meta of each global row number (one lookup: see RowReader)."""
+    return RowReader(corpus_dir, manifest).rows(rows)
+
+
+class RowReader:
+    """The rows of a corpus by global row number, for many lookups (`mine` writing its pairs chunk by
+    chunk, each chunk touching every shard): a text shard is read and checked (sha256) once, the first
+    time it is needed, keeping the offsets of its lines (4 bytes a row); later lookups read only the
+    lines asked for, through a memory map."""
+
+    def __init__(self, corpus_dir: Path, manifest: CorpusManifest) -> None:
+        self.corpus_dir, self.manifest = Path(corpus_dir), manifest
+        self._starts = np.array([s.first_row for s in manifest.shards], dtype=np.int64)
+        self._offsets: dict[int, np.ndarray] = {}
+
+    def rows(self, rows: np.ndarray) -> list[Row]:
+        rows = np.asarray(rows, dtype=np.int64)
+        shard_of = np.searchsorted(self._starts, rows, side="right") - 1
+        found: list[Row | None] = [None] * len(rows)
+        for index in np.unique(shard_of):
+            shard = self.manifest.shards[index]
+            path = self.corpus_dir / shard.name
+            offsets = self._line_offsets(int(index), path)
+            with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                for position in np.flatnonzero(shard_of == index):
+                    local = int(rows[position]) - shard.first_row
+                    line = data[int(offsets[local]) : int(offsets[local + 1]) - 1].decode()
+                    found[position] = _parse_row(line, path, local + 1)
+        return cast(list[Row], found)
+
+    def _line_offsets(self, index: int, path: Path) -> np.ndarray:
+        """Where each line of shard `index` starts, and where the last ends (checked once)."""
+        if index not in self._offsets:
+            shard = self.manifest.shards[index]
+            raw = np.frombuffer(_checked_bytes(path, shard.sha256), dtype=np.uint8)
+            ends = np.flatnonzero(raw == ord("\n")) + 1
+            if len(ends) != shard.rows or (len(raw) and ends[-1] != len(raw)):
+                raise CorpusError(f"{path}: {len(ends)} lines, its manifest says {shard.rows}")
+            dtype = np.uint32 if len(raw) < 2**32 else np.int64
+            self._offsets[index] = np.concatenate([[0], ends]).astype(dtype)
+        return self._offsets[index]

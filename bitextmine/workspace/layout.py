@@ -5,8 +5,9 @@ This is the one place that knows the layout; everything else asks it for paths:
     WORK/corpora/L/        text shards and their manifest (workspace/corpus.py)
     WORK/emb/L/            embedding shards, their records and manifest (workspace/embeddings.py)
     WORK/index/            L.json and L.faiss, or L.PLAN.NNN.faiss shards (search/faiss_index.py)
-    WORK/mined/            PAIR.tsv.zst and PAIR.stats.json; .neighbours/ saved k-NN lists (steps/mine.py)
+    WORK/mined/            PAIR.tsv.zst (or another format), PAIR.stats.json; .neighbours/ (steps/mine.py)
     WORK/cache/embeddings/ vectors of evaluation sets, by model and text (encoder/cache.py)
+    WORK/thresholds.json   calibrated thresholds by model, margin and pair (evaluation/thresholds.py)
     WORK/locks/            advisory locks (workspace/locks.py)
     WORK/logs/STEP/        logs of jobs run through a cluster launcher
 """
@@ -45,8 +46,8 @@ class Workspace:
     def mined_dir(self) -> Path:
         return self.root / "mined"
 
-    def mined_file(self, src: str, tgt: str) -> Path:
-        return self.mined_dir() / f"{check_lang(src)}-{check_lang(tgt)}.tsv.zst"
+    def mined_file(self, src: str, tgt: str, fmt: str = "tsv.zst") -> Path:
+        return self.mined_dir() / f"{check_lang(src)}-{check_lang(tgt)}.{fmt}"
 
     def stats_file(self, src: str, tgt: str) -> Path:
         return self.mined_dir() / f"{check_lang(src)}-{check_lang(tgt)}.stats.json"
@@ -57,6 +58,10 @@ class Workspace:
 
     def embedding_cache_dir(self) -> Path:
         return self.root / "cache" / "embeddings"
+
+    def thresholds_file(self) -> Path:
+        """The threshold store `calibrate` writes and `--threshold auto` reads (unless --thresholds FILE)."""
+        return self.root / "thresholds.json"
 
     def locks_dir(self) -> Path:
         return self.root / "locks"

@@ -1,0 +1,41 @@
+"""The pair-filter options shared by `mine`, `score` and `eval bucc`, and the table of what they dropped."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from bitextmine.cli.output import fields_table
+from bitextmine.mining.filters import FILTER_NAMES, PRESETS, FilterSettings, parse_filters
+
+FiltersPresetOption = Annotated[
+    str,
+    typer.Option(
+        "--filters",
+        help=f"Filter preset: {', '.join(PRESETS)}. web drops pairs with a side confidently in another "
+        "language, copies, sides without words, length ratios above 2.5 and duplicate pairs "
+        "(docs/commands.md).",
+    ),
+]
+FilterOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--filter",
+        help=f"A filter NAME[=VALUE] on top of the preset, repeatable: {', '.join(FILTER_NAMES)} "
+        "(e.g. --filter score-max=1.3 --filter copies=0.8 --filter dedup=off).",
+    ),
+]
+
+
+def filter_settings(preset: str, items: list[str] | None) -> FilterSettings:
+    return parse_filters(preset, items or [])
+
+
+def filtered_table(title: str, reached: int, dropped: dict[str, int], kept: int) -> Table:
+    """How many candidates reached the threshold, what each filter dropped, how many were kept."""
+    rows = [("reached the threshold", f"{reached:,}")]
+    rows += [(f"dropped by {name}", f"{count:,}") for name, count in dropped.items()]
+    rows.append(("kept", f"{kept:,}"))
+    return fields_table(title, rows)

@@ -1,0 +1,119 @@
+"""`bitextmine score`: parsing and printing (work: steps/score.py)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
+
+from bitextmine.cli.app import (
+    DeviceOption,
+    JsonOption,
+    MarginOption,
+    ModelOption,
+    PrecisionOption,
+    ThreadsOption,
+    ThresholdsOption,
+    WorkdirOption,
+    app,
+    load_encoder,
+    out,
+    require_model,
+    set_threads,
+    user_errors,
+)
+from bitextmine.cli.filter_options import FilterOption, FiltersPresetOption, filter_settings, filtered_table
+from bitextmine.cli.mine import OutputFormat, preview_table
+from bitextmine.cli.output import ProgressDisplay, emit_json
+from bitextmine.workspace.layout import DEFAULT_WORKDIR, Workspace
+
+Neighbourhood = Literal["bitext", "workspace"]  # steps/score.py's NEIGHBOURHOODS
+
+
+@app.command()
+def score(
+    bitext: Annotated[
+        list[Path], typer.Argument(help="Two line-aligned files (SRC then TGT), or one TAB-separated file.")
+    ],
+    src: Annotated[str, typer.Option("--src", help="Source language (e.g. de).")],
+    tgt: Annotated[str, typer.Option("--tgt", help="Target language (e.g. en).")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the scored pairs.")],
+    model: ModelOption = None,
+    workdir: WorkdirOption = DEFAULT_WORKDIR,
+    columns: Annotated[
+        tuple[int, int], typer.Option(help="With one TSV file: its 1-based source and target columns.")
+    ] = (1, 2),
+    neighbourhood: Annotated[
+        Neighbourhood,
+        typer.Option(
+            help="bitext: the margin's neighbours are the bitext's own other side (LASER's score mode); "
+            "workspace: the encoded and indexed SRC and TGT corpora of --workdir (scores as `mine` gives)."
+        ),
+    ] = "bitext",
+    k: Annotated[int, typer.Option("--k", "-k", help="Neighbours per sentence for the margin.", min=1)] = 4,
+    margin: MarginOption = "ratio",
+    threshold: Annotated[
+        str | None,
+        typer.Option(
+            help="Write only pairs scoring >= FLOAT, 'auto' (this pair's calibrated threshold) or "
+            "'auto:PAIR' (another pair's) \\[default: write every pair]."
+        ),
+    ] = None,
+    thresholds: ThresholdsOption = None,
+    filters: FiltersPresetOption = "none",
+    filter_items: FilterOption = None,
+    output_format: Annotated[
+        OutputFormat | None,
+        typer.Option("--format", help="Output format \\[default: from --output's suffix]."),
+    ] = None,
+    device: DeviceOption = "auto",
+    precision: PrecisionOption = "auto",
+    threads: ThreadsOption = None,
+    json_path: JsonOption = None,
+) -> None:
+    """Margin-score an existing bitext, to filter a corpus you already have.
+
+    Encodes both sides (vectors cached in WORK/cache/embeddings), scores each pair as `mine` scores its
+    candidates and writes the pairs, in input order, in `mine`'s output format (ids: INPUT-PATH:LINE).
+    Pairs with an empty side are left out and counted. --threshold and the pair filters keep only the
+    pairs that reach the threshold and pass the filters.
+    """
+    from bitextmine.steps.score import ScoreOptions, score_bitext
+    from bitextmine.text.bitext import read_bitext
+
+    set_threads(threads)
+    with user_errors():
+        options = ScoreOptions(
+            k=k,
+            margin=margin,
+            neighbourhood=neighbourhood,
+            threshold=threshold,
+            filters=filter_settings(filters, filter_items),
+            format=output_format,
+            thresholds=thresholds,
+        )
+        data = read_bitext([str(p) for p in bitext], columns)
+        encoder = load_encoder(require_model(model), device, precision)
+        progress = ProgressDisplay(f"encoding {src}-{tgt}", 2 * len(data), rates=True)
+        with progress:
+            summary = score_bitext(
+                data, (src, tgt), encoder, output, Workspace(workdir), options, progress.advance
+            )
+    out.print(preview_table(summary.pair, summary.written.preview))
+    if summary.filtered:
+        out.print(
+            filtered_table(
+                f"filters {summary.pair}", summary.above_threshold, summary.filtered, summary.written.kept
+            )
+        )
+    if summary.threshold is not None:
+        out.print(f"threshold {summary.threshold.value:.4f}: {summary.threshold.source}", highlight=False)
+    empty = f" ({summary.empty:,} with an empty side left out)" if summary.empty else ""
+    out.print(
+        f"{summary.pair}: {summary.pairs:,} pairs scored{empty}, {summary.written.kept:,} written -> "
+        f"{summary.written.path} ({summary.seconds:.1f} s)",
+        highlight=False,
+    )
+    emit_json(json_path, asdict(summary))

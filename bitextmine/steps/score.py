@@ -1,0 +1,173 @@
+"""The `score` step: margin scores of a bitext the user already has (LASER's score mode), to filter it.
+
+Each pair (x, y) of a line-aligned bitext gets margin(cos(x, y), fwd(x), bwd(y)) as `mine` scores its
+candidates; the neighbourhood means fwd and bwd come from the bitext's own other side (exact search,
+as LASER does) or from the corpora of a workspace (through their indexes, so the score of a pair that
+`mine` found is the score `mine` gave it). Pairs are written in input order.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from bitextmine.encoder.cache import embed
+from bitextmine.encoder.encoder import ProgressCallback, SentenceEncoder
+from bitextmine.errors import BitextmineError
+from bitextmine.evaluation.thresholds import ThresholdChoice, resolve_threshold
+from bitextmine.mining.filters import NO_FILTERS, FilterSettings, PairFilter
+from bitextmine.mining.margin import check_margin, margin_scores
+from bitextmine.mining.output import MinedOutput, ScoredRows, output_format, write_pairs
+from bitextmine.search.knn import Neighbours, SearchShard, exact_knn, find_neighbours
+from bitextmine.steps.mine import BaseSearch
+from bitextmine.text.bitext import Bitext
+from bitextmine.text.reader import Row, warn_user
+from bitextmine.workspace.language import open_language
+from bitextmine.workspace.layout import Workspace
+from bitextmine.workspace.locks import workspace_locks
+
+NEIGHBOURHOODS = ("bitext", "workspace")
+WRITE_ROWS = 500_000  # pairs written at a time
+
+
+@dataclass
+class ScoreOptions:
+    k: int = 4
+    margin: str = "ratio"
+    neighbourhood: str = "bitext"  # "bitext": its own other side; "workspace": the workspace's corpora
+    threshold: float | str | None = None  # a number, "auto", "auto:PAIR" or None (write every pair)
+    filters: FilterSettings = field(default_factory=lambda: NO_FILTERS)
+    format: str | None = None  # default: from the output's suffix
+    nprobe: int | None = None  # workspace neighbourhoods: override the indexes' nprobe
+    thresholds: Path | None = None  # the threshold store; default: the workspace's
+
+    def __post_init__(self) -> None:
+        check_margin(self.margin)
+        if self.neighbourhood not in NEIGHBOURHOODS:
+            choices = ", ".join(NEIGHBOURHOODS)
+            raise BitextmineError(f"unknown neighbourhood {self.neighbourhood!r}; choose one of {choices}")
+
+
+@dataclass
+class ScoreSummary:
+    pair: str
+    pairs: int  # pairs scored
+    empty: int  # pairs of the input left out: a side was empty once cleaned
+    threshold: ThresholdChoice | None
+    above_threshold: int
+    filtered: dict[str, int]
+    written: MinedOutput
+    seconds: float
+
+
+def score_bitext(
+    bitext: Bitext,
+    langs: tuple[str, str],
+    encoder: SentenceEncoder,
+    output: Path,
+    workspace: Workspace,
+    options: ScoreOptions | None = None,
+    progress: ProgressCallback | None = None,
+) -> ScoreSummary:
+    """Score every pair of `bitext` (languages `langs`) and write those reaching the threshold and
+    passing the filters to `output`. `workspace` caches the vectors and holds the thresholds; its
+    corpora of `langs` are the neighbourhoods when `options.neighbourhood` is "workspace"."""
+    started = time.perf_counter()
+    options = options or ScoreOptions()
+    pair = f"{langs[0]}-{langs[1]}"
+    fmt = output_format(output, options.format)
+    pair_filter = PairFilter(options.filters, *langs)
+    threshold = _threshold(options, workspace, encoder, pair)
+    src = embed(encoder, bitext.src, workspace.embedding_cache_dir(), progress)
+    tgt = embed(encoder, bitext.tgt, workspace.embedding_cache_dir(), progress)
+    if options.neighbourhood == "workspace":
+        reads = [f"{part}-{lang}" for part in ("lang", "index") for lang in langs]
+        with workspace_locks(workspace, write=[], read=reads):
+            fwd, bwd = _workspace_means(workspace, langs, src, tgt, options, encoder)
+    else:
+        fwd, bwd = _own_means(src, tgt, options.k)
+    cos = np.einsum("nd,nd->n", src, tgt).astype(np.float64)
+    scores = margin_scores(cos, fwd, bwd, options.margin)
+    keep = np.ones(len(scores), bool) if threshold is None else scores >= threshold.value
+    files = [bitext.src_file], [bitext.tgt_file]
+    span = (float(scores.min()), float(scores.max()))
+    written = write_pairs(output, fmt, _rows(bitext, scores, keep), files, pair_filter, span)
+    seconds = time.perf_counter() - started
+    above = int(np.count_nonzero(keep))
+    return ScoreSummary(
+        pair, len(bitext), bitext.empty, threshold, above, pair_filter.counts(), written, seconds
+    )
+
+
+def _threshold(
+    options: ScoreOptions, workspace: Workspace, encoder: SentenceEncoder, pair: str
+) -> ThresholdChoice | None:
+    return resolve_threshold(
+        options.threshold,
+        store=options.thresholds or workspace.thresholds_file(),
+        fingerprint=encoder.fingerprint,
+        margin=options.margin,
+        pair=pair,
+        model_dir=encoder.loaded.model_dir,
+    )
+
+
+def _own_means(src: np.ndarray, tgt: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Neighbourhood means within the bitext: each source among all targets, and back (exact)."""
+
+    def means(queries: np.ndarray, base: np.ndarray) -> np.ndarray:
+        shard = SearchShard(lambda q, n: exact_knn(q, base, n))
+        k_base = min(k, len(base))
+        return find_neighbours(lambda: [(0, queries)], len(queries), [shard], lambda i: base[i], k_base).mean
+
+    return means(src, tgt), means(tgt, src)
+
+
+def _workspace_means(
+    workspace: Workspace,
+    langs: tuple[str, str],
+    src: np.ndarray,
+    tgt: np.ndarray,
+    options: ScoreOptions,
+    encoder: SentenceEncoder,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Neighbourhood means among the workspace's corpora: sources among its target language, targets
+    among its source language, as `mine` computes them."""
+    for lang in langs:
+        model = open_language(workspace, lang).vectors.model
+        if model.fingerprint != encoder.fingerprint:
+            raise BitextmineError(
+                f"'{lang}' in {workspace.root} was encoded with {model.describe()}, not the model scoring "
+                "the bitext: the neighbourhoods would compare vectors of two models"
+            )
+        if model.precision != encoder.precision:
+            warn_user(
+                f"'{lang}' in {workspace.root} was encoded in {model.precision}, the bitext in "
+                f"{encoder.precision}: scores differ slightly from mine's "
+                f"(pass --precision {model.precision})"
+            )
+    fwd = _search_means(workspace, langs[1], src, options)
+    bwd = _search_means(workspace, langs[0], tgt, options)
+    return fwd, bwd
+
+
+def _search_means(
+    workspace: Workspace, base_lang: str, queries: np.ndarray, options: ScoreOptions
+) -> np.ndarray:
+    search = BaseSearch(base_lang, options.k, options.nprobe)
+    found: Neighbours = search.neighbours(workspace, lambda: [(0, queries)], len(queries))
+    return found.mean
+
+
+def _rows(bitext: Bitext, scores: np.ndarray, keep: np.ndarray) -> Iterator[ScoredRows]:
+    """The pairs reaching the threshold, WRITE_ROWS at a time, as rows of the bitext's files."""
+    kept = np.flatnonzero(keep)
+    for first in range(0, len(kept), WRITE_ROWS):
+        part = kept[first : first + WRITE_ROWS]
+        src = [Row(0, bitext.lines[i], bitext.src[i]) for i in part]
+        tgt = [Row(0, bitext.lines[i], bitext.tgt[i]) for i in part]
+        yield scores[part], src, tgt

@@ -1,0 +1,161 @@
+"""Pair filters on hand-made lines: what each drops, the preset, the counts, dedup across chunks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bitextmine.errors import BitextmineError
+from bitextmine.mining.filters import (
+    NO_FILTERS,
+    FilterSettings,
+    PairFilter,
+    has_words,
+    is_copy,
+    length_ratio_ok,
+    parse_filters,
+    visible_length,
+)
+
+
+def run(settings: FilterSettings, pairs, scores=None, langs=("de", "en")):
+    pair_filter = PairFilter(settings, *langs)
+    scores = np.array(scores if scores is not None else [1.2] * len(pairs))
+    keep = pair_filter.keep(scores, [p[0] for p in pairs], [p[1] for p in pairs])
+    return keep.tolist(), pair_filter.counts()
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("Der Hund schläft.", True),
+        ("ICE 915", True),
+        ("COVID-19 cases rose", True),
+        ("北京2008年奥运会", True),
+        ("+53 601 8443606", False),
+        ("04.07.2002", False),
+        ("13:11 - 17:55", False),
+        ("BF-7157-40", False),
+        ("http://www.kegn.com/7286/index.html", False),
+        ("dfhpjnv74@mail7.net", False),
+        ("", False),
+    ],
+)
+def test_has_words(text, words):
+    assert has_words(text) is words
+
+
+def test_letters_drops_pairs_with_a_side_without_words():
+    pairs = [("Der Hund schläft.", "The dog sleeps."), ("04.07.2002", "04.07.2002"), ("Preis: 12 €", "12")]
+    keep, counts = run(FilterSettings(letters=True), pairs)
+    assert keep == [True, False, False] and counts == {"letters": 2}
+
+
+def test_copies_are_equal_or_nearly_equal_after_normalisation():
+    assert is_copy("Privacy policy", "Privacy Policy.", 1.0)
+    assert is_copy("Add to cart", "add to cart!", 0.9)
+    assert is_copy("The threat is enormous", "The threat is enormous!!", 1.0)
+    assert is_copy(
+        "The government announced new measures today", "The government announced new measure today", 0.9
+    )
+    assert not is_copy(
+        "The government announced new measures today", "The government announced new measure today", 1.0
+    )
+    assert not is_copy("Der Hund schläft im Garten.", "The dog sleeps in the garden.", 0.9)
+    keep, counts = run(FilterSettings(copies=0.9), [("Add to cart", "Add to cart"), ("Hund", "dog")])
+    assert keep == [False, True] and counts == {"copies": 1}
+
+
+def test_length_ratio_weights_wide_characters():
+    assert visible_length("abc") == 3 and visible_length("北京") == 6
+    assert length_ratio_ok(["北京是中国的首都。"], ["Beijing is the capital of China."], 2.5).tolist() == [
+        True
+    ]
+    assert length_ratio_ok(["Ja."], ["Yes, and I would like to add something long here."], 2.5).tolist() == [
+        False
+    ]
+
+
+def test_length_bounds_apply_to_both_sides():
+    pairs = [("ab", "a long enough line"), ("long enough", "also long enough"), ("x" * 50, "long enough")]
+    keep, counts = run(FilterSettings(min_chars=3, max_chars=40), pairs)
+    assert keep == [False, True, False] and counts == {"length": 2}
+
+
+def test_score_max_drops_implausibly_high_scores():
+    keep, counts = run(FilterSettings(score_max=1.5), [("a b", "c d")] * 3, scores=[1.9, 1.5, 1.1])
+    assert keep == [False, True, True] and counts == {"score-max": 1}
+
+
+def test_dedup_keeps_the_best_scoring_pair_across_chunks():
+    pair_filter = PairFilter(FilterSettings(dedup=True), "de", "en")
+    first = pair_filter.keep(
+        np.array([1.3, 1.2, 1.1]),
+        ["Hallo Welt", "hallo welt!", "Tschüss"],
+        ["Hello world", "Hello, world", "Bye"],
+    )
+    second = pair_filter.keep(np.array([1.05, 1.0]), ["HALLO WELT", "Tschüss"], ["hello world.", "Bye now"])
+    assert first.tolist() == [True, False, True] and second.tolist() == [False, True]
+    assert pair_filter.counts() == {"dedup": 2}
+
+
+def test_a_pair_is_counted_by_the_first_filter_that_drops_it():
+    pairs = [("04.07.2002", "04.07.2002"), ("Add to cart", "Add to cart"), ("Der Hund.", "The dog.")]
+    keep, counts = run(FilterSettings(letters=True, copies=0.9, dedup=True), pairs)
+    assert keep == [False, False, True]
+    assert counts == {"letters": 1, "copies": 1, "dedup": 0}
+
+
+def test_language_filter_drops_sides_not_in_their_language():
+    pairs = [
+        (
+            "Der Hund schläft heute im Garten hinter dem Haus.",
+            "The dog is sleeping in the garden behind the house today.",
+        ),
+        (
+            "The dog is sleeping in the garden behind the house today.",
+            "The dog is sleeping in the garden behind the house today.",
+        ),
+        (
+            "De hond slaapt vandaag in de tuin achter het huis.",
+            "The dog is sleeping in the garden behind the house today.",
+        ),
+    ]
+    keep, counts = run(FilterSettings(language=0.5), pairs)
+    assert keep == [True, False, False] and counts == {"language": 2}
+
+
+def test_no_filters_keep_everything_and_count_nothing():
+    keep, counts = run(NO_FILTERS, [("", ""), ("1", "1")])
+    assert keep == [True, True] and counts == {}
+
+
+def test_parse_filters_preset_and_items():
+    web = parse_filters("web")
+    assert web.enabled() == ["length-ratio", "letters", "copies", "language", "dedup"]
+    tuned = parse_filters("web", ["score-max=1.4", "copies=0.8", "dedup=off", "min-chars=3"])
+    assert tuned.score_max == 1.4 and tuned.copies == 0.8 and not tuned.dedup and tuned.min_chars == 3
+    assert parse_filters(None, ["letters"]).enabled() == ["letters"]
+    assert parse_filters("none") == NO_FILTERS
+
+
+@pytest.mark.parametrize(
+    ("preset", "items", "message"),
+    [
+        ("webb", [], "unknown filter preset 'webb'; choose one of none, web"),
+        ("none", ["lang"], "unknown filter 'lang' in --filter 'lang'; filters: score-max"),
+        ("none", ["score-max"], "--filter score-max needs a value"),
+        ("none", ["copies=high"], "'high' is not a valid value for copies"),
+        ("none", ["copies=1.5"], "copies must be in (0, 1]"),
+        ("none", ["length-ratio=0.5"], "length-ratio must be >= 1"),
+    ],
+)
+def test_bad_filter_options_are_one_line_errors(preset, items, message):
+    with pytest.raises(BitextmineError, match=None) as caught:
+        parse_filters(preset, items)
+    assert message in str(caught.value)
+
+
+def test_an_unknown_language_for_the_language_filter_fails_before_any_work():
+    with pytest.raises(BitextmineError, match="xx"):
+        PairFilter(FilterSettings(language=0.5), "xx", "en")

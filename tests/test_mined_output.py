@@ -1,0 +1,159 @@
+"""`mine --output/--format`: every format holds the same pairs, loads with Hugging Face datasets, and
+pair filters change what is written and count what they dropped."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+
+import pytest
+
+from bitextmine.errors import BitextmineError
+from bitextmine.mining.filters import NO_FILTERS, PairFilter
+from bitextmine.mining.output import write_pairs
+from tests.helpers import read_mined, run, sentences
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def workspace(workspace):
+    """The shared encoded workspace, indexed."""
+    work, shared = workspace
+    for lang in ("de", "en"):
+        code, output = run("index", lang, "-w", str(work))
+        assert code == 0, output
+    return work, shared
+
+
+def _mine(work, *args):
+    code, output = run("mine", "de", "en", "-w", str(work), "--threshold", "1.0", *args)
+    assert code == 0, output
+    return output
+
+
+def _records(tsv_rows):
+    return [
+        {
+            "score": float(r[0]),
+            "src": r[1],
+            "tgt": r[2],
+            "src_file": r[3].rsplit(":", 1)[0],
+            "src_line": int(r[3].rsplit(":", 1)[1]),
+            "tgt_file": r[4].rsplit(":", 1)[0],
+            "tgt_line": int(r[4].rsplit(":", 1)[1]),
+        }
+        for r in tsv_rows
+    ]
+
+
+def test_every_format_holds_the_same_pairs_and_loads_with_datasets(workspace, tmp_path):
+    import datasets  # a dev dependency: this test is why
+
+    work, _ = workspace
+    _mine(work)
+    reference = _records(read_mined(work / "mined" / "de-en.tsv.zst"))
+    assert reference and reference[0]["src_file"] == str(work.parent / "de.txt")
+
+    _mine(work, "--output", str(tmp_path / "pairs.tsv.gz"))
+    with gzip.open(tmp_path / "pairs.tsv.gz", "rt") as fh:
+        assert _records([line.rstrip("\n").split("\t") for line in fh]) == reference
+
+    _mine(work, "--format", "jsonl")
+    jsonl = work / "mined" / "de-en.jsonl"
+    assert [json.loads(line) for line in jsonl.read_text().splitlines()] == reference
+    stats = json.loads((work / "mined" / "de-en.stats.json").read_text())
+    assert stats["output"] == {"path": "mined/de-en.jsonl", "format": "jsonl"}
+
+    _mine(work, "-o", str(tmp_path / "pairs.parquet"))
+    for kind, files in (("parquet", tmp_path / "pairs.parquet"), ("json", jsonl)):
+        loaded = datasets.load_dataset(
+            kind, data_files=str(files), split="train", cache_dir=str(tmp_path / "hf")
+        )
+        rows = loaded.to_list()
+        assert [{**r, "score": pytest.approx(r["score"])} for r in rows] == reference
+
+
+def test_reruns_write_identical_bytes_in_every_format(workspace, tmp_path):
+    work, _ = workspace
+    for name in ("a.tsv.gz", "a.parquet", "a.jsonl"):
+        _mine(work, "-o", str(tmp_path / name))
+        first = (tmp_path / name).read_bytes()
+        _mine(work, "-o", str(tmp_path / name))
+        assert (tmp_path / name).read_bytes() == first, name
+
+
+def test_an_unknown_output_suffix_is_a_one_line_error(workspace, tmp_path):
+    work, _ = workspace
+    code, output = run("mine", "de", "en", "-w", str(work), "-o", str(tmp_path / "pairs.csv"))
+    assert code == 1 and "pairs.csv: cannot tell the output format from its name; pass --format" in output
+
+
+def test_filters_drop_and_count_and_the_summary_says_so(workspace):
+    """The fixture's 10 shared sentences are identical on both sides: the copies filter drops them."""
+    work, shared = workspace
+    _mine(work)
+    unfiltered = read_mined(work / "mined" / "de-en.tsv.zst")
+    assert {r[1] for r in unfiltered if r[1] == r[2]} == set(shared)
+    output = _mine(work, "--filter", "copies", "--filter", "letters")
+    rows = read_mined(work / "mined" / "de-en.tsv.zst")
+    assert not [r for r in rows if r[1] == r[2]] and len(rows) == len(unfiltered) - 10
+    stats = json.loads((work / "mined" / "de-en.stats.json").read_text())
+    assert stats["counts"]["filtered"] == {"letters": 0, "copies": 10}
+    assert stats["counts"]["above_threshold"] == len(unfiltered) and stats["counts"]["kept"] == len(rows)
+    assert stats["options"]["filters"]["copies"] == 0.9
+    flat = " ".join(output.replace("│", " ").split())
+    assert "dropped by copies 10" in flat and f"kept {len(rows)}" in flat
+
+
+def test_a_bad_filter_fails_before_the_search(workspace):
+    work, _ = workspace
+    code, output = run("mine", "de", "en", "-w", str(work), "--filter", "copies=2")
+    assert code == 1 and "copies must be in (0, 1]" in output
+    assert not (work / "mined").exists()
+
+
+def test_a_meta_column_is_carried_through_to_every_format(tmp_path, tiny_model_dir):
+    """BUCC-style `ID<TAB>sentence` input: the ids come out beside the mined pairs."""
+    model = str(tiny_model_dir("bert"))
+    work = tmp_path / "work"
+    shared = sentences(6, seed=0)
+    lines = {"de": shared + sentences(2, seed=1), "en": sentences(1, seed=2) + shared}
+    for lang, texts in lines.items():
+        path = tmp_path / f"{lang}.tsv"
+        path.write_text("".join(f"{lang}-{i:03d}\t{t}\n" for i, t in enumerate(texts)))
+        code, output = run(
+            "encode",
+            str(path),
+            "-l",
+            lang,
+            "-m",
+            model,
+            "-w",
+            str(work),
+            "--text-column",
+            "2",
+            "--meta-column",
+            "1",
+        )
+        assert code == 0, output
+        assert run("index", lang, "-w", str(work))[0] == 0
+    assert run("mine", "de", "en", "-w", str(work))[0] == 0  # every candidate
+    rows = read_mined(work / "mined" / "de-en.tsv.zst")
+    identical = {(r[5], r[6]) for r in rows if r[1] == r[2]}
+    assert identical == {(f"de-{i:03d}", f"en-{i + 1:03d}") for i in range(6)}
+    assert run("mine", "de", "en", "-w", str(work), "--format", "jsonl")[0] == 0
+    records = [json.loads(line) for line in (work / "mined" / "de-en.jsonl").read_text().splitlines()]
+    assert {(r["src_meta"], r["tgt_meta"]) for r in records if r["src"] == r["tgt"]} == identical
+
+
+@pytest.mark.parametrize("missing", ["pyarrow", "pyarrow.parquet"])
+def test_parquet_without_pyarrow_is_a_one_line_error(monkeypatch, tmp_path, missing):
+    monkeypatch.setitem(sys.modules, missing, None)  # `import` of it raises ImportError
+    no_filter = PairFilter(NO_FILTERS, "de", "en")
+    with pytest.raises(
+        BitextmineError, match=r"^parquet output needs pyarrow: pip install 'bitextmine\[parquet\]'$"
+    ):
+        write_pairs(tmp_path / "p.parquet", "parquet", [], ([], []), no_filter, (0.0, 1.0))
+    assert not list(tmp_path.iterdir())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import sys
 
 
 class BitextmineError(Exception):
@@ -31,3 +32,11 @@ def os_error_message(exc: OSError, path: str | os.PathLike[str] | None = None, a
     if exc.errno in _DISK_FULL:
         message += "; free some space and rerun"
     return message if where is None else f"{os.fsdecode(where)}: {message}"
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """A MemoryError, or torch's CUDA out-of-memory error (looked up only where torch is loaded)."""
+    if isinstance(exc, MemoryError):
+        return True
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(exc, torch.cuda.OutOfMemoryError)

@@ -5,6 +5,7 @@ tests."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import random
 from pathlib import Path
@@ -14,6 +15,9 @@ import numpy as np
 import pytest
 import zstandard
 from typer.testing import CliRunner
+
+from bitextmine.cli.plots import CURVES
+from bitextmine.evaluation.thresholds import ThresholdRecord
 
 if TYPE_CHECKING:
     import torch
@@ -171,3 +175,78 @@ def packed_hidden(model, sequences: list[list[int]], attention=None) -> list[tor
 def max_length(model) -> int:
     offset = model.config.pad_token_id + 1 if model.config.model_type == "xlm-roberta" else 0
     return model.config.max_position_embeddings - offset
+
+
+# Outputs of a workspace compared between runs (fault, chaos and Slurm tests)
+TIMINGS = {"build_seconds", "search_ms_per_1000", "exact_ms_per_1000", "seconds"}
+SKIPPED = {"locks", "logs"}  # lock files and job logs are not outputs
+
+
+def outputs(work: Path) -> dict[str, object]:
+    """Every output file of the workspace: bytes, or JSON without timing fields."""
+    found: dict[str, object] = {}
+    for path in sorted(work.rglob("*")):
+        relative = path.relative_to(work)
+        if path.is_dir() or relative.parts[0] in SKIPPED:
+            continue
+        found[str(relative)] = (
+            _without_timings(json.loads(path.read_text())) if path.suffix == ".json" else path.read_bytes()
+        )
+    return found
+
+
+def _without_timings(data: object) -> object:
+    if isinstance(data, dict):
+        return {k: _without_timings(v) for k, v in data.items() if k not in TIMINGS}
+    if isinstance(data, list):
+        return [_without_timings(v) for v in data]
+    return data
+
+
+def eval_bucc_dev(bucc: Path, *options: str) -> tuple[int, str]:
+    """`bitextmine eval bucc` on the de-en dev split in `bucc`."""
+    return run("eval", "bucc", "--bucc", str(bucc), "--pair", "de-en", "--split", "dev", *options)
+
+
+def write_bucc(directory: Path, shared: list[str]) -> None:
+    """A de-en split whose gold pairs are identical sentences hidden among distractors."""
+    de = shared + sentences(20, seed=5)
+    en = sentences(20, seed=6) + shared
+    rng = np.random.default_rng(0)
+    de_ids = [f"de-{i:09d}" for i in rng.permutation(len(de)) + 1]
+    en_ids = [f"en-{i:09d}" for i in rng.permutation(len(en)) + 1]
+    (directory / "de-en.dev.de").write_text("".join(f"{i}\t{s}\n" for i, s in zip(de_ids, de, strict=True)))
+    (directory / "de-en.dev.en").write_text("".join(f"{i}\t{s}\n" for i, s in zip(en_ids, en, strict=True)))
+    gold = sorted(f"{de_ids[i]}\t{en_ids[20 + i]}\n" for i in range(len(shared)))
+    (directory / "de-en.dev.gold").write_text("".join(gold))
+
+
+def plotted(figure) -> dict[str, tuple[list[float], list[float]]]:
+    """The data of each labelled line of the figure, by label."""
+    lines = figure.axes[0].get_lines()
+    return {
+        line.get_label().split(":")[0]: (list(line.get_xdata()), list(line.get_ydata()))
+        for line in lines
+        if not line.get_label().startswith("_")
+    }
+
+
+def curve_arrays(rows) -> dict[str, tuple[list[float], list[float]]]:
+    """What calibrate --json's curve says the figure shows: P, R and F1 against every threshold."""
+    x = [row["threshold"] for row in rows]
+    return {label: (x, [row[key] for row in rows]) for key, label in CURVES.items()}
+
+
+DE_EN = ThresholdRecord(
+    fingerprint="f1",
+    model="e5",
+    margin="ratio",
+    pair="de-en",
+    value=1.03,
+    split="dev",
+    precision=95.75,
+    recall=95.75,
+    f1=95.75,
+    rule="best F1",
+    date="2025-01-01T00:00:00+00:00",
+)

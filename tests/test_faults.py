@@ -6,7 +6,6 @@ uninterrupted run's, so no row is lost or duplicated. JSON records are compared 
 from __future__ import annotations
 
 import io
-import json
 import os
 import shutil
 import signal
@@ -18,12 +17,9 @@ import numpy as np
 import pytest
 
 from bitextmine.faults import FAULT_ENV
-from tests.helpers import sentences
+from tests.helpers import outputs, sentences
 
 pytestmark = pytest.mark.integration  # the CLI end to end (docs: make test-fast leaves these out)
-
-TIMINGS = {"build_seconds", "search_ms_per_1000", "exact_ms_per_1000", "seconds"}
-SKIPPED = {"locks", "logs"}  # lock files and job logs are not outputs
 
 
 def cli(work: Path, *args: str, fault: str | None = None) -> subprocess.CompletedProcess:
@@ -32,27 +28,6 @@ def cli(work: Path, *args: str, fault: str | None = None) -> subprocess.Complete
         env[FAULT_ENV] = fault
     command = [sys.executable, "-m", "bitextmine", *args, "--workdir", str(work)]
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-
-
-def outputs(work: Path) -> dict[str, object]:
-    """Every output file of the workspace: bytes, or JSON without timing fields."""
-    found: dict[str, object] = {}
-    for path in sorted(work.rglob("*")):
-        relative = path.relative_to(work)
-        if path.is_dir() or relative.parts[0] in SKIPPED:
-            continue
-        found[str(relative)] = (
-            _without_timings(json.loads(path.read_text())) if path.suffix == ".json" else path.read_bytes()
-        )
-    return found
-
-
-def _without_timings(data: object) -> object:
-    if isinstance(data, dict):
-        return {k: _without_timings(v) for k, v in data.items() if k not in TIMINGS}
-    if isinstance(data, list):
-        return [_without_timings(v) for v in data]
-    return data
 
 
 @pytest.fixture(scope="module")

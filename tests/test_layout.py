@@ -86,3 +86,20 @@ def test_nothing_points_outside_the_repository():
         str(p.relative_to(REPO)) for p in files if any(o in p.read_text(errors="ignore") for o in outside)
     ]
     assert not offenders
+
+
+def _imports_a_test_module(source: str) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+        names += [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+        found += [name for name in names if name.startswith("tests.test_")]
+    return found
+
+
+def test_no_test_module_imports_another():
+    """What tests share lives in tests/helpers.py, tests/st_models.py and conftest.py."""
+    tests = Path(__file__).parent
+    offenders = {path.name: _imports_a_test_module(path.read_text()) for path in tests.glob("test_*.py")}
+    assert {name: found for name, found in offenders.items() if found} == {}
+    assert _imports_a_test_module("from tests.test_faults import outputs") == ["tests.test_faults"]

@@ -6,23 +6,19 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from sentence_transformers import SentenceTransformer
-from sentence_transformers.sentence_transformer.modules import Dense, Normalize, Pooling, Transformer
-from transformers import AutoModel
 
 import bitextmine
 from bitextmine.encoder.encoder import SentenceEncoder
 from bitextmine.encoder.precision import CHECK_SENTENCES
 from bitextmine.errors import BitextmineError
-from tests.helpers import TRAINING_TEXT, build_tiny_model, read_mined, run, sentences
+from tests.helpers import TRAINING_TEXT, read_mined, run, sentences
+from tests.st_models import HIDDEN, SHAPES, Shape, build_st_model, cosines
 
-HIDDEN = 32  # build_tiny_model's hidden size
 SENTENCES = [*TRAINING_TEXT, "Hund", "a", "the the the the " * 30, "unknown ÿ words ✓ here"]
 # Cosine to sentence-transformers' fp32 vectors: fp32 is the same computation in another order; bf16 and
 # int8 as in test_precision.py (the transformer in lower precision, the head in fp32).
@@ -32,60 +28,11 @@ SENTENCES = [*TRAINING_TEXT, "Hund", "a", "the the the the " * 30, "unknown ÿ w
 FLOOR = {"fp32": 0.9999, "bf16": 0.995, "int8": 0.98}
 
 
-@dataclass(frozen=True)
-class Shape:
-    kind: str  # build_tiny_model's architecture
-    pooling: str
-    dense: int = 0  # output size of a Dense layer with tanh (0: none)
-    normalize: bool = True
-    prompt: str = ""  # the default prompt
-    include_prompt: bool = True
-    max_seq_length: int | None = None
-
-
-SHAPES = {
-    "labse": Shape("bert", "cls", dense=24, max_seq_length=40),
-    "bge-m3": Shape("xlm-roberta", "cls"),
-    "e5": Shape("xlm-roberta", "mean", prompt="query: "),
-    "max": Shape("bert", "max", normalize=False),
-}
 # Every pooling mode with the prompt's tokens left out of it (sentence-transformers' include_prompt=False).
 WITHOUT_PROMPT = {
     f"{mode}-without-prompt": Shape("bert", mode, prompt="query: ", include_prompt=False)
     for mode in ("cls", "mean", "max", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
 }
-
-
-def spread_weights(model_dir: Path, std: float = 0.3) -> Path:
-    """Redraw a tiny model's matrices with a larger spread. At the usual initialisation (std 0.02) the
-    first token's state is the same for every sentence to 4 decimals, so a CLS model would match any
-    reference; at 0.3 two sentences' vectors have a cosine of 0.7-0.9."""
-    model = AutoModel.from_pretrained(model_dir)
-    generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            if parameter.dim() > 1:
-                parameter.copy_(torch.randn(parameter.shape, generator=generator) * std)
-    model.save_pretrained(model_dir)
-    return model_dir
-
-
-def build_st_model(shape: Shape, directory: Path) -> Path:
-    """A tiny random sentence-transformers model of `shape`, saved with its own save()."""
-    hf_dir = spread_weights(build_tiny_model(shape.kind, directory / "hf"))
-    transformer = Transformer(str(hf_dir), max_seq_length=shape.max_seq_length)
-    modules = [transformer, Pooling(HIDDEN, pooling_mode=shape.pooling, include_prompt=shape.include_prompt)]
-    if shape.dense:
-        torch.manual_seed(1)
-        modules.append(Dense(HIDDEN, shape.dense, activation_function=torch.nn.Tanh()))
-    if shape.normalize:
-        modules.append(Normalize())
-    prompts = {"query": shape.prompt, "passage": "passage: "} if shape.prompt else None
-    model = SentenceTransformer(
-        modules=modules, device="cpu", prompts=prompts, default_prompt_name="query" if prompts else None
-    )
-    model.save(str(directory / "st"))
-    return directory / "st"
 
 
 @pytest.fixture(scope="module")
@@ -110,10 +57,6 @@ def bitextmine_vectors(model_dir: Path, packed: bool, precision: str = "fp32") -
     vectors = encoder.encode(SENTENCES, window=5).vectors
     assert vectors.shape == (len(SENTENCES), encoder.dim)
     return vectors
-
-
-def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
 
 
 @pytest.mark.parametrize("packed", [True, False], ids=["packed", "padded"])

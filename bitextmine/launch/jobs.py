@@ -11,16 +11,18 @@ submitit a job's function must be picklable: a module-level function, importable
 
 from __future__ import annotations
 
+import logging
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bitextmine.errors import BitextmineError
+from bitextmine.errors import BitextmineError, is_out_of_memory
 from bitextmine.launch.config import LauncherConfig
 
 Progress = Callable[..., None]  # called with a number of work units done (a job may pass more detail)
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,11 @@ def run_jobs(
         else:
             pending.append(number)
     todo = [jobs[number] for number in pending]
+    where = "in this process" if config is None else f"with launcher {config.launcher}"
+    done = len(jobs) - len(todo)
+    _log.debug(
+        "%s: %d job(s), %d done by an earlier run, %d to run %s", step, len(jobs), done, len(todo), where
+    )
     if config is None or config.launcher == "local":
         retries = 0 if config is None else config.retries
         values = [_run_here(job, retries, advance) for job in todo]
@@ -83,6 +90,8 @@ def _run_here(job: Job, retries: int, progress: Progress) -> Any:
         except BitextmineError:
             raise
         except Exception as exc:
+            if is_out_of_memory(exc):
+                raise  # so would another attempt here; the CLI says which option to lower
             if attempt > retries:
                 where = traceback.extract_tb(exc.__traceback__)[-1]
                 raise BitextmineError(

@@ -1,11 +1,16 @@
 """Jobs on Slurm (one job array) or as local submitit processes: submit, poll, retry, cancel on exit.
 
 Imported only when such a launcher is asked for (`run_jobs`), so submitit stays an optional dependency.
+submitit learns that a Slurm job ended from its result file, else from `sacct`; a job that ended
+without one (cancelled, killed at its time limit, its node lost) on a cluster without accounting
+would be waited for forever, so on Slurm `squeue` is asked too.
 """
 
 from __future__ import annotations
 
+import re
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -22,6 +27,16 @@ from bitextmine.launch.jobs import Job, Progress, count_attempts
 
 _DEFAULT_POLL_SECONDS = {"slurm": 5.0, "submitit-local": 0.5}
 _STDERR_TAIL_LINES = 5
+# squeue states of a job that may still write its result (anything else, or no longer listed: it ended)
+_ACTIVE_STATES = frozenset(
+    {
+        *("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING"),
+        *("REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESIZING", "STAGE_OUT", "PREEMPTED", "RESV_DEL_HOLD"),
+    }
+)
+_RESULT_GRACE_SECONDS = 15.0  # as submitit waits for an ended job's result file (shared file systems lag)
+# A job stopped at its time limit: submitit's SIGUSR2 handler 90 s before it, or Slurm's kill (sacct, squeue)
+_TIME_LIMIT = re.compile(r"because: timed-out|\(state: TIMEOUT\)|^ended by Slurm \(TIMEOUT\)")
 
 
 @dataclass(frozen=True)
@@ -119,6 +134,7 @@ class SubmititRun:
         self.attempts = [0] * len(jobs)
         self.results: list[Any] = [None] * len(jobs)
         self.failures: dict[int, str] = {}
+        self.ended: dict[int, float] = {}  # running jobs Slurm ended, without a result yet: since when
 
     def run(self) -> list[Any]:
         try:
@@ -158,16 +174,30 @@ class SubmititRun:
             if handle.done():
                 del self.running[i]
                 self._finish(i, handle)
+        if self.config.launcher == "slurm" and self.running:
+            self._collect_ended()
+
+    def _collect_ended(self) -> None:
+        """Jobs that Slurm no longer runs and that left no result within the grace time failed."""
+        states = _slurm_states([handle.job_id for handle in self.running.values()])
+        if states is None:  # squeue did not answer: ask again at the next poll
+            return
+        now = time.monotonic()
+        for i, handle in list(self.running.items()):
+            state = states.get(handle.job_id, "no longer listed by squeue")
+            if state in _ACTIVE_STATES:
+                self.ended.pop(i, None)  # still running, or requeued
+            elif now - self.ended.setdefault(i, now) >= _RESULT_GRACE_SECONDS:
+                del self.running[i], self.ended[i]
+                self._failed(i, handle, f"ended by Slurm ({state}) without a result")
 
     def _finish(self, i: int, handle: Any) -> None:
         job = self.jobs[i]
+        self.ended.pop(i, None)
         try:
             value = handle.result()
         except self.errors.UncompletedJobError as exc:  # the job raised, was killed or never ran
-            if self.attempts[i] <= self.config.retries:
-                self.queue.append(i)
-            else:
-                self.failures[i] = _describe_failure(job, handle, exc, self.attempts[i])
+            self._failed(i, handle, str(exc))
             return
         if isinstance(value, _UserError):
             self.failures[i] = f"  {job.name}: {value.message} (not retried)"
@@ -175,13 +205,44 @@ class SubmititRun:
         self.results[i] = value
         self.progress(job.work)
 
+    def _failed(self, i: int, handle: Any, error: str) -> None:
+        """Run job i again while retries remain, else record why it failed."""
+        if self.attempts[i] <= self.config.retries:
+            self.queue.append(i)
+        else:
+            attempts, limit = self.attempts[i], self.config.timeout_min
+            self.failures[i] = _describe_failure(self.jobs[i], handle, error, attempts, limit)
 
-def _describe_failure(job: Job, handle: Any, exc: Exception, attempts: int) -> str:
-    """The job's name, attempt count, log paths and the end of its stderr (else the error's start)."""
+
+def _slurm_states(job_ids: Sequence[str]) -> dict[str, str] | None:
+    """Slurm's state of each job that squeue lists (an ended job stays listed for MinJobAge, 300 s by
+    default); None when squeue cannot answer."""
+    arrays = sorted({job_id.split("_")[0] for job_id in job_ids})
+    command = ["squeue", "--noheader", "--array", "--states=all", "--format=%i %T"]
+    try:
+        listed = subprocess.run(
+            [*command, "--jobs", ",".join(arrays)], capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if listed.returncode != 0:  # every job no longer listed, or the controller did not answer
+        return {} if "Invalid job id" in listed.stderr else None
+    return dict(line.split()[:2] for line in listed.stdout.splitlines() if len(line.split()) >= 2)
+
+
+def _describe_failure(job: Job, handle: Any, error: str, attempts: int, timeout_min: int) -> str:
+    """The job's name, attempt count, why it failed when known, log paths and the end of its stderr
+    (else the error's start); at the time limit, only what to change (its stderr is submitit's)."""
     paths = handle.paths
-    tail = _tail(paths.stderr) or [line for line in str(exc).splitlines() if line.strip()][:2]
-    head = f"  {job.name} ({count_attempts(attempts)}): stderr {paths.stderr}, stdout {paths.stdout}"
-    return "\n".join([head, *(f"    | {line}" for line in tail)])
+    logs = f"stderr {paths.stderr}, stdout {paths.stdout}"
+    head = f"  {job.name} ({count_attempts(attempts)}): "
+    if _TIME_LIMIT.search(error):
+        hint = f"--timeout-min {timeout_min}: raise it, or make the jobs smaller"
+        return f"{head}stopped at its time limit ({hint}); {logs}"
+    if error.startswith("ended by Slurm"):
+        head += f"{error}; "
+    tail = _tail(paths.stderr) or [line for line in error.splitlines() if line.strip()][:2]
+    return "\n".join([head + logs, *(f"    | {line}" for line in tail)])
 
 
 def _tail(path: Path) -> list[str]:

@@ -9,13 +9,16 @@ pairs. The process itself holds one block, or a window of every run while the ru
 
 from __future__ import annotations
 
+import errno
+import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
-from bitextmine.errors import BitextmineError
+from bitextmine.errors import BitextmineError, os_error_message
 from bitextmine.faults import crash_point
 from bitextmine.mining.margin import check_margin, margin_scores
 from bitextmine.search.knn import Neighbours
@@ -89,10 +92,50 @@ def select_candidates(
 
 
 def _scratch_array(path: Path, dtype: type, rows: int) -> np.ndarray:
-    """A zero-filled array of `rows`, memory-mapped from `path` (numpy cannot map an empty file)."""
+    """A zero-filled array of `rows`, memory-mapped from `path` (numpy cannot map an empty file), its
+    disk space reserved before anything is written to it."""
     if rows == 0:
         return np.zeros(0, dtype)
-    return np.lib.format.open_memmap(path, "w+", dtype, (rows,))
+    array = np.lib.format.open_memmap(path, "w+", dtype, (rows,))
+    _reserve(path, array.offset)
+    return array
+
+
+ZERO_CHUNK = 1 << 24  # bytes written at a time where the space cannot be allocated otherwise
+
+
+def _reserve(path: Path, start: int) -> None:
+    """Allocate the blocks of `path` from byte `start` on. The file is sparse, and a page of its memory
+    map that meets a full disk when first written kills the process with SIGBUS; here a full disk is a
+    one-line error instead."""
+    size = path.stat().st_size
+    try:
+        with open(path, "r+b") as fh:
+            _allocate(fh, start, size)
+    except OSError as exc:
+        raise _no_room(path, size, exc) from None
+
+
+def _no_room(path: Path, size: int, exc: OSError) -> BitextmineError:
+    return BitextmineError(
+        f"{path.parent}: cannot store {size:,} bytes of scratch data for the candidate selection "
+        f"({path.name}: {os_error_message(exc)})"
+    )
+
+
+def _allocate(fh: BinaryIO, start: int, stop: int) -> None:
+    """posix_fallocate, else (macOS, a file system without it) zeros written over the range."""
+    allocate = getattr(os, "posix_fallocate", None)
+    if allocate is not None:
+        try:
+            allocate(fh.fileno(), start, stop - start)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EINVAL, errno.EOPNOTSUPP):
+                raise
+    fh.seek(start)
+    for offset in range(start, stop, ZERO_CHUNK):
+        fh.write(bytes(min(ZERO_CHUNK, stop - offset)))
 
 
 def _means(blocks: NeighbourBlocks, rows: int, path: Path) -> np.ndarray:
@@ -169,7 +212,10 @@ def _in_order(records: np.ndarray) -> np.ndarray:
 
 
 def _sorted_run(part: np.ndarray, path: Path) -> np.ndarray:
-    np.save(path, _in_order(part))
+    try:
+        np.save(path, _in_order(part))
+    except OSError as exc:
+        raise _no_room(path, part.nbytes, exc) from None
     crash_point("selection.run")
     return np.load(path, mmap_mode="r")
 
@@ -212,9 +258,15 @@ def _one_to_one(batches: Iterator[np.ndarray], sizes: tuple[int, int], scratch: 
     used_src = _scratch_array(scratch / "used-src.npy", np.bool_, sizes[0])
     used_tgt = _scratch_array(scratch / "used-tgt.npy", np.bool_, sizes[1])
     path = scratch / "selected.bin"
-    with open(path, "wb") as out:
-        for batch in batches:
-            out.write(batch[_greedy(batch, used_src, used_tgt)].tobytes())
+    size = 0
+    try:
+        with open(path, "wb") as out:
+            for batch in batches:
+                data = batch[_greedy(batch, used_src, used_tgt)].tobytes()
+                size += len(data)
+                out.write(data)
+    except OSError as exc:
+        raise _no_room(path, size, exc) from None
     if path.stat().st_size == 0:
         return np.zeros(0, CANDIDATE_DTYPE)
     return np.memmap(path, CANDIDATE_DTYPE, "r")

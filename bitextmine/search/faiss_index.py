@@ -8,6 +8,8 @@ language's vectors when given (what mining searches with), which also tune nprob
 
 from __future__ import annotations
 
+import glob
+import hashlib
 import math
 import re
 import time
@@ -20,7 +22,7 @@ import faiss
 import numpy as np
 
 from bitextmine.errors import BitextmineError
-from bitextmine.files import read_json, write_json
+from bitextmine.files import json_record, read_json, remove_temporaries, write_json
 from bitextmine.search.ivf_scan import search
 from bitextmine.search.knn import rerank
 from bitextmine.search.sharded import (
@@ -28,6 +30,7 @@ from bitextmine.search.sharded import (
     ShardFile,
     list_sizes,
     plan_id,
+    read_index,
     read_index_cached,
     write_index,
 )
@@ -86,6 +89,10 @@ class IndexInfo:
     shards: list[dict[str, Any]] = field(default_factory=list)  # [{file, start, stop}]; [] = LANG.faiss
     vectors: str = ""  # ShardedVectors.digest() of the embeddings indexed
     imbalance: float | None = None  # IVF lists: see list_imbalance
+    # sha256 of each file, recorded by save_index and checked before FAISS reads them (FAISS trusts the
+    # sizes and offsets in a file: damaged ones can crash it or silently return wrong neighbours). What
+    # the files hold, not what the index is, so not compared.
+    checksums: dict[str, str] = field(default_factory=dict, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -97,7 +104,7 @@ class IndexInfo:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> IndexInfo:
-        return cls(**data)
+        return json_record(cls, data)
 
 
 def choose_factory(n: int, dim: int, list_size: int | None = None) -> str:
@@ -370,7 +377,7 @@ def _template(
     rows = 0 if template.is_trained else training_rows(factory, len(vectors), dim)
     sample = np.sort(rng.choice(len(vectors), size=rows, replace=False)) if rows else None
     if path.is_file():
-        return faiss.read_index(str(path)), rows
+        return read_index(path), rows
     if sample is not None:
         work, done = _on_device(template, gpu)
         _train_on(work, vectors.take(sample), factory)
@@ -557,9 +564,10 @@ def _ivf(index: faiss.Index | ShardedIndex) -> faiss.IndexIVF | None:
     return faiss.try_extract_index_ivf(index.template if isinstance(index, ShardedIndex) else index)
 
 
-def save_index(index: faiss.Index | ShardedIndex, info: IndexInfo, index_dir: Path) -> None:
-    """Write ``LANG.faiss`` (an unsharded index; a sharded one saved its shards) then ``LANG.json``, each
-    atomically, and remove the files of other builds.
+def save_index(index: faiss.Index | ShardedIndex, info: IndexInfo, index_dir: Path) -> IndexInfo:
+    """Write ``LANG.faiss`` (an unsharded index; a sharded one saved its shards) then ``LANG.json`` with
+    the files' checksums, each atomically, and remove the files of other builds and the temporary files
+    of killed ones (the index step holds LANG's index lock). Returns the info as saved.
 
     The old json goes first, so a crash part way leaves no index rather than a mismatched pair.
     """
@@ -573,7 +581,22 @@ def save_index(index: faiss.Index | ShardedIndex, info: IndexInfo, index_dir: Pa
     for other in index_dir.glob(f"{info.lang}.*.faiss"):
         if other.name not in keep and other.name != f"{info.lang}.faiss":
             other.unlink()
+    remove_temporaries(index_dir, f"{glob.escape(info.lang)}.*")
+    info = replace(info, checksums={name: _sha256(index_dir / name) for name in _index_files(info)})
     write_json(index_dir / f"{info.lang}.json", info.to_json())
+    return info
+
+
+def _index_files(info: IndexInfo) -> list[str]:
+    """The files in the index dir that the index described by `info` reads."""
+    if info.shards:
+        return [f"{info.lang}.{info.plan}.template.faiss", *(shard["file"] for shard in info.shards)]
+    return [f"{info.lang}.faiss"]
+
+
+def _sha256(path: Path) -> str:
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def load_index(
@@ -590,12 +613,12 @@ def load_index(
     A sharded index is returned unloaded: its shards are read one at a time as they are searched."""
     index_dir = Path(index_dir)
     info = load_index_info(index_dir, lang, vectors)
-    files = [s["file"] for s in info.shards] or [f"{lang}.faiss"]
+    _check_files(index_dir, info)
     if info.shards:
-        template = faiss.read_index(str(index_dir / f"{lang}.{info.plan}.template.faiss"))
+        template = read_index(index_dir / f"{lang}.{info.plan}.template.faiss")
         index = ShardedIndex(index_dir, [ShardFile(**s) for s in info.shards], template)
     else:
-        index = read_index_cached(index_dir / files[0])
+        index = read_index_cached(index_dir / f"{lang}.faiss")
     if index.ntotal != len(vectors):
         raise _stale(lang)
     if nprobe is not None and info.nprobe is not None:
@@ -610,8 +633,7 @@ def load_index_info(index_dir: Path, lang: str, vectors: ShardedVectors) -> Inde
     """LANG.json of a complete index that covers `vectors` (else an error naming the command to run)."""
     info_path = Path(index_dir) / f"{lang}.json"
     info = _read_info(info_path, lang) if info_path.is_file() else None
-    files = ([s["file"] for s in info.shards] or [f"{lang}.faiss"]) if info else []
-    if info is None or not all((Path(index_dir) / f).is_file() for f in files):
+    if info is None or not all((Path(index_dir) / f).is_file() for f in _index_files(info)):
         raise BitextmineError(f"no index for '{lang}' in {index_dir}: run `bitextmine index {lang}`")
     if info.vectors != vectors.digest():
         raise _stale(lang)
@@ -623,7 +645,11 @@ def _read_info(path: Path, lang: str) -> IndexInfo:
     data = read_json(path, remedy=f"rerun `bitextmine index {lang}`")
     try:
         info = IndexInfo.from_json(data)
-        names = [str(shard["file"]) for shard in info.shards]
+        if not isinstance(info.checksums, dict):
+            raise TypeError("checksums is not an object")
+        if not all(_is_shard_entry(shard) for shard in info.shards):
+            raise TypeError("a shard is not {file: NAME, start: ROW, stop: ROW}")
+        names = [shard["file"] for shard in info.shards] + list(info.checksums)
     except (KeyError, TypeError) as exc:
         raise BitextmineError(
             f"{path}: unreadable index record ({exc}); rerun `bitextmine index {lang}`"
@@ -631,6 +657,34 @@ def _read_info(path: Path, lang: str) -> IndexInfo:
     if any(Path(name).name != name or name.startswith(".") for name in names):
         raise BitextmineError(f"{path}: names files outside the index dir; rerun `bitextmine index {lang}`")
     return info
+
+
+def _is_shard_entry(shard: Any) -> bool:
+    return (
+        isinstance(shard, dict)
+        and isinstance(shard.get("file"), str)
+        and all(type(shard.get(key)) is int for key in ("start", "stop"))
+    )
+
+
+_verified: set[tuple[Path, int, int, str]] = set()  # (file, mtime, size, sha256) checked in this process
+
+
+def _check_files(index_dir: Path, info: IndexInfo) -> None:
+    """Each file of the index holds the bytes `save_index` wrote: checked once a process (a pass over
+    the files; mining then reads them from the page cache)."""
+    for name, expected in info.checksums.items():
+        path = index_dir / name
+        stat = path.stat()
+        key = (path, stat.st_mtime_ns, stat.st_size, expected)
+        if key in _verified:
+            continue
+        if _sha256(path) != expected:
+            raise BitextmineError(
+                f"{path}: damaged FAISS index (not the bytes `bitextmine index` wrote: its checksum "
+                f"differs); delete it and rerun `bitextmine index {info.lang}`"
+            )
+        _verified.add(key)
 
 
 def _stale(lang: str) -> BitextmineError:

@@ -78,7 +78,7 @@ def populate_shard(
 ) -> int:
     """Job: add rows [start, stop) of the language's embeddings to a copy of the trained template and
     save it atomically as `out`; `progress(rows)` after each chunk. Returns the rows added."""
-    index = faiss.read_index(str(template))
+    index = read_index(template)
     vectors = EmbeddingStore(emb_dir, lang).vectors()
     for first in range(start, stop, chunk_rows):
         block = vectors.take(np.arange(first, min(first + chunk_rows, stop)))
@@ -159,8 +159,20 @@ def read_index_cached(path: Path) -> faiss.Index:
     key = (path, path.stat().st_mtime_ns)
     if key not in _loaded:
         release_index()
-        _loaded[key] = faiss.read_index(str(path))
+        _loaded[key] = read_index(path)
     return _loaded[key]
+
+
+def read_index(path: Path) -> faiss.Index:
+    """The index in `path`; a file FAISS cannot read (cut short, damaged) is a one-line error naming it."""
+    try:
+        return faiss.read_index(str(path))
+    except RuntimeError:
+        lang = Path(path).name.split(".", 1)[0]  # LANG.faiss, LANG.PLAN.NNN.faiss, LANG.PLAN.template.faiss
+        raise BitextmineError(
+            f"{path}: cannot read this FAISS index (cut short or damaged); delete it and rerun "
+            f"`bitextmine index {lang}`"
+        ) from None
 
 
 def release_index() -> None:

@@ -128,7 +128,7 @@ def index(
                 progress=progress,
                 **tuning,
             )
-        save_index(index, info, workspace.index_dir())
+        info = save_index(index, info, workspace.index_dir())  # with the files' checksums
     return info
 
 

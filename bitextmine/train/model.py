@@ -1,4 +1,5 @@
-"""The encoder being trained, run with gradients on packed token streams (or padded, as a reference).
+"""The encoder being trained, run with gradients on packed token streams (or padded: as a reference, and
+for models the packer cannot run).
 
 Objectives see every side of a batch as an `EncodedSide`: the packed token ids, the sentence lengths,
 the last-layer token states [tokens, hidden] and the pooled sentence vectors [sentences, hidden].
@@ -7,6 +8,7 @@ The padded path returns the same packed layout, so the packed and padded steps c
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -15,7 +17,8 @@ from torch import nn
 
 from bitextmine.encoder.attention import select_attention
 from bitextmine.encoder.head import pool as pool_tokens
-from bitextmine.encoder.packed import PackedBertForward, head_dim_of
+from bitextmine.encoder.packed import PACKABLE_MODEL_TYPES, PackedBertForward, head_dim_of, supports_packing
+from bitextmine.errors import BitextmineError
 
 
 @dataclass
@@ -49,15 +52,20 @@ def pool(hidden: torch.Tensor, seqlens: Sequence[int], pooling: str) -> torch.Te
 
 
 class TrainEncoder(nn.Module):
-    """Wraps a Hugging Face BERT-family model; `packed=False` runs the ordinary padded forward."""
+    """Wraps a Hugging Face encoder; `packed=False` runs the ordinary padded forward, the only one for
+    models other than BERT-family ones (`packer` is then None)."""
 
     def __init__(self, model: nn.Module, pooling: str = "mean", packed: bool = True, attention: str = "auto"):
         super().__init__()
         self.model = model
         self.pooling = pooling
         self.packed = packed
-        device = next(model.parameters()).device
-        self.packer = PackedBertForward(model, select_attention(device, head_dim_of(model.config), attention))
+        _check_runnable(model, packed)
+        self.packer: PackedBertForward | None = None
+        if supports_packing(model):
+            device = next(model.parameters()).device
+            backend = select_attention(device, head_dim_of(model.config), attention)
+            self.packer = PackedBertForward(model, backend)
 
     @property
     def config(self):
@@ -90,10 +98,27 @@ class TrainEncoder(nn.Module):
             torch.arange(width, device=input_ids.device)[None, :]
             < torch.tensor(seqlens, device=input_ids.device)[:, None]
         )
-        ids = input_ids.new_full((len(seqlens), width), self.config.pad_token_id)
+        pad = self.config.pad_token_id
+        ids = input_ids.new_full((len(seqlens), width), 0 if pad is None else pad)  # masked out anyway
         ids[real] = input_ids
         hidden = self.model(input_ids=ids, attention_mask=real.long()).last_hidden_state
         return hidden[real]
+
+
+def _check_runnable(model: nn.Module, packed: bool) -> None:
+    """Refuse what neither forward can train: encoder-decoders (which AutoModel loads whole, decoder
+    and all) and, packed, models that are not BERT-family encoders."""
+    model_type = model.config.model_type
+    if "decoder_input_ids" in inspect.signature(model.forward).parameters:
+        raise BitextmineError(
+            f"`train` runs encoders (BERT-family ones packed, others with --padded), not a {model_type!r} "
+            "encoder-decoder"
+        )
+    if packed and not supports_packing(model):
+        raise BitextmineError(
+            f"the packed forward runs BERT-family encoders ({', '.join(sorted(PACKABLE_MODEL_TYPES))}), "
+            f"not a {model_type!r} model: pass --padded"
+        )
 
 
 @dataclass

@@ -13,6 +13,7 @@ import hashlib
 import json
 import mmap
 import re
+import tokenize
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from bitextmine.errors import BitextmineError
-from bitextmine.files import atomic_open, read_json, write_json
+from bitextmine.files import atomic_open, json_record, read_json, remove_temporaries, write_json
 
 MANIFEST = "manifest.json"
 _SHARD_NAME = re.compile(r"shard-\d+")  # names come from JSON and become file names
@@ -60,7 +61,8 @@ class EmbeddingManifest:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> EmbeddingManifest:
-        return cls(data["lang"], ModelIdentity(**data["model"]), data["dtype"])
+        model = json_record(ModelIdentity, data["model"])
+        return json_record(cls, {"lang": data["lang"], "model": model, "dtype": data["dtype"]})
 
 
 class EmbeddingStore:
@@ -122,12 +124,14 @@ class EmbeddingStore:
             )
 
     def is_complete(self, name: str, text_sha256: str, rows: int) -> bool:
+        """Whether the shard is recorded as encoding this text and its vectors file is whole."""
         entry = self.manifest.shards.get(name) if self.manifest else None
         return (
             entry is not None
             and entry.text_sha256 == text_sha256
             and entry.rows == rows
             and (self.root / f"{name}.npy").is_file()
+            and self._damage(name) is None
         )
 
     def write_shard(self, shard: EmbeddingShard, vectors: np.ndarray) -> None:
@@ -142,8 +146,10 @@ class EmbeddingStore:
         manifest.shards[shard.name] = shard
 
     def retain(self, names: set[str]) -> None:
-        """Drop shards that no longer belong to the corpus (a rebuilt, smaller corpus)."""
+        """Drop shards that no longer belong to the corpus (a rebuilt, smaller corpus) and the temporary
+        files of killed runs (the step calls this under its lock, once its jobs are done)."""
         self.remove_shards(set(self._bound().shards) - names)
+        remove_temporaries(self.root)
 
     def remove_shards(self, names: set[str]) -> None:
         """Delete these shards' records and vectors (the record first: a shard without it is incomplete)."""
@@ -158,8 +164,27 @@ class EmbeddingStore:
         return self.root / f"{name}.npy", self.root / f"{name}.json"
 
     def load(self, name: str) -> np.ndarray:
-        """A shard memory-mapped read-only."""
+        """A shard memory-mapped read-only; a damaged file (cut short, a garbled header, another shape
+        than its record's) is a one-line error naming it."""
+        damage = self._damage(name)
+        if damage is not None:
+            raise BitextmineError(
+                f"{self.root / name}.npy: damaged embedding shard ({damage}); rerun `bitextmine encode` "
+                f"for '{self.lang}' with the same files: it encodes this shard again"
+            )
         return np.load(self.root / f"{name}.npy", mmap_mode="r")
+
+    def _damage(self, name: str) -> str | None:
+        """What is wrong with a recorded shard's vectors file, if anything (its header, dtype, shape and
+        length are checked; reading its values would cost a pass over every vector)."""
+        expected = (self._bound().shards[name].rows, self.model.dim)
+        try:
+            vectors = np.load(self.root / f"{name}.npy", mmap_mode="r", allow_pickle=False)
+        except (ValueError, EOFError, SyntaxError, tokenize.TokenError):
+            return "cut short, or its header garbled"
+        if vectors.dtype != np.float16 or vectors.shape != expected:
+            return f"{vectors.dtype} {vectors.shape}, expected float16 {expected}"
+        return None
 
     @property
     def model(self) -> ModelIdentity:
@@ -200,7 +225,7 @@ def _read_record(path: Path) -> EmbeddingShard | None:
     """A shard's record, or None when it is unreadable or names another shard: that shard is then
     incomplete, and the next `encode` redoes it."""
     try:
-        shard = EmbeddingShard(**read_json(path))
+        shard = json_record(EmbeddingShard, read_json(path))
     except (BitextmineError, TypeError):
         return None
     return shard if shard.name == path.stem else None

@@ -4,7 +4,8 @@ A step holds an exclusive lock on what it writes (`encode de` on language de's t
 `index de` on de's index, `mine de en` on that pair's output) and a shared lock on what it reads, so
 `make -j` can run independent steps side by side while a second `encode de` is refused at once with
 the holder's pid and command. The locks are `flock`s on files under WORK/locks: the kernel drops
-them when the holder exits, killed or not, so a crash never leaves a stale lock behind.
+them when the holder exits, killed or not, so a crash never leaves a stale lock behind. `train` holds
+one the same way on its OUT folder (`file_lock`).
 """
 
 from __future__ import annotations
@@ -28,20 +29,22 @@ def workspace_locks(workspace: Workspace, *, write: list[str], read: list[str] =
     lock_dir.mkdir(parents=True, exist_ok=True)
     with ExitStack() as stack:
         for name in sorted(set(write)):
-            stack.enter_context(_flock(lock_dir / f"{name}.lock", exclusive=True))
+            stack.enter_context(file_lock(lock_dir / f"{name}.lock", exclusive=True))
         for name in sorted(set(read) - set(write)):
-            stack.enter_context(_flock(lock_dir / f"{name}.lock", exclusive=False))
+            stack.enter_context(file_lock(lock_dir / f"{name}.lock", exclusive=False))
         yield
 
 
 @contextmanager
-def _flock(path: Path, *, exclusive: bool) -> Iterator[None]:
+def file_lock(path: Path, *, exclusive: bool, what: str = "this part of the workspace") -> Iterator[None]:
+    """Hold an flock on `path` (created if missing), or fail at once: `PATH: in use by pid N, since
+    TIME: COMMAND; cannot write WHAT until that run ends` (an exclusive holder notes its pid there)."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
             fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise BitextmineError(_busy_message(path, exclusive)) from None
+            raise BitextmineError(_busy_message(path, exclusive, what)) from None
         if exclusive:
             _record_holder(fd)
         yield
@@ -56,10 +59,10 @@ def _record_holder(fd: int) -> None:
     os.pwrite(fd, note, 0)
 
 
-def _busy_message(path: Path, exclusive: bool) -> str:
+def _busy_message(path: Path, exclusive: bool, what: str) -> str:
     holder = _live_writer(path) or ("a run that reads it" if exclusive else "another run")
     action = "write" if exclusive else "read"
-    return f"{path}: in use by {holder}; cannot {action} this part of the workspace until that run ends"
+    return f"{path}: in use by {holder}; cannot {action} {what} until that run ends"
 
 
 def _live_writer(path: Path) -> str | None:

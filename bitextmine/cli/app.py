@@ -1,26 +1,52 @@
-"""Shared pieces of the command line: the Typer app, consoles, common options, error handling."""
+"""Shared pieces of the command line: the Typer app, consoles, common options, error handling, and
+what is shown: -q/--quiet and -v/--verbose set the level of the package's `logging` records that are
+printed on stderr (progress and informational lines are INFO, details DEBUG).
+
+Exit status: 0 done, 1 a user error (a one-line message), 2 a usage error (click's), 130 interrupted.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib.metadata import version
 from pathlib import Path
-from typing import Annotated, Literal, NoReturn
+from typing import Annotated, Any, Literal, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
+from typer.core import TyperGroup
 
-from bitextmine.errors import BitextmineError, BitextmineWarning, os_error_message
+from bitextmine.errors import BitextmineError, BitextmineWarning, is_out_of_memory, os_error_message
 from bitextmine.mining.margin import MARGINS
 from bitextmine.mining.selection import STRATEGIES
 from bitextmine.workspace.layout import DEFAULT_WORKDIR
 
+EXIT_USER_ERROR = 1
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a process that Ctrl-C ended
+LOGGER = "bitextmine"  # the package's loggers, whose records the CLI prints
+
+
+class _Group(TyperGroup):
+    """The app's command group: Ctrl-C anywhere in a command ends it with `interrupted` and status 130,
+    not a traceback (typer's own handling of it has changed between versions)."""
+
+    def invoke(self, ctx: typer.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            err.print("interrupted", highlight=False)
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+
+
 app = typer.Typer(
+    cls=_Group,
     help="Bitext mining: encode monolingual corpora with a cross-lingual sentence encoder, index them "
     "with FAISS and mine translation pairs with margin scores; learn thresholds on BUCC-format data "
     "and evaluate on BUCC, Tatoeba and xsim. Every step reads and writes a workspace directory "
@@ -38,14 +64,80 @@ def _print_version(asked: bool) -> None:
         raise typer.Exit()
 
 
+_invoked = {"command": ""}  # the command being run, for messages that depend on it
+
+
 @app.callback()
 def _options(
+    context: typer.Context,
     show_version: Annotated[
         bool,
         typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit."),
     ] = False,
+    quiet: Annotated[
+        bool,
+        typer.Option(
+            "--quiet", "-q", help="Print only the summary, warnings and errors: no progress, no notes."
+        ),
+    ] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose", "-v", help="Also print details: files read and written, job plans, model settings."
+        ),
+    ] = False,
 ) -> None:
-    """Options for every command."""
+    """Options for every command (before its name: bitextmine -q mine de en)."""
+    if quiet and verbose:
+        raise typer.BadParameter("--quiet and --verbose exclude each other")
+    _invoked["command"] = context.invoked_subcommand or ""
+    level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO
+    context.call_on_close(_show_records(level))
+    context.call_on_close(_summary_to_stdout)  # `--json -` sends it to stderr for one command only
+
+
+class _ConsoleHandler(logging.Handler):
+    """The package's log records on stderr, one line each; details marked `debug:`."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        prefix = ""
+        if record.levelno >= logging.WARNING:
+            prefix = "[yellow]warning:[/] " if record.levelno == logging.WARNING else "[bold red]error:[/] "
+        elif record.levelno < logging.INFO:
+            prefix = "[dim]debug:[/] "
+        err.print(prefix + escape(record.getMessage()), highlight=False, soft_wrap=True)
+
+
+_console = _ConsoleHandler()  # NOTSET until a command runs: then everything is shown
+
+
+def _show_records(level: int) -> Callable[[], None]:
+    """Print the package's records of `level` and above for the command being run; returns what puts
+    logging back as it was (the CLI may run inside a program with its own logging, or a test)."""
+    logger = logging.getLogger(LOGGER)
+    saved = logger.level, logger.propagate
+    _console.setLevel(level)
+    logger.setLevel(level)
+    logger.propagate = False  # shown here, not a second time by handlers the caller installed
+    logger.addHandler(_console)
+
+    def restore() -> None:
+        logger.removeHandler(_console)
+        logger.setLevel(saved[0])
+        logger.propagate = saved[1]
+        _console.setLevel(logging.NOTSET)
+
+    return restore
+
+
+def shows(level: int) -> bool:
+    """Whether output of `level` is shown: progress is INFO (hidden by --quiet)."""
+    return level >= _console.level
+
+
+def info(message: str) -> None:
+    """An informational line on stderr, hidden by --quiet."""
+    logging.getLogger(f"{LOGGER}.cli").info(message)
 
 
 WorkdirOption = Annotated[
@@ -59,14 +151,15 @@ ModelOption = Annotated[
 
 def fail(exc: BitextmineError) -> NoReturn:
     err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
-    raise typer.Exit(1)
+    raise typer.Exit(EXIT_USER_ERROR)
 
 
 @contextmanager
 def user_errors() -> Iterator[None]:
     """What a command runs in: a BitextmineError, or an OSError (unreadable or unwritable file, full
-    disk), becomes a one-line message naming the file and exit status 1; every BitextmineWarning is
-    printed on one line as `warning: ...` (other warnings as Python prints them)."""
+    disk), becomes a one-line message naming the file and exit status 1, and running out of memory (RAM
+    or CUDA) one naming the option to lower; every BitextmineWarning is printed on one line as
+    `warning: ...` (other warnings as Python prints them)."""
     with warnings.catch_warnings():
         warnings.simplefilter("always", BitextmineWarning)  # each names its own file: show them all
         show_other = warnings.showwarning
@@ -84,6 +177,26 @@ def user_errors() -> Iterator[None]:
             fail(exc)
         except OSError as exc:
             fail(BitextmineError(os_error_message(exc)))
+        except Exception as exc:
+            if not is_out_of_memory(exc):
+                raise
+            fail(BitextmineError(_out_of_memory(exc)))
+
+
+_MEMORY_HINTS = {  # by command: the option that bounds its memory
+    "encode": "lower --max-tokens, the tokens of one batch",
+    "index": "pass --max-memory GB (or a lower one) to build the index in shards that fit",
+    "mine": "lower --job-rows, or index with --max-memory so that mining loads smaller index shards",
+    "train": "lower --max-tokens or --max-pairs, the size of one batch",
+}
+
+
+def _out_of_memory(exc: BaseException) -> str:
+    """`out of memory (WHAT FAILED); HINT`, the hint naming the current command's option."""
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    reason = ". ".join(first.split(". ")[:2])  # torch's message goes on for a paragraph
+    hint = _MEMORY_HINTS.get(_invoked["command"], "free some memory or use a larger machine")
+    return f"out of memory ({reason}); {hint}"
 
 
 def require_model(model: str | None) -> str:
@@ -115,8 +228,32 @@ BuccDir = Annotated[
     Path, typer.Option("--bucc", help="Folder with PAIR.SPLIT.{x,en,gold} (BUCC 2018 format).")
 ]
 PairOption = Annotated[str, typer.Option("--pair", help="Language pair, e.g. de-en.")]
+
+
+def _json_target(value: Path | None) -> Path | None:
+    """`--json -`: stdout carries the JSON alone, so the summary printed for people goes to stderr."""
+    if value is not None and str(value) == "-":
+        out.stderr = True
+    return value
+
+
+def _summary_to_stdout() -> None:
+    out.stderr = False
+
+
 JsonOption = Annotated[
-    Path | None, typer.Option("--json", help="Also write the results as JSON to this file.")
+    Path | None,
+    typer.Option(
+        "--json",
+        metavar="PATH|-",
+        callback=_json_target,
+        help="Also write the summary as JSON to PATH, or to stdout with '-' (the printed summary then "
+        "goes to stderr).",
+    ),
+]
+ThresholdsOption = Annotated[
+    Path | None,
+    typer.Option(help="File of calibrated thresholds, by model and pair \\[default: WORK/thresholds.json]."),
 ]
 MarginOption = Annotated[
     Literal[MARGINS],
@@ -187,8 +324,7 @@ def print_precision_check(encoder) -> None:
     """Print a precision self-check run now (not one read back from an earlier run)."""
     check = encoder.precision_check
     if check is not None and not check.cached:
-        err.print(
+        info(
             f"{check.precision} self-check vs fp32 on {check.sentences} built-in sentences: mean cosine "
-            f"{check.mean_cosine:.6f}, min {check.min_cosine:.6f}",
-            highlight=False,
+            f"{check.mean_cosine:.6f}, min {check.min_cosine:.6f}"
         )

@@ -14,7 +14,7 @@ from bitextmine.cli.app import (
     ModelOption,
     PairOption,
     ThreadsOption,
-    err,
+    info,
     out,
     require_model,
     set_threads,
@@ -92,10 +92,9 @@ def eval_words(
             result = evaluate_words(
                 src, tgt, langs, words_dict, hidden, settings, progress.advance, progress.set_total
             )
-    err.print(
+    info(
         f"pool {result.pool:,} lines: {result.extracted:,} translated-in-context pairs "
-        f"({result.distinct:,} distinct); {result.encoded:,} sentences encoded",
-        highlight=False,
+        f"({result.distinct:,} distinct); {result.encoded:,} sentences encoded"
     )
     out.print(_words_table(result))
     inputs = {"model": model, "parallel": [str(p) for p in parallel], "dictionary": str(dictionary)}

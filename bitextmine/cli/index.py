@@ -6,9 +6,9 @@ from typing import Annotated
 
 import typer
 
-from bitextmine.cli.app import WorkdirOption, app, err, out, user_errors
+from bitextmine.cli.app import JsonOption, WorkdirOption, app, info, out, user_errors
 from bitextmine.cli.launcher_options import NO_FLAGS, LauncherFlags, with_launcher_options
-from bitextmine.cli.output import ProgressDisplay
+from bitextmine.cli.output import ProgressDisplay, emit_json
 from bitextmine.workspace.layout import DEFAULT_WORKDIR, Workspace
 
 
@@ -61,6 +61,7 @@ def index(
             min=1e-9,
         ),
     ] = None,
+    json_path: JsonOption = None,
     cluster: LauncherFlags = NO_FLAGS,
 ) -> None:
     """Build a FAISS inner-product index over LANG's embedding shards.
@@ -69,7 +70,8 @@ def index(
     count, model fingerprint, recall@4 against exact search, search speed). Small sets get an exact
     Flat index, larger ones IVF-Flat (or Flat when that searches faster at the recall needed), the
     largest OPQ+IVF+PQ with exact re-ranking. Recall is measured with another encoded language's
-    vectors, as mining searches, and IVF nprobe is tuned on them.
+    vectors, as mining searches, and IVF nprobe is tuned on them. --json gets WORK/index/LANG.json's
+    content.
     """
     from bitextmine.steps.index import IndexOptions
     from bitextmine.steps.index import index as index_language
@@ -91,28 +93,29 @@ def index(
         config = cluster.config("index", workspace.logs_dir("index"))
         progress = ProgressDisplay(f"indexing {lang}", len(open_language(workspace, lang).vectors))
         with progress:
-            info = index_language(workspace, lang, options, progress.advance, config)
-    out.print(_index_line(info, workspace), highlight=False)
-    if info.note:
-        err.print(f"note: {info.note}", highlight=False)
+            built = index_language(workspace, lang, options, progress.advance, config)
+    out.print(_index_line(built, workspace), highlight=False)
+    if built.note:
+        info(f"note: {built.note}")
+    emit_json(json_path, built.to_json())
 
 
-def _index_line(info, workspace: Workspace) -> str:
-    recall = "n/a" if info.recall is None else f"{info.recall:.4f}"
+def _index_line(built, workspace: Workspace) -> str:
+    recall = "n/a" if built.recall is None else f"{built.recall:.4f}"
     speed = (
         ""
-        if info.search_ms_per_1000 is None
-        else f", {info.search_ms_per_1000:,.0f} ms per 1000 queries (exact {info.exact_ms_per_1000:,.0f})"
+        if built.search_ms_per_1000 is None
+        else f", {built.search_ms_per_1000:,.0f} ms per 1000 queries (exact {built.exact_ms_per_1000:,.0f})"
     )
-    if info.imbalance is not None:
-        speed += f", list imbalance {info.imbalance:.2f}"
+    if built.imbalance is not None:
+        speed += f", list imbalance {built.imbalance:.2f}"
     where = (
-        f"{len(info.shards)} shards {workspace.index_dir() / info.lang}.{info.plan}.*.faiss"
-        if info.shards
-        else workspace.index_dir() / f"{info.lang}.faiss"
+        f"{len(built.shards)} shards {workspace.index_dir() / built.lang}.{built.plan}.*.faiss"
+        if built.shards
+        else workspace.index_dir() / f"{built.lang}.faiss"
     )
     return (
-        f"index {info.lang}: {info.factory}, {info.count:,} vectors, nprobe {info.nprobe}, "
-        f"fetch {info.fetch}, recall@{info.recall_k} {recall} with {info.recall_source} queries{speed}, "
-        f"built in {info.build_seconds:.1f} s -> {where}"
+        f"index {built.lang}: {built.factory}, {built.count:,} vectors, nprobe {built.nprobe}, "
+        f"fetch {built.fetch}, recall@{built.recall_k} {recall} with {built.recall_source} queries{speed}, "
+        f"built in {built.build_seconds:.1f} s -> {where}"
     )

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import logging
+import os
+import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -19,8 +23,8 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from bitextmine.cli.app import err, out, user_errors
-from bitextmine.files import write_json
+from bitextmine.cli.app import err, info, out, shows, user_errors
+from bitextmine.files import atomic_open
 
 LOG_EVERY_SECONDS = 30.0  # how often a progress line is written when stderr is a file, not a terminal
 
@@ -28,7 +32,8 @@ LOG_EVERY_SECONDS = 30.0  # how often a progress line is written when stderr is 
 class ProgressDisplay:
     """A step's progress on stderr. On a terminal a live bar; in a file (a Slurm log, `2> log`), where a
     bar would show only its last frame once the run ends, a plain line every LOG_EVERY_SECONDS and one at
-    the end. With `rates`, sentences/s and tokens/s are shown too (`advance` then takes tokens)."""
+    the end. With `rates`, sentences/s and tokens/s are shown too (`advance` then takes tokens). Nothing
+    under --quiet."""
 
     def __init__(
         self,
@@ -42,7 +47,8 @@ class ProgressDisplay:
         self.done = self.tokens = 0
         self.started = self.last_line = 0.0
         self.bar: Progress | None = None
-        if err.is_terminal:
+        self.shown = shows(logging.INFO)
+        if self.shown and err.is_terminal:
             columns = [TextColumn(f"[bold]{description}"), BarColumn(), MofNCompleteColumn()]
             self.bar = Progress(
                 *columns, *([_RateColumn()] if rates else []), TimeElapsedColumn(), console=err
@@ -58,7 +64,7 @@ class ProgressDisplay:
     def __exit__(self, *exc: object) -> None:
         if self.bar is not None:
             self.bar.stop()
-        else:
+        elif self.shown:
             err.print(self.line(), highlight=False, soft_wrap=True)
 
     def advance(self, n: int, tokens: int = 0) -> None:
@@ -66,7 +72,7 @@ class ProgressDisplay:
         self.tokens += tokens
         if self.bar is not None:
             self.bar.update(self.task, advance=n, tokens=self.tokens)
-        elif self.clock() - self.last_line >= LOG_EVERY_SECONDS:
+        elif self.shown and self.clock() - self.last_line >= LOG_EVERY_SECONDS:
             self.last_line = self.clock()
             err.print(self.line(), highlight=False, soft_wrap=True)
 
@@ -138,9 +144,28 @@ def scores_table(title: str, scores: Any, threshold: float | None, candidates: i
 
 
 def print_results(table: Table, data: dict[str, Any] | None = None, json_path: Path | None = None) -> None:
-    """The table on stdout and, with `json_path`, `data` as JSON there."""
+    """The table on stdout and, with `json_path`, `data` as JSON there (see `emit_json`)."""
     out.print(table)
-    if json_path is not None:
-        with user_errors():
-            write_json(json_path, data)
-        err.print(f"results written to {json_path}", highlight=False)
+    emit_json(json_path, data)
+
+
+def emit_json(json_path: Path | None, data: Any) -> None:
+    """`--json PATH|-`: `data` as JSON in PATH (written atomically) or, for `-`, alone on stdout (the
+    option's callback has sent the printed summary to stderr). Paths become strings."""
+    if json_path is None:
+        return
+    text = json.dumps(data, indent=2, ensure_ascii=False, default=_json_value) + "\n"
+    if str(json_path) == "-":
+        sys.stdout.write(text)
+        return
+    with user_errors(), atomic_open(json_path) as fh:
+        fh.write(text)
+    info(f"results written to {json_path}")
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if hasattr(value, "item"):  # a numpy scalar
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")

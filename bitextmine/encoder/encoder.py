@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -11,7 +12,7 @@ import torch
 from bitextmine.encoder.attention import select_attention, without_cudnn_attention
 from bitextmine.encoder.batching import DEFAULT_MAX_TOKENS, token_budget_batches
 from bitextmine.encoder.head import SentenceHead, load_head
-from bitextmine.encoder.loading import LoadedModel, load_model, model_fingerprint
+from bitextmine.encoder.loading import LoadedModel, load_model, lowercase_inputs, model_fingerprint
 from bitextmine.encoder.packed import PackedBertForward, head_dim_of, supports_packing
 from bitextmine.encoder.precision import (
     CHECK_SENTENCES,
@@ -26,6 +27,7 @@ from bitextmine.encoder.settings import EncoderSettings, resolve_settings
 from bitextmine.errors import BitextmineError
 
 ProgressCallback = Callable[[int, int], None]  # (sentences, tokens) just encoded
+_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -80,6 +82,8 @@ class SentenceEncoder:
     ) -> None:
         self.loaded = loaded
         self.settings = settings
+        if settings.lowercase:
+            lowercase_inputs(loaded.tokenizer, loaded.model_dir)
         self.max_tokens = max_tokens
         self.device = next(loaded.model.parameters()).device
         if head is None:  # the settings' pooling and normalisation alone (the model being trained)
@@ -119,7 +123,16 @@ class SentenceEncoder:
     ) -> SentenceEncoder:
         loaded = load_model(name_or_path, pick_device(device))
         settings = resolve_settings(loaded.model_dir, overrides)
+        if settings.lowercase:  # before the head counts the prompt's tokens
+            lowercase_inputs(loaded.tokenizer, loaded.model_dir)
         head = load_head(loaded.model_dir, settings, loaded.tokenizer, loaded.model.config.hidden_size)
+        _log.debug(
+            "model %s: settings %s, %d Dense layer(s), %d prompt token(s) left out of the pooling",
+            loaded.model_dir,
+            settings.as_dict(),
+            len(head.dense),
+            head.prompt_tokens,
+        )
         return cls(
             loaded,
             settings,

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from tokenizers import normalizers
 from transformers import AutoModel, AutoTokenizer, PreTrainedTokenizerBase
 from transformers.utils import logging as transformers_logging
 
@@ -59,6 +60,22 @@ def load_model(name_or_path: str, device: torch.device) -> LoadedModel:
     except (OSError, ValueError) as exc:
         raise BitextmineError(f"{model_dir}: cannot load model ({str(exc).splitlines()[0]})") from None
     return LoadedModel(model.to(device).eval(), tokenizer, model_dir, name_or_path)
+
+
+def lowercase_inputs(tokenizer: PreTrainedTokenizerBase, model_dir: Path) -> None:
+    """Lowercase every text before it is tokenized, as sentence-transformers 6 runs `do_lower_case`: a
+    Lowercase normalizer ahead of the tokenizer's own, so that prompts, both forwards and training all
+    see it, and a tokenizer saved from here keeps it. Adds it once: calling this again changes nothing."""
+    if not tokenizer.is_fast:
+        raise BitextmineError(f"{model_dir}: do_lower_case needs a fast tokenizer (tokenizer.json)")
+    backend = tokenizer.backend_tokenizer
+    current = backend.normalizer
+    steps = list(current) if isinstance(current, normalizers.Sequence) else [current]
+    if any(isinstance(step, normalizers.Lowercase) for step in steps):
+        return
+    backend.normalizer = normalizers.Sequence(
+        [normalizers.Lowercase(), *(step for step in steps if step is not None)]
+    )
 
 
 def model_fingerprint(model_dir: Path, settings: EncoderSettings, head: bytes = b"") -> str:

@@ -1,4 +1,4 @@
-"""How a model turns a sentence into a vector: pooling, prefix, max length, normalization.
+"""How a model turns a sentence into a vector: pooling, prefix, max length, normalization, lowercasing.
 
 Resolution order for each field: an explicit override (CLI flag), then the model dir's
 ``bitextmine.json``, then the sentence-transformers files (``modules.json``, the Pooling module's
@@ -28,6 +28,7 @@ class EncoderSettings:
     prefix: str = ""
     max_length: int = 512
     normalize: bool = True
+    lowercase: bool = False  # sentence-transformers' do_lower_case: texts lowercased before tokenizing
 
     def __post_init__(self) -> None:
         if self.pooling not in POOLING_MODES:
@@ -37,7 +38,12 @@ class EncoderSettings:
             raise BitextmineError(f"max length must be at least 2 tokens, got {self.max_length}")
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The settings (what fingerprints hash); `lowercase` only when set, so that the models it does
+        not concern keep the fingerprints they had before it existed."""
+        values = asdict(self)
+        if not self.lowercase:
+            del values["lowercase"]
+        return values
 
 
 def resolve_settings(model_dir: Path | None, overrides: dict[str, Any] | None = None) -> EncoderSettings:
@@ -66,6 +72,8 @@ def _from_sentence_transformers(model_dir: Path) -> dict[str, Any]:
     }
     if (max_length := _st_max_length(model_dir)) is not None:
         values["max_length"] = max_length
+    if _st_transformer_config(model_dir).get("do_lower_case"):
+        values["lowercase"] = True
     prompts_path = model_dir / "config_sentence_transformers.json"
     if prompts_path.is_file():
         cfg = read_json(prompts_path)
@@ -78,9 +86,14 @@ def _from_sentence_transformers(model_dir: Path) -> dict[str, Any]:
 def _st_max_length(model_dir: Path) -> int | None:
     """sentence_bert_config.json's max_seq_length, else the tokenizer's model_max_length (where
     sentence-transformers 6 keeps it)."""
-    bert_config = model_dir / "sentence_bert_config.json"
-    if bert_config.is_file() and "max_seq_length" in (cfg := read_json(bert_config)):
+    if "max_seq_length" in (cfg := _st_transformer_config(model_dir)):
         return int(cfg["max_seq_length"])
     tokenizer_config = model_dir / "tokenizer_config.json"
     limit = read_json(tokenizer_config).get("model_max_length") if tokenizer_config.is_file() else None
     return int(limit) if isinstance(limit, int) and limit < _NO_TOKENIZER_LIMIT else None
+
+
+def _st_transformer_config(model_dir: Path) -> dict[str, Any]:
+    """The Transformer module's sentence_bert_config.json ({} without one)."""
+    path = model_dir / "sentence_bert_config.json"
+    return read_json(path) if path.is_file() else {}

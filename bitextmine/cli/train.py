@@ -2,26 +2,34 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import typer
 from rich.live import Live
 
-from bitextmine.cli.app import DeviceOption, app, err, out, set_threads, user_errors
-from bitextmine.cli.output import LOG_EVERY_SECONDS, fields_table
+from bitextmine.cli.app import DeviceOption, JsonOption, app, err, info, out, set_threads, shows, user_errors
+from bitextmine.cli.output import LOG_EVERY_SECONDS, emit_json, fields_table
+from bitextmine.errors import BitextmineError
+from bitextmine.train.objectives.names import OBJECTIVES, parse_objectives
 
 SHOWN_TERMS = 6
 
 
 class _LiveReporter:
     """The latest losses, speed and evaluation results: on a terminal a table redrawn after every step;
-    in a log file a plain line every LOG_EVERY_SECONDS, after each evaluation and at the end."""
+    in a log file a plain line every LOG_EVERY_SECONDS, after each evaluation and at the end; nothing under
+    --quiet."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self.live = Live(console=err, auto_refresh=False, transient=False) if err.is_terminal else None
+        self.shown = shows(logging.INFO)
+        self.live = (
+            Live(console=err, auto_refresh=False, transient=False) if self.shown and err.is_terminal else None
+        )
         self.clock, self.last_line = clock, 0.0
         self.record: dict[str, Any] = {}
         self.evaluation: dict[str, float] = {}
@@ -29,7 +37,7 @@ class _LiveReporter:
 
     def started(self, config, resumed_from: int, languages: list[str]) -> None:
         where = f"resuming at step {resumed_from}" if resumed_from else "starting"
-        err.print(f"train: {where}; languages {', '.join(languages)}; objectives {config.objectives}")
+        info(f"train: {where}; languages {', '.join(languages)}; objectives {config.objectives}")
         self.last_line = self.clock()
         if self.live is not None:
             self.live.start()
@@ -43,10 +51,10 @@ class _LiveReporter:
         self._draw(now=True)
 
     def checkpoint(self, path: Path) -> None:
-        err.print(f"checkpoint {path}", highlight=False)
+        info(f"checkpoint {path}")
 
     def note(self, message: str) -> None:
-        err.print(message, highlight=False)
+        info(message)
 
     def warning(self, message: str) -> None:
         err.print(f"[yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
@@ -54,13 +62,13 @@ class _LiveReporter:
     def close(self) -> None:
         if self.live is not None:
             self.live.stop()
-        elif self.record or self.evaluation:
+        elif self.shown and (self.record or self.evaluation):
             err.print(self._line(), highlight=False, soft_wrap=True)
 
     def _draw(self, now: bool = False) -> None:
         if self.live is not None:
             self.live.update(fields_table("training", self._rows()), refresh=True)
-        elif now or self.clock() - self.last_line >= LOG_EVERY_SECONDS:
+        elif self.shown and (now or self.clock() - self.last_line >= LOG_EVERY_SECONDS):
             self.last_line = self.clock()
             err.print(self._line(), highlight=False, soft_wrap=True)
 
@@ -84,19 +92,30 @@ class _LiveReporter:
         return rows
 
 
+def _objectives(value: str) -> str:
+    """--objectives checked by the parser (a usage error naming the valid ones), before torch loads."""
+    try:
+        parse_objectives(value)
+    except BitextmineError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    return value
+
+
 @app.command()
 def train(
     data: Annotated[
         list[str],
         typer.Option(
-            help="Pair files X.xx (with X.en next to it), NAME.xx-en.tsv files or directories of them."
+            help="Pair files X.xx (with X.en next to it), NAME.xx-en.tsv files, mine's output named after "
+            "its pair (de-en.tsv.zst, .tsv.gz, .tsv, .jsonl, .parquet) or directories of them."
         ),
     ],
     out_dir: Annotated[Path, typer.Option("--out", help="Output model dir (checkpoints and log inside).")],
     objectives: Annotated[
         str,
         typer.Option(
-            help="Objectives with weights: contrastive, mexma, rtl, vmsst, xtr, e.g. 'contrastive,mexma=0.5'."
+            help=f"Objectives with weights: {', '.join(OBJECTIVES)}, e.g. 'contrastive,mexma=0.5'.",
+            callback=_objectives,
         ),
     ] = "contrastive",
     base: Annotated[str | None, typer.Option(help="Hugging Face model dir or hub id to fine-tune.")] = None,
@@ -107,6 +126,18 @@ def train(
         list[str] | None,
         typer.Option(help="Files or dirs of evaluation sentences: pairs containing any are skipped."),
     ] = None,
+    min_score: Annotated[
+        float | None,
+        typer.Option(help="Mined files: keep the pairs scoring at least this \\[default: all]."),
+    ] = None,
+    weight_by_score: Annotated[
+        bool,
+        typer.Option(
+            "--weight-by-score",
+            help="Mined files: weight each pair's contrastive loss by its score above --min-score "
+            "(or the file's lowest score), averaging 1 per file.",
+        ),
+    ] = False,
     max_steps: Annotated[
         int | None, typer.Option(help="Stop after this many optimizer steps.", min=1)
     ] = None,
@@ -160,9 +191,15 @@ def train(
     layers: Annotated[int, typer.Option(help="--from-scratch layers.")] = 6,
     hidden: Annotated[int, typer.Option(help="--from-scratch hidden size.")] = 384,
     heads: Annotated[int, typer.Option(help="--from-scratch attention heads.")] = 6,
-    padded: Annotated[bool, typer.Option("--padded", help="Padded forward instead of packing.")] = False,
+    padded: Annotated[
+        bool,
+        typer.Option(
+            "--padded", help="Padded forward instead of packing (the one for models other than BERT-family)."
+        ),
+    ] = False,
     device: DeviceOption = "auto",
     threads: Annotated[int | None, typer.Option(help="CPU threads for torch.", min=1)] = None,
+    json_path: JsonOption = None,
 ) -> None:
     """Train a cross-lingual sentence encoder on line-aligned (xx, en) pairs.
 
@@ -174,7 +211,6 @@ def train(
     from bitextmine.train.evaluation import EvalSets
     from bitextmine.train.loop import TrainConfig
     from bitextmine.train.loop import train as run_training
-    from bitextmine.train.objectives.registry import parse_objectives
 
     set_threads(threads)
     reporter = _LiveReporter()
@@ -186,6 +222,8 @@ def train(
             base=base,
             from_scratch=from_scratch,
             exclude=exclude or [],
+            min_score=min_score,
+            weight_by_score=weight_by_score,
             max_steps=max_steps,
             max_minutes=max_minutes,
             lr=lr,
@@ -230,3 +268,4 @@ def train(
         f"{summary.seconds / 60:.1f} min; loss {summary.final_loss:.4f}; {evaluation} -> {summary.out}",
         highlight=False,
     )
+    emit_json(json_path, asdict(summary))

@@ -1,7 +1,8 @@
 """Training pairs: discovery, aligned streaming reading, held-out exclusion, shuffling and batching.
 
-A source is a pair of line-aligned files ``X.xx`` / ``X.en`` or a TSV of ``xx<TAB>en`` lines with the
-pair in its file name (e.g. ``pairs.de-en.tsv``). Sources are read lazily and
+A source is a pair of line-aligned files ``X.xx`` / ``X.en``, a TSV of ``xx<TAB>en`` lines with the
+pair in its file name (e.g. ``pairs.de-en.tsv``), or `mine`'s output named after its pair (e.g.
+``de-en.tsv.zst``; `bitextmine.train.mined`), whose pairs may carry weights. Sources are read lazily and
 interleaved line by line, passed through a seeded shuffle buffer and cut into batches by a token
 budget. The stream is a pure function of (sources, seed), so a run resumes exactly by skipping the
 number of pairs it had drawn.
@@ -14,21 +15,38 @@ import itertools
 import random
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from bitextmine.errors import BitextmineError
+from bitextmine.mining.output import FORMATS
 from bitextmine.text.cleaning import clean_line
 from bitextmine.text.reader import CorpusCounts, Warn, iter_rows, read_lines, warn_user
+from bitextmine.train.mined import (
+    NO_SCORE_USE,
+    MinedSelection,
+    ScoreUse,
+    describe,
+    is_mined,
+    read_mined,
+    select_mined,
+    table_format,
+)
 
 ENGLISH = "en"
-_PAIR_IN_NAME = re.compile(r"(?:^|[._-])([a-z]{2,3}(?:_[A-Za-z]+)?)-en(?:[._-]|$)")
+_LANG = r"[a-z]{2,3}(?:_[A-Za-z]+)?"
+_PAIR_IN_NAME = re.compile(rf"(?<![^._-])(?=({_LANG})-({_LANG})(?![^._-]))")  # every LANG-LANG in a name
+_NOT_TRAINING_DATA = (
+    "not training data: expected X.xx next to X.en, NAME.xx-en.tsv, or mine's output named after its "
+    f"pair ({', '.join('.' + fmt for fmt in FORMATS)})"
+)
 
 
 @dataclass(frozen=True)
 class PairSource:
     lang: str  # the non-English side
-    paths: tuple[str, ...]  # (xx file, en file) or (tsv,)
+    paths: tuple[str, ...]  # (xx file, en file) or (tsv,) or (mined file,)
+    mined: MinedSelection | None = None  # for mine's output: how it is read, kept and weighted
 
 
 @dataclass(frozen=True)
@@ -36,28 +54,49 @@ class Pair:
     lang: str
     src: str  # non-English sentence
     tgt: str  # English sentence
+    weight: float | None = None  # its weight in the loss (mined pairs with --weight-by-score)
 
 
-def find_sources(paths: Sequence[str]) -> list[PairSource]:
+def find_sources(
+    paths: Sequence[str], scores: ScoreUse = NO_SCORE_USE, note: Callable[[str], None] | None = None
+) -> list[PairSource]:
     """Pair sources from files (an ``X.xx`` whose ``X.en`` exists, an ``X.en`` with one ``X.xx``
-    sibling, a TSV) and directories (every such pair below them), in a stable order."""
+    sibling, a TSV, mine's output) and directories (every such source below them), in a stable order.
+
+    Mined files are read through once here (checked, their pairs kept by `scores` counted, weights
+    fitted), and `note` gets a line about each.
+    """
     sources: list[PairSource] = []
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            found = _pairs_in_dir(path)
+            found = _pairs_in_dir(path, scores)
             if not found:
                 raise BitextmineError(f"{path}: no line-aligned X.xx / X.en file pairs or .tsv files in it")
             sources += found
         elif path.is_file():
-            sources.append(_source_of_file(path))
+            sources.append(_source_of_file(path, scores))
         else:
             raise BitextmineError(f"{path}: no such file or directory")
-    return list(dict.fromkeys(sources))
+    sources = list(dict.fromkeys(sources))
+    mined = [s for s in sources if s.mined is not None]
+    if scores != NO_SCORE_USE and not mined:
+        raise BitextmineError(
+            "--min-score and --weight-by-score apply to mine's output; none of the --data files is"
+        )
+    if note is not None:
+        for source in mined:
+            note(describe(source.paths[0], source.mined))
+    return sources
 
 
-def _pairs_in_dir(directory: Path) -> list[PairSource]:
-    found = [_source_of_file(p) for p in sorted(directory.rglob("*.tsv"))]
+def _pairs_in_dir(directory: Path, scores: ScoreUse) -> list[PairSource]:
+    tables = [
+        p
+        for p in sorted(directory.rglob("*"))
+        if p.is_file() and (p.suffix == ".tsv" or (table_format(p) and _pair_in_name(p)))
+    ]
+    found = [_source_of_file(p, scores) for p in tables]
     for english in sorted(directory.rglob(f"*.{ENGLISH}")):
         found += [PairSource(lang, (str(other), str(english))) for lang, other in _siblings(english)]
     return found
@@ -69,25 +108,47 @@ def _siblings(english: Path) -> list[tuple[str, Path]]:
     return [
         (p.name[len(stem) + 1 :], p)
         for p in sorted(english.parent.glob(f"{stem}.*"))
-        if p != english and p.is_file() and re.fullmatch(r"[a-z]{2,3}(_[A-Za-z]+)?", p.name[len(stem) + 1 :])
+        if p != english and p.is_file() and re.fullmatch(_LANG, p.name[len(stem) + 1 :])
     ]
 
 
-def _source_of_file(path: Path) -> PairSource:
-    if path.suffix == ".tsv":
-        match = _PAIR_IN_NAME.search(path.name)
-        if not match:
-            raise BitextmineError(f"{path}: name a TSV of pairs after its languages, e.g. pairs.de-en.tsv")
-        return PairSource(match.group(1), (str(path),))
+def _source_of_file(path: Path, scores: ScoreUse) -> PairSource:
+    fmt = table_format(path)
+    if fmt is not None:
+        return _source_of_table(path, fmt, scores)
     if path.suffix == f".{ENGLISH}":
         siblings = _siblings(path)
         if len(siblings) != 1:
             raise BitextmineError(f"{path}: expected exactly one X.xx file next to it, found {len(siblings)}")
         return PairSource(siblings[0][0], (str(siblings[0][1]), str(path)))
+    if not re.fullmatch(_LANG, path.suffix[1:]):
+        raise BitextmineError(f"{path}: {_NOT_TRAINING_DATA}")
     english = path.with_suffix(f".{ENGLISH}")
     if not english.is_file():
         raise BitextmineError(f"{path}: its English side {english} does not exist")
     return PairSource(path.suffix[1:], (str(path), str(english)))
+
+
+def _source_of_table(path: Path, fmt: str, scores: ScoreUse) -> PairSource:
+    """A TSV of pairs (``xx<TAB>en``, compressed or not) or mine's output, told apart by `is_mined`."""
+    pair = _pair_in_name(path)
+    if not is_mined(path, fmt):
+        if not pair or pair[1] != ENGLISH:
+            raise BitextmineError(f"{path}: name a TSV of pairs after its languages, e.g. pairs.de-en.tsv")
+        return PairSource(pair[0], (str(path),))
+    if not pair:
+        raise BitextmineError(f"{path}: name mine's output after its language pair, e.g. de-en.tsv.zst")
+    src, tgt = pair
+    if ENGLISH not in pair or src == tgt:
+        raise BitextmineError(f"{path}: train learns (xx, en) pairs; this file pairs {src} with {tgt}")
+    swapped = src == ENGLISH
+    return PairSource(tgt if swapped else src, (str(path),), select_mined(path, fmt, swapped, scores))
+
+
+def _pair_in_name(path: Path) -> tuple[str, str] | None:
+    """The first ``xx-en`` or ``en-xx`` in the file's name, else its first ``xx-yy``, else None."""
+    pairs = [(m.group(1), m.group(2)) for m in _PAIR_IN_NAME.finditer(path.name)]
+    return next((p for p in pairs if ENGLISH in p), pairs[0] if pairs else None)
 
 
 def read_source(source: PairSource, max_chars: int = 2000, warn: Warn = warn_user) -> Iterator[Pair]:
@@ -96,8 +157,12 @@ def read_source(source: PairSource, max_chars: int = 2000, warn: Warn = warn_use
     Invalid UTF-8 (replaced), cut lines and empty files are reported through `warn` once a file has
     been read to its end; a NUL byte is an error naming the file and line.
     """
+    if source.mined is not None:
+        mined = read_mined(source.paths[0], source.mined, max_chars, warn)
+        yield from _warn_if_none(source, (Pair(source.lang, *pair) for pair in mined), warn)
+        return
     if len(source.paths) == 1:
-        yield from _read_tsv(source, max_chars, warn)
+        yield from _warn_if_none(source, _read_tsv(source, max_chars, warn), warn)
         return
     xx_path, en_path = source.paths
     xx_counts, en_counts = CorpusCounts(), CorpusCounts()
@@ -124,7 +189,6 @@ def read_source(source: PairSource, max_chars: int = 2000, warn: Warn = warn_use
 
 def _read_tsv(source: PairSource, max_chars: int, warn: Warn = warn_user) -> Iterator[Pair]:
     (path,) = source.paths
-    kept = 0
     for number, line in read_lines(path, warn):
         fields = line.split("\t")
         if len(fields) != 2:
@@ -133,10 +197,17 @@ def _read_tsv(source: PairSource, max_chars: int, warn: Warn = warn_user) -> Ite
             )
         src, tgt = (clean_line(f)[:max_chars] for f in fields)
         if src and tgt:
-            kept += 1
             yield Pair(source.lang, src, tgt)
+
+
+def _warn_if_none(source: PairSource, pairs: Iterator[Pair], warn: Warn) -> Iterator[Pair]:
+    """`pairs`, and a warning once they are read if there were none."""
+    kept = 0
+    for pair in pairs:
+        kept += 1
+        yield pair
     if not kept:
-        warn(f"{path}: no pairs (the file is empty or every line has an empty side)")
+        warn(f"{source.paths[0]}: no pairs (the file is empty or every line has an empty side)")
 
 
 def sentence_key(text: str) -> bytes:
@@ -239,10 +310,18 @@ class PairBatch:
     tgt_ids: list[list[int]]
     langs: list[str]
     pairs_drawn: int  # position in the stream after this batch (what a resume skips)
+    weights: list[float | None] = field(default_factory=list)  # Pair.weight of each pair
 
     @property
     def tokens(self) -> int:
         return sum(map(len, self.src_ids)) + sum(map(len, self.tgt_ids))
+
+    @property
+    def pair_weights(self) -> list[float] | None:
+        """Each pair's weight in the loss (1 for pairs without one), or None if no pair has one."""
+        if all(w is None for w in self.weights):
+            return None
+        return [1.0 if w is None else w for w in self.weights]
 
 
 def token_batches(
@@ -273,6 +352,7 @@ def token_batches(
             batch.src_ids.append(s)
             batch.tgt_ids.append(t)
             batch.langs.append(pair.lang)
+            batch.weights.append(pair.weight)
             batch.pairs_drawn = drawn
 
 

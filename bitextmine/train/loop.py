@@ -16,12 +16,14 @@ import torch
 from torch import nn
 
 from bitextmine.encoder.encoder import pick_device
-from bitextmine.encoder.loading import load_model
+from bitextmine.encoder.loading import load_model, lowercase_inputs
 from bitextmine.encoder.precision import bf16_is_native
 from bitextmine.encoder.settings import BITEXTMINE_CONFIG, EncoderSettings, resolve_settings
+from bitextmine.encoder.st_files import st_modules
 from bitextmine.errors import BitextmineError
-from bitextmine.files import WriteError, atomic_open, write_json
+from bitextmine.files import WriteError, atomic_open, remove_temporaries, write_json
 from bitextmine.train.checkpoint import (
+    checkpoint_dir,
     latest_checkpoint,
     load_checkpoint,
     random_state,
@@ -38,10 +40,14 @@ from bitextmine.train.data import (
     token_batches,
 )
 from bitextmine.train.evaluation import EvalSets, evaluate_model
+from bitextmine.train.mined import ScoreUse
 from bitextmine.train.model import TrainContext, TrainEncoder
-from bitextmine.train.objectives.registry import build_objectives
+from bitextmine.train.objectives.registry import build_objectives, check_pair_weighting
+from bitextmine.workspace.locks import file_lock
 
 LOG_FILE = "train_log.jsonl"
+LOCK_FILE = ".train.lock"  # held for the whole run: a second run into the same OUT is refused
+VOCABULARY_DIR = "vocabulary"  # --from-scratch: the SentencePiece model trained on the data
 
 
 @dataclass
@@ -52,6 +58,8 @@ class TrainConfig:
     base: str | None = None
     from_scratch: bool = False
     exclude: list[str] = field(default_factory=list)
+    min_score: float | None = None  # mined files: keep pairs scoring at least this
+    weight_by_score: bool = False  # mined files: weight pairs by score (train/mined.py)
     max_steps: int | None = None
     max_minutes: float | None = None
     lr: float = 2e-5
@@ -83,11 +91,14 @@ class TrainConfig:
             raise BitextmineError("pass exactly one of --base MODEL and --from-scratch")
         if self.max_steps is None and self.max_minutes is None:
             raise BitextmineError("no budget: pass --max-steps N and/or --max-minutes M")
+        if self.weight_by_score:
+            check_pair_weighting(self.objectives)
 
     def resume_key(self) -> dict[str, Any]:
         """What must match for a checkpoint to be continued (budgets and evaluation may change)."""
         keep = ("data", "objectives", "base", "from_scratch", "exclude", "lr", "warmup_steps", "weight_decay")
         keep += ("grad_accum", "seed", "max_tokens", "max_pairs", "max_length", "shuffle_buffer", "options")
+        keep += ("min_score", "weight_by_score")
         return json.loads(json.dumps({k: getattr(self, k) for k in keep}, default=str))
 
 
@@ -135,11 +146,19 @@ class _Run:
 
 
 def train(config: TrainConfig, reporter: Reporter | None = None) -> TrainSummary:
-    reporter = reporter or Reporter()
+    """Train into `config.out`, which this run locks: another run into it is refused at once."""
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    with file_lock(out / LOCK_FILE, exclusive=True, what=f"{out} (another train run is writing it)"):
+        for folder in (out, checkpoint_dir(out), out / VOCABULARY_DIR):
+            remove_temporaries(folder)  # of killed runs: no other run writes here while we hold the lock
+        return _train(config, reporter or Reporter())
+
+
+def _train(config: TrainConfig, reporter: Reporter) -> TrainSummary:
     started = time.perf_counter()
     torch.manual_seed(config.seed)
-    Path(config.out).mkdir(parents=True, exist_ok=True)
-    sources = find_sources(config.data)
+    sources = find_sources(config.data, ScoreUse(config.min_score, config.weight_by_score), reporter.note)
     run = _build_run(config, sources, reporter)
     resumed_from = _resume(run)
     reporter.started(config, resumed_from, run.languages)
@@ -183,7 +202,7 @@ def train(config: TrainConfig, reporter: Reporter | None = None) -> TrainSummary
 
 def _build_run(config: TrainConfig, sources, reporter: Reporter) -> _Run:
     device = pick_device(config.device)
-    model, tokenizer, settings, model_dir = _starting_model(config, sources, device)
+    model, tokenizer, settings, model_dir = _starting_model(config, sources, device, reporter.warning)
     model.train()
     languages = sorted({s.lang for s in sources} | {ENGLISH})
     encoder = TrainEncoder(model, pooling=settings.pooling, packed=config.packed)
@@ -217,18 +236,27 @@ def _tokenizer_fn(tokenizer, prefix: str, max_length: int) -> Callable[[list[str
     ]
 
 
-def _starting_model(config: TrainConfig, sources, device: torch.device):
+def _starting_model(config: TrainConfig, sources, device: torch.device, warn: Callable[[str], None]):
     if config.from_scratch:
         from bitextmine.train.scratch import build_scratch_model
 
         excluded = read_excluded(config.exclude)
         texts = (text for pair in interleave(sources, excluded) for text in (pair.src, pair.tgt))
-        vocab_dir = Path(config.out) / "vocabulary"
+        vocab_dir = Path(config.out) / VOCABULARY_DIR
         model, tokenizer = build_scratch_model(texts, vocab_dir, seed=config.seed, **config.scratch)
         settings = EncoderSettings(pooling="mean", prefix="", max_length=config.max_length)
         return model.to(device), tokenizer, settings, vocab_dir
     loaded = load_model(config.base, device)
-    return loaded.model, loaded.tokenizer, resolve_settings(loaded.model_dir), loaded.model_dir
+    settings = resolve_settings(loaded.model_dir)
+    if settings.lowercase:  # the base's do_lower_case: training tokenizes as encoding does
+        lowercase_inputs(loaded.tokenizer, loaded.model_dir)
+    if dense := sum(module.kind == "Dense" for module in st_modules(loaded.model_dir)):
+        warn(
+            f"{config.base}: its sentence-transformers pipeline has {dense} Dense layer(s) after the "
+            f"pooling, which training neither uses nor saves: {config.out} will encode with the "
+            f"transformer's {settings.pooling} pooling, without them (docs/training.md)"
+        )
+    return loaded.model, loaded.tokenizer, settings, loaded.model_dir
 
 
 def _lr_factor(config: TrainConfig) -> Callable[[int], float]:
@@ -305,13 +333,15 @@ def batch_loss(
     device = next(encoder.parameters()).device
     index = {lang: i for i, lang in enumerate(ctx.languages)}
     src_langs = torch.tensor([index[lang] for lang in batch.langs], device=device)
+    pair_weights = batch.pair_weights
+    weighted = {} if pair_weights is None else {"pair_weights": torch.tensor(pair_weights, device=device)}
     tgt_langs = torch.full_like(src_langs, index[ENGLISH])
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
         src, tgt = encoder.encode_pair(batch.src_ids, batch.tgt_ids, src_langs, tgt_langs)
         total = torch.zeros((), device=device)
         terms: dict[str, float] = {}
         for name, objective in objectives.items():
-            output = objective(src, tgt, ctx)
+            output = objective(src, tgt, ctx, **weighted)
             total = total + weights[name] * output.loss.float()
             terms.update({f"{name}/{key}": value for key, value in output.terms.items()})
     return total, terms
@@ -415,6 +445,8 @@ def save_model(run: _Run, evaluation: dict[str, float], excluded_pairs: int) -> 
                 "data": run.config.data,
                 "excluded": run.config.exclude,
                 "excluded_pairs_seen": excluded_pairs,
+                "min_score": run.config.min_score,
+                "weight_by_score": run.config.weight_by_score,
                 "languages": run.languages,
                 "steps": run.step,
                 "pairs": run.pairs,

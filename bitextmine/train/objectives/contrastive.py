@@ -6,7 +6,9 @@ the cross-entropy of each row and of each column against its diagonal, averaged 
 directions (EMS eq. 8 sums them; halving keeps its scale comparable to one direction). ``margin`` > 0
 subtracts an additive margin from the diagonal before scaling (LaBSE's AMS, m = 0.3 in EMS's
 LaBSE-EMS runs). ``projection`` puts EMS's two-layer MLP h(x) = W1 ReLU(W2 x + b2) + b1 (eq. 10-11,
-d_cntrs = PROJECTION_DIM < d) before the cosine; without it h is the identity.
+d_cntrs = PROJECTION_DIM < d) before the cosine; without it h is the identity. ``pair_weights`` w_i
+(mined pairs weighted by score) scale pair i's row and column terms: the loss is the batch mean of
+w_i (row_i + column_i) / 2.
 """
 
 from __future__ import annotations
@@ -39,18 +41,32 @@ class Contrastive(nn.Module):
             else None
         )
 
-    def forward(self, src: EncodedSide, tgt: EncodedSide, ctx: TrainContext | None = None) -> ObjectiveOutput:
-        loss, accuracy = self.loss(src.pooled, tgt.pooled)
+    def forward(
+        self,
+        src: EncodedSide,
+        tgt: EncodedSide,
+        ctx: TrainContext | None = None,
+        pair_weights: torch.Tensor | None = None,
+    ) -> ObjectiveOutput:
+        loss, accuracy = self.loss(src.pooled, tgt.pooled, pair_weights)
         return ObjectiveOutput(loss, {"contrastive": loss.item(), "in_batch_accuracy": accuracy})
 
-    def loss(self, u: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, float]:
+    def loss(
+        self, u: torch.Tensor, v: torch.Tensor, pair_weights: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, float]:
         """(loss, share of rows and columns whose best match is their own pair)."""
         if self.projection is not None:
             u, v = self.projection(u), self.projection(v)
         sims = F.normalize(u.float(), dim=-1) @ F.normalize(v.float(), dim=-1).T
         logits = (sims - self.margin * torch.eye(len(sims), device=sims.device)) / self.temperature
         target = torch.arange(len(sims), device=sims.device)
-        loss = (F.cross_entropy(logits, target) + F.cross_entropy(logits.T, target)) / 2
+        if pair_weights is None:
+            loss = (F.cross_entropy(logits, target) + F.cross_entropy(logits.T, target)) / 2
+        else:
+            per_pair = F.cross_entropy(logits, target, reduction="none") + F.cross_entropy(
+                logits.T, target, reduction="none"
+            )
+            loss = (pair_weights.float() * per_pair).mean() / 2
         with torch.no_grad():
             accuracy = (
                 (sims.argmax(1) == target).float().mean() + (sims.argmax(0) == target).float().mean()

@@ -8,23 +8,20 @@ from torch import nn
 
 from bitextmine.errors import BitextmineError
 from bitextmine.train.model import TrainContext, TrainEncoder
+from bitextmine.train.objectives.names import OBJECTIVES
 
-OBJECTIVES = ("contrastive", "mexma", "rtl", "vmsst", "xtr")
+_BERT_HEADS = ("mexma", "rtl", "vmsst")  # their heads are BERT layers, run by the packer
+PAIR_WEIGHTED = ("contrastive",)  # objectives whose forward takes `pair_weights` (train --weight-by-score)
 
 
-def parse_objectives(spec: str) -> dict[str, float]:
-    """'contrastive,mexma=0.5' -> {'contrastive': 1.0, 'mexma': 0.5}."""
-    weights: dict[str, float] = {}
-    for part in filter(None, (p.strip() for p in spec.split(","))):
-        name, _, weight = part.partition("=")
-        name = name.strip()
-        if name not in OBJECTIVES:
-            raise BitextmineError(f"unknown objective {name!r}: choose from {', '.join(OBJECTIVES)}")
-        try:
-            weights[name] = float(weight) if weight else 1.0
-        except ValueError:
-            raise BitextmineError(f"objective weight must be a number: {part!r}") from None
-    return weights
+def check_pair_weighting(weights: dict[str, float]) -> None:
+    """Refuse --weight-by-score with an objective that has no per-pair term to weight."""
+    others = [name for name in weights if name not in PAIR_WEIGHTED]
+    if others:
+        raise BitextmineError(
+            f"--weight-by-score weights the pairs of {', '.join(PAIR_WEIGHTED)} only; "
+            f"drop {', '.join(others)} from --objectives or drop --weight-by-score"
+        )
 
 
 def build_objectives(
@@ -35,6 +32,12 @@ def build_objectives(
 
 def _build(name: str, encoder: TrainEncoder, ctx: TrainContext, options: dict[str, Any]) -> nn.Module:
     config = encoder.config
+    if name in _BERT_HEADS and encoder.packer is None:
+        others = ", ".join(o for o in OBJECTIVES if o not in _BERT_HEADS)
+        raise BitextmineError(
+            f"objective {name} needs a BERT-family encoder (its heads are BERT layers), not a "
+            f"{config.model_type!r} model: use {others}"
+        )
     if name == "contrastive":
         from bitextmine.train.objectives.contrastive import Contrastive
 

@@ -9,7 +9,7 @@ MODEL  ?= $(SHARED)/models/multilingual-e5-small-q4
 BUCC   ?= $(SHARED)/data/bucc-like
 WORK   ?= bitextmine-work/demo
 
-.PHONY: install test test-fast demo bench bench-encode bench-mine bench-train bench-ivf bench-ivf-bases bench-ivf-scale bench-ivf-list-scan bench-ivf-balance bench-ivf-scan-budget bench-ivf-coarse-search bench-ivf-report bench-scale bench-list-scan bench-scan-budget bench-coarse-search bench-analysis lint format clean
+.PHONY: install test test-fast test-slurm demo bench bench-encode bench-mine bench-train bench-ivf bench-ivf-bases bench-ivf-scale bench-ivf-list-scan bench-ivf-balance bench-ivf-scan-budget bench-ivf-coarse-search bench-ivf-report bench-scale bench-list-scan bench-scan-budget bench-coarse-search bench-analysis bench-lid bench-filters lint format clean
 
 install: $(VENV)/.installed
 
@@ -26,24 +26,31 @@ test: install
 test-fast: install
 	$(BIN)/pytest -q -m "not integration"
 
+# The Slurm launcher on a real one-node cluster (tests/test_slurm_real.py, ~3 min): .ci/slurm-one-node.sh installs
+# slurm-wlm and munge (root, apt-get), starts the daemons and stops them afterwards. Skipped, saying why, where
+# Slurm cannot be installed or run; a failing test fails.
+test-slurm: install
+	.ci/slurm-one-node.sh run env BITEXTMINE_REQUIRE_SLURM=1 $(BIN)/pytest -q -m slurm; status=$$?; \
+	if [ $$status = 77 ]; then echo "make test-slurm: SKIPPED: no Slurm cluster can be set up here (why: above)"; \
+	status=0; fi; exit $$status
+
 # The main job: encode both sides of the BUCC-format de-en dev split as plain corpora, index them,
-# learn the threshold on that split (into a copy of the model: calibrate writes bitextmine.json),
+# learn the threshold on that split (stored in $(WORK)/thresholds.json, never in the model dir),
 # mine with it, and score the mined pairs against the gold pairs.
 demo: install
 	mkdir -p $(WORK)/input
 	cut -f2 $(BUCC)/de-en/de-en.dev.de > $(WORK)/input/de.txt
 	cut -f2 $(BUCC)/de-en/de-en.dev.en > $(WORK)/input/en.txt
-	test -f $(WORK)/model/config.json || { cp -r $(MODEL) $(WORK)/model && chmod -R u+w $(WORK)/model; }
-	$(BIN)/bitextmine encode $(WORK)/input/de.txt --lang de --model $(WORK)/model --workdir $(WORK)
-	$(BIN)/bitextmine encode $(WORK)/input/en.txt --lang en --model $(WORK)/model --workdir $(WORK)
+	$(BIN)/bitextmine encode $(WORK)/input/de.txt --lang de --model $(MODEL) --workdir $(WORK)
+	$(BIN)/bitextmine encode $(WORK)/input/en.txt --lang en --model $(MODEL) --workdir $(WORK)
 	$(BIN)/bitextmine index de --workdir $(WORK)
 	$(BIN)/bitextmine index en --workdir $(WORK)
-	$(BIN)/bitextmine calibrate --bucc $(BUCC)/de-en --pair de-en --split dev --model $(WORK)/model --workdir $(WORK)
-	$(BIN)/bitextmine mine de en --threshold auto --model $(WORK)/model --workdir $(WORK)
+	$(BIN)/bitextmine calibrate --bucc $(BUCC)/de-en --pair de-en --split dev --model $(MODEL) --workdir $(WORK)
+	$(BIN)/bitextmine mine de en --threshold auto --model $(MODEL) --workdir $(WORK)
 	$(BIN)/bitextmine eval bucc --bucc $(BUCC)/de-en --pair de-en --split dev --mined $(WORK)/mined/de-en.tsv.zst
 
 # Benchmarks: what each answers, what it needs and how long it takes: examples/benchmarks/README.md.
-bench: bench-encode bench-mine
+bench: bench-encode bench-mine bench-filters
 
 # Encoding throughput (packed, padded, sentence-transformers; fp32, bf16, int8) and each precision's dev F1
 # (~25 min on 2 cores).
@@ -112,6 +119,17 @@ bench-coarse-search: bench-ivf-coarse-search
 TRAINED ?=
 bench-analysis: install
 	$(BIN)/python examples/benchmarks/bench_analysis.py $(if $(TRAINED),--trained $(TRAINED))
+
+# Language identification: py3langid against lingua (high and low accuracy) on Tatoeba and FLORES lines of 21
+# languages and noisy-bucc's x sides: accuracy, lines/s, size, and what each confidence floor keeps (~3 min).
+bench-lid: install
+	$(BIN)/pip install --quiet 'lingua-language-detector>=2.1'
+	$(BIN)/python examples/benchmarks/bench_lid.py
+
+# Pair filters on noisy-bucc dev (de/fr/ru/zh-en): F1 with no filter, each filter alone and --filters web, threshold
+# calibrated on the clean dev split; what each removes, its throughput (~15 min on 2 cores, ~2 min cached).
+bench-filters: install
+	$(BIN)/python examples/benchmarks/bench_filters.py
 
 # Training objectives: each row trains for TRAIN_MINUTES then evaluates (~3 min); rows accumulate in
 # examples/benchmarks/results/bench_train.{json,md}, so a subset can be run at a time: make bench-train TRAIN_ROWS=mexma

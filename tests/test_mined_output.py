@@ -157,3 +157,44 @@ def test_parquet_without_pyarrow_is_a_one_line_error(monkeypatch, tmp_path, miss
     ):
         write_pairs(tmp_path / "p.parquet", "parquet", [], ([], []), no_filter, (0.0, 1.0))
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("item", "name"),
+    [
+        ("score-max=1.0", "score-max"),
+        ("min-chars=1000", "length"),
+        ("length-ratio=1.0", "length-ratio"),
+        ("letters", "letters"),
+        ("copies=1.0", "copies"),
+        ("language=0.0", "language"),
+        ("dedup", "dedup"),
+    ],
+)
+def test_each_filter_through_the_cli_drops_what_it_counts(workspace, item, name):
+    """Every filter, alone: the pairs it drops are gone from the output, and counted in the stats."""
+    work, shared = workspace
+    assert run("mine", "de", "en", "-w", str(work))[0] == 0
+    every = read_mined(work / "mined" / "de-en.tsv.zst")
+    code, output = run("mine", "de", "en", "-w", str(work), "--filter", item)
+    assert code == 0, output
+    kept = read_mined(work / "mined" / "de-en.tsv.zst")
+    stats = json.loads((work / "mined" / "de-en.stats.json").read_text())
+    assert list(stats["counts"]["filtered"]) == [name]
+    assert stats["counts"]["filtered"][name] == len(every) - len(kept) and set(map(tuple, kept)) <= set(
+        map(tuple, every)
+    )
+    expected = {
+        "score-max": sum(float(r[0]) > 1.0 for r in every),
+        "length": len(every),  # no sentence has 1,000 characters
+        "copies": len(shared),  # the identical sentences
+        "letters": 0,
+        "dedup": 0,
+    }
+    if name in expected:
+        assert stats["counts"]["filtered"][name] == expected[name]
+    if name in (
+        "length-ratio",
+        "language",
+    ):  # at 1.0 only equal lengths pass; at 0.0 any other language drops
+        assert 0 < stats["counts"]["filtered"][name] <= len(every)

@@ -80,8 +80,12 @@ def score(
     Pairs with an empty side are left out and counted. --threshold and the pair filters keep only the
     pairs that reach the threshold and pass the filters.
     """
-    from bitextmine.steps.score import ScoreOptions, score_bitext
     from bitextmine.text.bitext import read_bitext
+
+    with user_errors():  # before torch loads: a bad option or file fails at once
+        settings = filter_settings(filters, filter_items)
+        data = read_bitext([str(p) for p in bitext], columns)
+    from bitextmine.steps.score import ScoreOptions, score_bitext
 
     set_threads(threads)
     with user_errors():
@@ -90,11 +94,10 @@ def score(
             margin=margin,
             neighbourhood=neighbourhood,
             threshold=threshold,
-            filters=filter_settings(filters, filter_items),
+            filters=settings,
             format=output_format,
             thresholds=thresholds,
         )
-        data = read_bitext([str(p) for p in bitext], columns)
         encoder = load_encoder(require_model(model), device, precision)
         progress = ProgressDisplay(f"encoding {src}-{tgt}", 2 * len(data), rates=True)
         with progress:

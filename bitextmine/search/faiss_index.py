@@ -647,8 +647,8 @@ def _read_info(path: Path, lang: str) -> IndexInfo:
         info = IndexInfo.from_json(data)
         if not isinstance(info.checksums, dict):
             raise TypeError("checksums is not an object")
-        if not all(_is_shard_entry(shard) for shard in info.shards):
-            raise TypeError("a shard is not {file: NAME, start: ROW, stop: ROW}")
+        if not _shards_in_order(info.shards, info.count):
+            raise TypeError(f"its shards do not cover rows 0 to {info.count} in order")
         names = [shard["file"] for shard in info.shards] + list(info.checksums)
     except (KeyError, TypeError) as exc:
         raise BitextmineError(
@@ -659,12 +659,18 @@ def _read_info(path: Path, lang: str) -> IndexInfo:
     return info
 
 
-def _is_shard_entry(shard: Any) -> bool:
-    return (
-        isinstance(shard, dict)
-        and isinstance(shard.get("file"), str)
-        and all(type(shard.get(key)) is int for key in ("start", "stop"))
-    )
+def _shards_in_order(shards: list[Any], count: int) -> bool:
+    """Whether the shard entries of an index record are {file, start, stop}, one after another from row 0
+    to `count` (or none: one file)."""
+    row = 0
+    for shard in shards:
+        if not isinstance(shard, dict) or not isinstance(shard.get("file"), str):
+            return False
+        start, stop = shard.get("start"), shard.get("stop")
+        if type(start) is not int or type(stop) is not int or start != row or stop <= start:
+            return False
+        row = stop
+    return not shards or row == count
 
 
 _verified: set[tuple[Path, int, int, str]] = set()  # (file, mtime, size, sha256) checked in this process

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import json
 import mmap
 import os
 import re
@@ -177,7 +176,7 @@ class CorpusManifest:
             shard_size=int(d["shard_size"]),
             dedup=bool(d["dedup"]),
             max_chars=int(d["max_chars"]),
-            shards=[_text_shard(s) for s in d["shards"]],
+            shards=_text_shards(d["shards"], d.get("rows")),
             counts=json_record(CorpusCounts, d["counts"]),
             complete=bool(d["complete"]),
             # absent from manifests written before columns and language identification existed
@@ -199,12 +198,22 @@ def shard_name(index: int) -> str:
     return f"shard-{index:05d}.tsv"
 
 
-def _text_shard(entry: Any) -> TextShard:
-    """A shard entry of a manifest read back: its name becomes a file name, so it must be a shard's."""
-    shard = json_record(TextShard, entry)
-    if not _SHARD_FILE.fullmatch(shard.name) or shard.first_row < 0 or shard.rows < 0:
-        raise ValueError(f"not a text shard: {json.dumps(entry)[:80]}")
-    return shard
+def _text_shards(entries: list[Any], total: Any) -> list[TextShard]:
+    """The shard entries of a manifest read back: shard names (they become file names), each starting
+    where the one before ended, `total` rows in all (when recorded)."""
+    shards = [json_record(TextShard, entry) for entry in entries]
+    first = 0
+    for shard in shards:
+        if not _SHARD_FILE.fullmatch(shard.name):
+            raise ValueError(f"{shard.name!r} is not the name of a text shard")
+        if shard.first_row != first:
+            raise ValueError(f"{shard.name} starts at row {shard.first_row}, not {first}")
+        if shard.rows < 0:
+            raise ValueError(f"{shard.name} has {shard.rows} rows")
+        first += shard.rows
+    if total is not None and total != first:
+        raise ValueError(f"its shards hold {first} rows, not {total}")
+    return shards
 
 
 def write_text_shards(

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from bitextmine.mining.selection import Candidates, select_candidates
-from bitextmine.search.knn import Neighbours, SearchShard, exact_knn, find_neighbours
+from bitextmine.search.knn import exact_neighbours
 
 
 def mine_arrays(
@@ -22,13 +22,7 @@ def mine_arrays(
 ) -> Candidates:
     """Exact mining of two in-memory sets of unit vectors (BUCC splits, tests)."""
 
-    def neighbours(queries: np.ndarray, base: np.ndarray) -> Neighbours:
-        shard = SearchShard(lambda q, n: exact_knn(q, base, n))
-        return find_neighbours(
-            lambda: [(0, queries)], len(queries), [shard], lambda i: base[i], min(k, len(base))
-        )
-
-    fwd, bwd = neighbours(src, tgt), neighbours(tgt, src)
+    fwd, bwd = exact_neighbours(src, tgt, k), exact_neighbours(tgt, src, k)
     with tempfile.TemporaryDirectory(prefix="bitextmine-selection-") as scratch:
         selected = select_candidates(
             lambda: [(0, fwd)], lambda: [(0, bwd)], (len(src), len(tgt)), margin, strategy, Path(scratch)

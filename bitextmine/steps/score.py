@@ -22,7 +22,7 @@ from bitextmine.evaluation.thresholds import ThresholdChoice, resolve_threshold
 from bitextmine.mining.filters import NO_FILTERS, FilterSettings, PairFilter
 from bitextmine.mining.margin import check_margin, margin_scores
 from bitextmine.mining.output import MinedOutput, ScoredRows, output_format, write_pairs
-from bitextmine.search.knn import Neighbours, SearchShard, exact_knn, find_neighbours
+from bitextmine.search.knn import Neighbours, exact_neighbours
 from bitextmine.steps.mine import BaseSearch
 from bitextmine.text.bitext import Bitext
 from bitextmine.text.reader import Row, warn_user
@@ -119,12 +119,7 @@ def _threshold(
 def _own_means(src: np.ndarray, tgt: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Neighbourhood means within the bitext: each source among all targets, and back (exact)."""
 
-    def means(queries: np.ndarray, base: np.ndarray) -> np.ndarray:
-        shard = SearchShard(lambda q, n: exact_knn(q, base, n))
-        k_base = min(k, len(base))
-        return find_neighbours(lambda: [(0, queries)], len(queries), [shard], lambda i: base[i], k_base).mean
-
-    return means(src, tgt), means(tgt, src)
+    return exact_neighbours(src, tgt, k).mean, exact_neighbours(tgt, src, k).mean
 
 
 def _workspace_means(

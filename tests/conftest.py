@@ -56,3 +56,13 @@ def workspace(tmp_path, tiny_model_dir):
         code, output = run("encode", str(path), "-l", lang, "-m", model, "-w", str(work), "--shard-size", "7")
         assert code == 0, output
     return work, shared
+
+
+@pytest.fixture
+def indexed_workspace(workspace):
+    """`workspace`, with both languages indexed."""
+    work, shared = workspace
+    for lang in ("de", "en"):
+        code, output = run("index", lang, "-w", str(work))
+        assert code == 0, output
+    return work, shared

@@ -17,16 +17,6 @@ from tests.helpers import read_mined, run, sentences
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def workspace(workspace):
-    """The shared encoded workspace, indexed."""
-    work, shared = workspace
-    for lang in ("de", "en"):
-        code, output = run("index", lang, "-w", str(work))
-        assert code == 0, output
-    return work, shared
-
-
 def _mine(work, *args):
     code, output = run("mine", "de", "en", "-w", str(work), "--threshold", "1.0", *args)
     assert code == 0, output
@@ -48,10 +38,10 @@ def _records(tsv_rows):
     ]
 
 
-def test_every_format_holds_the_same_pairs_and_loads_with_datasets(workspace, tmp_path):
+def test_every_format_holds_the_same_pairs_and_loads_with_datasets(indexed_workspace, tmp_path):
     import datasets  # a dev dependency: this test is why
 
-    work, _ = workspace
+    work, _ = indexed_workspace
     _mine(work)
     reference = _records(read_mined(work / "mined" / "de-en.tsv.zst"))
     assert reference and reference[0]["src_file"] == str(work.parent / "de.txt")
@@ -75,8 +65,8 @@ def test_every_format_holds_the_same_pairs_and_loads_with_datasets(workspace, tm
         assert [{**r, "score": pytest.approx(r["score"])} for r in rows] == reference
 
 
-def test_reruns_write_identical_bytes_in_every_format(workspace, tmp_path):
-    work, _ = workspace
+def test_reruns_write_identical_bytes_in_every_format(indexed_workspace, tmp_path):
+    work, _ = indexed_workspace
     for name in ("a.tsv.gz", "a.parquet", "a.jsonl"):
         _mine(work, "-o", str(tmp_path / name))
         first = (tmp_path / name).read_bytes()
@@ -84,15 +74,15 @@ def test_reruns_write_identical_bytes_in_every_format(workspace, tmp_path):
         assert (tmp_path / name).read_bytes() == first, name
 
 
-def test_an_unknown_output_suffix_is_a_one_line_error(workspace, tmp_path):
-    work, _ = workspace
+def test_an_unknown_output_suffix_is_a_one_line_error(indexed_workspace, tmp_path):
+    work, _ = indexed_workspace
     code, output = run("mine", "de", "en", "-w", str(work), "-o", str(tmp_path / "pairs.csv"))
     assert code == 1 and "pairs.csv: cannot tell the output format from its name; pass --format" in output
 
 
-def test_filters_drop_and_count_and_the_summary_says_so(workspace):
+def test_filters_drop_and_count_and_the_summary_says_so(indexed_workspace):
     """The fixture's 10 shared sentences are identical on both sides: the copies filter drops them."""
-    work, shared = workspace
+    work, shared = indexed_workspace
     _mine(work)
     unfiltered = read_mined(work / "mined" / "de-en.tsv.zst")
     assert {r[1] for r in unfiltered if r[1] == r[2]} == set(shared)
@@ -107,8 +97,8 @@ def test_filters_drop_and_count_and_the_summary_says_so(workspace):
     assert "dropped by copies 10" in flat and f"kept {len(rows)}" in flat
 
 
-def test_a_bad_filter_fails_before_the_search(workspace):
-    work, _ = workspace
+def test_a_bad_filter_fails_before_the_search(indexed_workspace):
+    work, _ = indexed_workspace
     code, output = run("mine", "de", "en", "-w", str(work), "--filter", "copies=2")
     assert code == 1 and "copies must be in (0, 1]" in output
     assert not (work / "mined").exists()
@@ -171,9 +161,9 @@ def test_parquet_without_pyarrow_is_a_one_line_error(monkeypatch, tmp_path, miss
         ("dedup", "dedup"),
     ],
 )
-def test_each_filter_through_the_cli_drops_what_it_counts(workspace, item, name):
+def test_each_filter_through_the_cli_drops_what_it_counts(indexed_workspace, item, name):
     """Every filter, alone: the pairs it drops are gone from the output, and counted in the stats."""
-    work, shared = workspace
+    work, shared = indexed_workspace
     assert run("mine", "de", "en", "-w", str(work))[0] == 0
     every = read_mined(work / "mined" / "de-en.tsv.zst")
     code, output = run("mine", "de", "en", "-w", str(work), "--filter", item)

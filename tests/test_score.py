@@ -16,22 +16,13 @@ from tests.helpers import read_mined, run
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def indexed(workspace):
-    work, shared = workspace
-    for lang in ("de", "en"):
-        code, output = run("index", lang, "-w", str(work))
-        assert code == 0, output
-    return work, shared
-
-
 def _tsv(path, pairs):
     path.write_text("".join(f"{a}\t{b}\n" for a, b in pairs))
     return path
 
 
-def test_workspace_neighbourhoods_give_the_scores_mine_gave(indexed, tiny_model_dir, tmp_path):
-    work, _ = indexed
+def test_workspace_neighbourhoods_give_the_scores_mine_gave(indexed_workspace, tiny_model_dir, tmp_path):
+    work, _ = indexed_workspace
     model = str(tiny_model_dir("bert"))
     precision = json.loads((work / "emb" / "de" / "manifest.json").read_text())["model"]["precision"]
     assert run("mine", "de", "en", "-w", str(work))[0] == 0

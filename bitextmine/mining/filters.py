@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 
 from bitextmine.errors import BitextmineError
+from bitextmine.text.lid import DEFAULT_OTHER_CONFIDENCE, is_other_language, lid_code
 
 FILTER_ORDER = ("score-max", "length", "length-ratio", "letters", "copies", "language", "dedup")
 WIDE_CHAR_WEIGHT = 3  # an East Asian wide character carries about three Latin ones (zh-en gold: 0.29)
@@ -59,16 +60,11 @@ class FilterSettings:
 NO_FILTERS = FilterSettings()
 
 
-def web_preset() -> FilterSettings:
-    """`--filters web`: what web crawls need (measured: examples/benchmarks/bench_filters.py)."""
-    from bitextmine.text.lid import DEFAULT_OTHER_CONFIDENCE
-
-    return FilterSettings(
-        length_ratio=2.5, letters=True, copies=0.9, language=DEFAULT_OTHER_CONFIDENCE, dedup=True
-    )
-
-
-PRESETS: dict[str, Callable[[], FilterSettings]] = {"none": lambda: NO_FILTERS, "web": web_preset}
+# `--filters web`: what web crawls need (measured: examples/benchmarks/bench_filters.py)
+WEB = FilterSettings(
+    length_ratio=2.5, letters=True, copies=0.9, language=DEFAULT_OTHER_CONFIDENCE, dedup=True
+)
+PRESETS = {"none": NO_FILTERS, "web": WEB}
 
 # --filter NAME[=VALUE]: the settings field, how to read VALUE, and the value without one
 _SPECS: dict[str, tuple[str, Callable[[str], object], object]] = {
@@ -78,7 +74,7 @@ _SPECS: dict[str, tuple[str, Callable[[str], object], object]] = {
     "length-ratio": ("length_ratio", float, 2.5),
     "letters": ("letters", lambda v: v.lower() not in {"0", "false", "no", "off"}, True),
     "copies": ("copies", float, 0.9),
-    "language": ("language", float, "default"),
+    "language": ("language", float, DEFAULT_OTHER_CONFIDENCE),
     "dedup": ("dedup", lambda v: v.lower() not in {"0", "false", "no", "off"}, True),
 }
 FILTER_NAMES = tuple(_SPECS)
@@ -89,7 +85,7 @@ def parse_filters(preset: str | None, items: Sequence[str] = ()) -> FilterSettin
     name = (preset or "none").lower()
     if name not in PRESETS:
         raise BitextmineError(f"unknown filter preset {preset!r}; choose one of {', '.join(PRESETS)}")
-    settings = PRESETS[name]()
+    settings = PRESETS[name]
     for item in items:
         key, _, value = item.partition("=")
         if key not in _SPECS:
@@ -106,10 +102,6 @@ def _filter_value(item: str, key: str, value: str, read: Callable[[str], object]
     if not value:
         if default is None:
             raise BitextmineError(f"--filter {key} needs a value: --filter {key}=VALUE")
-        if default == "default":
-            from bitextmine.text.lid import DEFAULT_OTHER_CONFIDENCE
-
-            return DEFAULT_OTHER_CONFIDENCE
         return default
     try:
         return read(value)
@@ -139,8 +131,6 @@ class PairFilter:
         self.dropped = dict.fromkeys(self.enabled, 0)
         self._seen = np.zeros(0, dtype=np.uint64)  # sorted hashes of the kept pairs (dedup)
         if "language" in self.enabled:
-            from bitextmine.text.lid import lid_code
-
             for lang in self.langs:
                 lid_code(lang)  # an unknown code fails now, not after the search
 
@@ -173,8 +163,6 @@ class PairFilter:
         if name == "copies":
             return np.array([not is_copy(a, b, s.copies) for a, b in zip(src, tgt, strict=True)], dtype=bool)
         if name == "language":
-            from bitextmine.text.lid import is_other_language
-
             src_other = is_other_language(src, self.langs[0], s.language)
             return ~src_other & ~is_other_language(tgt, self.langs[1], s.language)
         return self._dedup(src, tgt)

@@ -250,3 +250,16 @@ DE_EN = ThresholdRecord(
     rule="best F1",
     date="2025-01-01T00:00:00+00:00",
 )
+
+
+def naive_block_attention(qkv: torch.Tensor, seqlens: list[int]) -> torch.Tensor:
+    """softmax(q k^T / sqrt(d)) v computed sentence by sentence with explicit matrix products."""
+    import torch
+
+    outputs, start = [], 0
+    for n in seqlens:
+        q, k, v = qkv[start : start + n].double().unbind(1)  # [n, heads, dim] each
+        scores = torch.einsum("qhd,khd->hqk", q, k) / q.shape[-1] ** 0.5
+        outputs.append(torch.einsum("hqk,khd->qhd", scores.softmax(-1), v))
+        start += n
+    return torch.cat(outputs).float()

@@ -8,8 +8,9 @@ import pytest
 from typer.testing import CliRunner
 
 from bitextmine.cli import app
-from bitextmine.cli.app import PrecisionOption
+from bitextmine.cli.app import AttentionOption, PrecisionOption
 from bitextmine.cli.mine import OutputFormat
+from bitextmine.encoder.attention import ATTENTION_BACKENDS
 from bitextmine.encoder.precision import PRECISIONS
 from bitextmine.errors import BitextmineError
 from bitextmine.evaluation.calibration import MiningSettings
@@ -28,6 +29,7 @@ runner = CliRunner()
         (["mine", "de", "en", "--format", "parq"], "'tsv.zst', 'tsv.gz', 'tsv', 'jsonl', 'parquet'"),
         (["encode", "x.txt", "-l", "de", "--precision", "fp16"], "'auto', 'fp32', 'bf16', 'int8'"),
         (["encode", "x.txt", "-l", "de", "--device", "gpu"], "'auto', 'cpu', 'cuda', 'cuda:N'"),
+        (["encode", "x.txt", "-l", "de", "--attention", "flash"], "'auto', 'varlen', 'xformers', 'sdpa'"),
         (["train", "--data", "x", "--out", "o", "--bf16", "yes"], "'auto', 'on', 'off'"),
         (["train", "--data", "x", "--out", "o", "--mexma-alignment", "cos"], "'mse', 'contrastive'"),
     ],
@@ -44,6 +46,11 @@ def test_a_mistyped_choice_is_a_usage_error_listing_the_valid_values(tmp_path, m
 def test_the_cli_precisions_are_the_encoders():
     (choices,) = typing.get_args(PrecisionOption)[:1]
     assert typing.get_args(choices) == ("auto", *PRECISIONS)
+
+
+def test_the_cli_attention_backends_are_the_encoders():
+    (choices,) = typing.get_args(AttentionOption)[:1]
+    assert typing.get_args(choices) == ATTENTION_BACKENDS
 
 
 def test_the_cli_output_formats_are_the_writers():

@@ -1,4 +1,5 @@
-"""The GPU paths against their CPU references: packed xFormers attention, bf16 encoding, backward.
+"""The GPU paths against their CPU references: packed varlen and xFormers attention, bf16 encoding,
+backward.
 
 Skipped without CUDA (CI has none); run them on a GPU machine with `pytest tests/test_cuda.py`.
 """
@@ -10,7 +11,12 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModel
 
-from bitextmine.encoder.attention import BlockDiagonalSDPA, XFormersBlockDiagonal, select_attention
+from bitextmine.encoder.attention import (
+    BlockDiagonalSDPA,
+    TorchVarlen,
+    XFormersBlockDiagonal,
+    select_attention,
+)
 from bitextmine.encoder.encoder import SentenceEncoder
 from bitextmine.encoder.packed import PackedBertForward, head_dim_of
 from tests.helpers import max_length, packed_hidden, padded_reference, random_sequences
@@ -73,6 +79,37 @@ def test_padded_encoder_on_cuda_matches_packed(tiny_model_dir):
     packed = SentenceEncoder.load(str(tiny_model_dir("bert")), device="cuda").encode(SENTENCES)
     padded = SentenceEncoder.load(str(tiny_model_dir("bert")), device="cuda", packed=False).encode(SENTENCES)
     assert (packed.vectors * padded.vectors).sum(1).min() > 0.9999
+
+
+def test_varlen_forward_and_backward_match_sdpa_in_bf16(tiny_model_dir):
+    model = AutoModel.from_pretrained(tiny_model_dir("xlm-roberta")).to(CUDA, torch.bfloat16).train()
+    head_dim = head_dim_of(model.config)
+    problem = TorchVarlen().probe(CUDA, head_dim)
+    if problem:
+        pytest.skip(problem)
+    for module in model.modules():  # varlen runs no dropout: the same function for both backends
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    assert select_attention(CUDA, head_dim, dtype=torch.bfloat16).name == "varlen"
+    sequences = random_sequences(model, [9, 33, 2, 17, 1], seed=3)
+    stream = torch.tensor([t for s in sequences for t in s], device=CUDA)
+    outputs, grads = [], []
+    for attention in (TorchVarlen(), BlockDiagonalSDPA()):
+        model.zero_grad()
+        hidden = PackedBertForward(model, attention)(stream, [len(s) for s in sequences])
+        hidden.float().square().mean().backward()
+        outputs.append(hidden.detach().float().flatten())
+        grads.append(torch.cat([p.grad.float().flatten() for p in model.parameters() if p.grad is not None]))
+    assert F.cosine_similarity(outputs[0], outputs[1], dim=0) > 0.999
+    assert F.cosine_similarity(grads[0], grads[1], dim=0) > 0.99
+
+
+def test_bf16_encoder_on_cuda_uses_varlen_and_records_it(tiny_model_dir):
+    encoder = SentenceEncoder.load(str(tiny_model_dir("bert")), device="cuda", precision="bf16")
+    if TorchVarlen().probe(CUDA, head_dim_of(encoder.loaded.model.config)) is None:
+        assert encoder.mode == "packed (varlen)"
+    reference = SentenceEncoder.load(str(tiny_model_dir("bert")), device="cpu").encode(SENTENCES)
+    assert (encoder.encode(SENTENCES).vectors * reference.vectors).sum(1).min() > 0.99
 
 
 def xformers_problem(head_dim: int) -> str | None:

@@ -214,6 +214,15 @@ PrecisionOption = Annotated[
 ]
 
 
+AttentionOption = Annotated[
+    Literal["auto", "varlen", "xformers", "sdpa"],  # encoder/attention.py's ATTENTION_BACKENDS
+    typer.Option(
+        help="Packed attention: auto (on CUDA, PyTorch's varlen flash attention for bf16, else xFormers "
+        "when installed, else SDPA), or one of them by name (an error where it cannot run)."
+    ),
+]
+
+
 def _device(value: str) -> str:
     if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", value):
         raise typer.BadParameter(f"{value!r} is not one of 'auto', 'cpu', 'cuda', 'cuda:N'.")
@@ -298,6 +307,7 @@ def encoder_spec(
     overrides: dict | None = None,
     max_tokens: int | None = None,
     padded: bool = False,
+    attention: str = "auto",
 ):
     """How the CLI's options load the encoder (an EncoderSpec: shard jobs elsewhere load it too)."""
     from bitextmine.encoder.batching import DEFAULT_MAX_TOKENS
@@ -310,6 +320,7 @@ def encoder_spec(
         tuple((overrides or {}).items()),
         max_tokens or DEFAULT_MAX_TOKENS,
         False if padded else None,
+        attention,
     )
 
 

@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from bitextmine.cli.app import (
+    AttentionOption,
     DeviceOption,
     JsonOption,
     ModelOption,
@@ -91,6 +92,7 @@ def _summary_table(summary) -> Table:
         ("cut to --max-chars", f"{counts.too_long:,}"),
         ("truncated to max length", f"{summary.truncated:,}"),
         ("shards", f"{summary.shards} ({summary.shards_encoded} encoded now)"),
+        ("forward", ", ".join(summary.forwards) or "none (imported vectors)"),
         ("seconds", f"{summary.seconds:,.1f}"),
     ]
     if summary.sentences_encoded:
@@ -185,6 +187,7 @@ def encode(
     threads: Annotated[
         int | None, typer.Option(help="CPU threads for torch \\[default: all cores].", min=1)
     ] = None,
+    attention: AttentionOption = "auto",
     padded: Annotated[
         bool, typer.Option("--padded", help="Use the padded forward instead of packing.")
     ] = False,
@@ -260,6 +263,7 @@ def encode(
             "--prefix": prefix is not None,
             "--max-length": max_length is not None,
             "--padded": padded,
+            "--attention": attention != "auto",
             "--precision": precision != "auto",
             "--device": device != "auto",
             "--launcher": cluster.launcher not in (None, "local"),
@@ -284,7 +288,7 @@ def encode(
                 files,
                 lang,
                 Workspace(workdir),
-                encoder_spec(model, device, precision, overrides, max_tokens, padded),
+                encoder_spec(model, device, precision, overrides, max_tokens, padded, attention),
                 options,
                 reporter,
                 config,

@@ -1,11 +1,12 @@
 """Self-attention confined to each sentence of a packed token stream.
 
 Packed tensors are [tokens, heads, head_dim] with sentences back to back; ``seqlens`` gives each
-sentence's length in stream order. Two exact backends:
+sentence's length in stream order. Three exact backends:
 
-* ``xformers``: memory-efficient attention with a ``BlockDiagonalMask`` (CUDA only). Chosen only
-  after a tiny probe runs in fp32 and bf16 at the model's head size: an xFormers wheel built for
-  another torch or CUDA imports fine but has no kernels, and must not take the encoder down with it.
+* ``varlen``: PyTorch's own variable-length flash attention (``torch.nn.attention.varlen``, CUDA only,
+  bf16/fp16, no dropout) over cumulative sentence offsets. Calls it has no kernel for (fp32 inputs,
+  attention dropout while training) go through ``sdpa``.
+* ``xformers``: memory-efficient attention with a ``BlockDiagonalMask`` (CUDA only).
 * ``sdpa``: dense ``scaled_dot_product_attention`` calls over groups of sentences, on any device.
   In a length-sorted batch (what the encoder builds) consecutive sentences of equal length form runs
   that are plain views of the stream: one unmasked call per run, no copies. Otherwise sentences are
@@ -13,6 +14,10 @@ sentence's length in stream order. Two exact backends:
   with padded keys masked out; a bucket never spans lengths whose ratio exceeds ``BUCKET_RATIO``. Either
   way the cost stays within BUCKET_RATIO^2 of sum(len_i^2) instead of growing with the square of the
   packed length.
+
+The GPU backends are chosen only after a tiny probe runs at the model's head size in the dtypes they
+will see: a wheel built for another torch or CUDA, or a GPU its kernels were not built for, imports fine
+but cannot run, and must not take the encoder down with it.
 """
 
 from __future__ import annotations
@@ -148,10 +153,46 @@ def _bucket_plan(seqlens: tuple[int, ...], device: torch.device) -> _BucketPlan:
     return _BucketPlan(buckets, scatter.to(device))
 
 
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+
+
+class TorchVarlen:
+    """PyTorch's variable-length flash attention over cumulative sentence offsets; CUDA only. Inputs it has
+    no kernel for (fp32, or dropout: its kernel runs none) go through `fallback`."""
+
+    name = "varlen"
+    MISSING = "this torch has no torch.nn.attention.varlen"
+    PROBE_DTYPES = (torch.bfloat16,)  # what `select_attention` chooses it for: bf16 without dropout
+
+    def __init__(self, varlen_attn=None) -> None:
+        if varlen_attn is None:
+            from torch.nn.attention.varlen import varlen_attn
+        self._varlen_attn = varlen_attn
+        self._fallback = BlockDiagonalSDPA()
+
+    def probe(self, device: torch.device, head_dim: int) -> str | None:
+        return _probe(self, device, head_dim, "PyTorch's varlen attention")
+
+    def __call__(self, qkv: torch.Tensor, seqlens: Sequence[int], dropout_p: float) -> torch.Tensor:
+        if dropout_p > 0 or qkv.dtype not in HALF_DTYPES:
+            return self._fallback(qkv, seqlens, dropout_p)
+        offsets = _offsets(tuple(seqlens), qkv.device)
+        longest = max(seqlens)
+        q, k, v = qkv.unbind(1)
+        return self._varlen_attn(q, k, v, offsets, offsets, longest, longest)
+
+
+@functools.lru_cache(maxsize=64)
+def _offsets(seqlens: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """[0, len_0, len_0 + len_1, ...] as int32, the cumulative offsets the flash kernels take."""
+    return torch.tensor([0, *itertools.accumulate(seqlens)], dtype=torch.int32, device=device)
+
+
 class XFormersBlockDiagonal:
     """xFormers memory-efficient attention with a BlockDiagonalMask (the MEXMA setup); CUDA only."""
 
     name = "xformers"
+    MISSING = "xFormers is not installed"
     PROBE_DTYPES = (torch.float32, torch.bfloat16)  # what the encoder and trainer run attention in
 
     def __init__(self, fmha=None) -> None:
@@ -160,18 +201,7 @@ class XFormersBlockDiagonal:
         self._fmha = fmha
 
     def probe(self, device: torch.device, head_dim: int) -> str | None:
-        """None when xFormers runs block-diagonal attention here in every PROBE_DTYPE, else why not."""
-        for dtype in self.PROBE_DTYPES:
-            qkv = torch.zeros(3, 3, 1, head_dim, device=device, dtype=dtype)
-            # NotImplementedError: its dispatcher found no kernel for these inputs; RuntimeError: a kernel
-            # that cannot run on this GPU (built for other architectures)
-            try:
-                self(qkv, [1, 2], 0.0)
-            except (NotImplementedError, RuntimeError) as exc:
-                return (
-                    f"xFormers has no {str(dtype).removeprefix('torch.')} kernel here ({_first_reason(exc)})"
-                )
-        return None
+        return _probe(self, device, head_dim, "xFormers")
 
     def __call__(self, qkv: torch.Tensor, seqlens: Sequence[int], dropout_p: float) -> torch.Tensor:
         bias = self._fmha.attn_bias.BlockDiagonalMask.from_seqlens(list(seqlens))
@@ -179,39 +209,74 @@ class XFormersBlockDiagonal:
         return self._fmha.memory_efficient_attention(q, k, v, attn_bias=bias, p=dropout_p)[0]
 
 
+def _probe(backend, device: torch.device, head_dim: int, library: str) -> str | None:
+    """None when `backend` attends within two sentences here in each of its PROBE_DTYPES, else why not."""
+    for dtype in backend.PROBE_DTYPES:
+        qkv = torch.zeros(3, 3, 1, head_dim, device=device, dtype=dtype)
+        # NotImplementedError: no kernel for these inputs on this device; RuntimeError: a kernel that
+        # cannot run on this GPU (built for other architectures)
+        try:
+            backend(qkv, [1, 2], 0.0)
+        except (NotImplementedError, RuntimeError) as exc:
+            return f"{library} has no {str(dtype).removeprefix('torch.')} kernel here ({_first_reason(exc)})"
+    return None
+
+
 def _first_reason(exc: Exception) -> str:
-    """The first operator's first reason in xFormers' "No operator found" message."""
+    """The first operator's first reason in xFormers' "No operator found" message, else the message's
+    first sentence (PyTorch's dispatcher errors go on for lines)."""
     lines = [line.strip() for line in str(exc).splitlines()]
     reasons = [after for before, after in itertools.pairwise(lines) if before.endswith("because:")]
-    return reasons[0] if reasons else (lines[0] if lines else type(exc).__name__)
+    if reasons:
+        return reasons[0]
+    return lines[0].split(". ")[0] if lines else type(exc).__name__
 
 
-def select_attention(device: torch.device, head_dim: int, prefer: str = "auto") -> PackedAttention:
-    """xFormers on CUDA when installed and working (or when asked for), else the SDPA path.
+ATTENTION_BACKENDS = ("auto", "varlen", "xformers", "sdpa")
 
-    `auto` falls back to SDPA with a warning when xFormers is installed but cannot run here;
-    `xformers` raises BitextmineError instead."""
-    if prefer not in {"auto", "xformers", "sdpa"}:
-        raise ValueError(f"unknown attention backend {prefer!r}")
+
+def select_attention(
+    device: torch.device,
+    head_dim: int,
+    prefer: str = "auto",
+    *,
+    dtype: torch.dtype = torch.float32,
+    dropout: float = 0.0,
+) -> PackedAttention:
+    """The packed attention for a model on `device` whose attention runs in `dtype` with `dropout`.
+
+    `auto` on CUDA: PyTorch's varlen attention where this torch has it and the inputs suit it (bf16 or
+    fp16, no dropout), else xFormers when installed, else SDPA; a GPU backend that is installed but
+    fails its probe is passed over with a warning. Naming `varlen` or `xformers` makes that an error."""
+    if prefer not in ATTENTION_BACKENDS:
+        raise BitextmineError(
+            f"unknown attention backend {prefer!r}: choose from {', '.join(ATTENTION_BACKENDS)}"
+        )
     if prefer == "sdpa" or (prefer == "auto" and device.type != "cuda"):
         return BlockDiagonalSDPA()
-    try:
-        backend = XFormersBlockDiagonal()
-    except ImportError:
-        if prefer == "xformers":
-            raise BitextmineError("attention backend xformers: xFormers is not installed") from None
-        return BlockDiagonalSDPA()
-    return checked_xformers(backend, device, head_dim, strict=prefer == "xformers")
-
-
-def checked_xformers(
-    backend: XFormersBlockDiagonal, device: torch.device, head_dim: int, strict: bool
-) -> PackedAttention:
-    """`backend` if its probe passes; else an error (strict) or SDPA with a warning."""
-    problem = backend.probe(device, head_dim)
-    if problem is None:
-        return backend
-    if strict:
-        raise BitextmineError(f"attention backend xformers: {problem}")
-    warnings.warn(f"{problem}; using PyTorch SDPA attention instead", BitextmineWarning, stacklevel=3)
+    suits = {"varlen": dtype in HALF_DTYPES and dropout == 0, "xformers": True}
+    problems: list[str] = []
+    for candidate in (TorchVarlen, XFormersBlockDiagonal):
+        if prefer != candidate.name and not (prefer == "auto" and suits[candidate.name]):
+            continue
+        try:
+            backend = candidate()
+        except ImportError:
+            if prefer == candidate.name:
+                raise BitextmineError(f"attention backend {prefer}: {candidate.MISSING}") from None
+            continue
+        problem = backend.probe(device, head_dim)
+        if problem is None:
+            _warn_passed_over(problems, backend.name)
+            return backend
+        if prefer == candidate.name:
+            raise BitextmineError(f"attention backend {prefer}: {problem}")
+        problems.append(problem)
+    _warn_passed_over(problems, "PyTorch SDPA")
     return BlockDiagonalSDPA()
+
+
+def _warn_passed_over(problems: list[str], chosen: str) -> None:
+    if problems:
+        message = f"{'; '.join(problems)}; using {chosen} attention instead"
+        warnings.warn(message, BitextmineWarning, stacklevel=3)

@@ -97,17 +97,12 @@ class SentenceEncoder:
         self.max_length = min(settings.max_length, model_limit)
         can_pack = supports_packing(loaded.model)
         self.packed = can_pack if packed is None else packed and can_pack
-        self._packed_forward = (
-            PackedBertForward(
-                loaded.model, select_attention(self.device, head_dim_of(loaded.model.config), attention)
-            )
-            if self.packed
-            else None
-        )
+        precision = resolve_precision(precision, self.device)
+        self._packed_forward = self._packed_forward_for(attention, precision) if self.packed else None
         self.fingerprint = model_fingerprint(loaded.model_dir, settings, self.head.identity())
         self.precision = "fp32"
         self.precision_check: PrecisionCheck | None = None
-        self._set_precision(resolve_precision(precision, self.device))
+        self._set_precision(precision)
 
     @classmethod
     def load(
@@ -141,6 +136,14 @@ class SentenceEncoder:
             attention=attention,
             precision=precision,
             head=head,
+        )
+
+    def _packed_forward_for(self, attention: str, precision: str) -> PackedBertForward:
+        """The packed forward, its attention chosen for the dtype `precision` runs attention in."""
+        model = self.loaded.model
+        dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+        return PackedBertForward(
+            model, select_attention(self.device, head_dim_of(model.config), attention, dtype=dtype)
         )
 
     def _set_precision(self, precision: str) -> None:

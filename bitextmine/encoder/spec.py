@@ -18,6 +18,7 @@ class EncoderSpec:
     overrides: tuple[tuple[str, object], ...] = ()
     max_tokens: int = DEFAULT_MAX_TOKENS
     packed: bool | None = None
+    attention: str = "auto"  # the packed attention backend (encoder/attention.py)
 
     def load(self) -> SentenceEncoder:
         """The encoder, loaded once until `release_encoder`: the jobs of a step run here reuse the step's."""
@@ -35,6 +36,7 @@ class EncoderSpec:
             overrides=dict(self.overrides),
             max_tokens=self.max_tokens,
             packed=self.packed,
+            attention=self.attention,
             precision=self.precision,
         )
 

@@ -83,6 +83,7 @@ class EncodeSummary:
     sentences_encoded: int
     tokens_encoded: int
     truncated: int
+    forwards: list[str]  # the forwards that encoded the shards (`SentenceEncoder.mode`), one per node setup
     seconds: float  # the whole step
     encode_seconds: float  # the model's share: what sentences/s and tokens/s are measured on
     embedding_dir: Path
@@ -310,6 +311,7 @@ def _finish(
         sentences_encoded=sum(s.rows for s in pending),
         tokens_encoded=tokens,
         truncated=sum(s.truncated for s in store.manifest.shards.values()),
+        forwards=sorted({s.forward for s in store.manifest.shards.values() if s.forward}),
         seconds=time.perf_counter() - started,
         encode_seconds=work_seconds,
         embedding_dir=store.root,
@@ -333,7 +335,9 @@ def encode_shard(
     texts, _, _ = read_text_shard(corpus_dir / shard.name, shard.sha256)
     encoded = encoder.encode(texts, progress=progress)
     store.write_shard(
-        EmbeddingShard(_stem(shard.name), shard.rows, shard.sha256, encoded.tokens, encoded.truncated),
+        EmbeddingShard(
+            _stem(shard.name), shard.rows, shard.sha256, encoded.tokens, encoded.truncated, encoder.mode
+        ),
         encoded.vectors,
     )
     return encoded.tokens

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from bitextmine.encoder.attention import select_attention
+from bitextmine.encoder.attention import PackedAttention, select_attention
 from bitextmine.encoder.head import pool as pool_tokens
 from bitextmine.encoder.packed import PACKABLE_MODEL_TYPES, PackedBertForward, head_dim_of, supports_packing
+from bitextmine.encoder.precision import bf16_is_native
 from bitextmine.errors import BitextmineError
 
 
@@ -63,9 +64,7 @@ class TrainEncoder(nn.Module):
         _check_runnable(model, packed)
         self.packer: PackedBertForward | None = None
         if supports_packing(model):
-            device = next(model.parameters()).device
-            backend = select_attention(device, head_dim_of(model.config), attention)
-            self.packer = PackedBertForward(model, backend)
+            self.packer = PackedBertForward(model, _training_attention(model, attention))
 
     @property
     def config(self):
@@ -103,6 +102,14 @@ class TrainEncoder(nn.Module):
         ids[real] = input_ids
         hidden = self.model(input_ids=ids, attention_mask=real.long()).last_hidden_state
         return hidden[real]
+
+
+def _training_attention(model: nn.Module, prefer: str) -> PackedAttention:
+    """The packed attention for training `model` (under bf16 autocast where the device runs bf16)."""
+    device = next(model.parameters()).device
+    dtype = torch.bfloat16 if bf16_is_native(device) else torch.float32
+    dropout = getattr(model.config, "attention_probs_dropout_prob", 0.0)
+    return select_attention(device, head_dim_of(model.config), prefer, dtype=dtype, dropout=dropout)
 
 
 def _check_runnable(model: nn.Module, packed: bool) -> None:

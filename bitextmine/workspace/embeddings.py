@@ -35,6 +35,7 @@ class EmbeddingShard:
     text_sha256: str
     tokens: int
     truncated: int
+    forward: str | None = None  # the encoder's forward and attention, e.g. "packed (varlen)"; None: imported
 
 
 @dataclass

@@ -259,8 +259,9 @@ def test_precision_is_recorded_and_a_resume_at_another_precision_is_refused(tmp_
 
 
 def test_shard_jobs_through_submitit_encode_what_the_local_run_encodes(tmp_path, tiny_model_dir):
-    """--launcher submitit-local: each text shard is a job in its own process, loading the encoder from
-    its spec; the vectors and shard records equal an in-process run's, and job logs are kept."""
+    """--launcher submitit-local: the input file's corpus part and each text shard are jobs in their own
+    processes, the shard jobs loading the encoder from its spec; the vectors and shard records equal an
+    in-process run's, and job logs are kept."""
     source = write_zst(tmp_path / "c.zst", corpus_lines(30, seed=4))
     model = str(tiny_model_dir("bert"))
     common = [str(source), "-l", "de", "-m", model, "--shard-size", "15", "--precision", "fp32"]
@@ -268,7 +269,7 @@ def test_shard_jobs_through_submitit_encode_what_the_local_run_encodes(tmp_path,
     code, output = encode(*common, "-w", str(tmp_path / "jobs"), "--launcher", "submitit-local")
     assert code == 0, output
     assert _digest(tmp_path / "jobs" / "emb" / "de") == _digest(tmp_path / "local" / "emb" / "de")
-    assert len(list((tmp_path / "jobs" / "logs" / "encode").glob("*_log.out"))) == 2
+    assert len(list((tmp_path / "jobs" / "logs" / "encode").glob("*_log.out"))) == 3  # 1 part, 2 shards
 
 
 def test_library_warnings_print_on_one_line_each_time(capsys):

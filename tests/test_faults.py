@@ -77,15 +77,15 @@ def pipeline(tmp_path_factory, tiny_model_dir):
     return dict(steps), snapshots, after
 
 
-# (step, fault point): early, middle, and during the final write of each command. Encode writes 6
-# text shards, the corpus manifest, the embeddings manifest, then per shard its vectors and record
-# (20 writes for de); index-de writes a template, 3 shards and its json; mine writes 4 + 4 neighbour
-# blocks (60 and 55 queries in blocks of 16), 8 sorted candidate runs in its selection scratch,
-# the mined file and the stats.
+# (step, fault point): early, middle, and during the final write of each command. Encode writes its
+# input's corpus part, 6 text shards, the corpus manifest, the embeddings manifest, then per shard its
+# vectors and record (21 writes for de); index-de writes a template, 3 shards and its json; mine writes
+# 4 + 4 neighbour blocks (60 and 55 queries in blocks of 16), 8 sorted candidate runs in its selection
+# scratch, the mined file and the stats.
 FAULTS = [
     ("encode-de", "before-rename@1"),
     ("encode-de", "after-rename@13"),
-    ("encode-de", "before-rename@20"),
+    ("encode-de", "before-rename@21"),
     ("index-de", "after-rename@2"),
     ("mine", "after-rename@1"),
     ("mine", "after-rename@6"),

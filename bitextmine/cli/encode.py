@@ -127,6 +127,14 @@ def encode(
         bool, typer.Option("--dedup", help="Drop exact duplicate sentences (after cleaning).")
     ] = False,
     max_chars: Annotated[int, typer.Option(help="Cut longer lines to this many characters.", min=1)] = 10_000,
+    corpus_workers: Annotated[
+        int,
+        typer.Option(
+            help="Input files read at once, in that many processes (with --launcher local; another "
+            "launcher runs one job a file).",
+            min=1,
+        ),
+    ] = 1,
     text_column: Annotated[
         int | None,
         typer.Option(
@@ -254,6 +262,7 @@ def encode(
         lid=lid,
         lid_lang=lid_lang,
         lid_min_confidence=lid_min_confidence,
+        corpus_workers=corpus_workers,
     )
     if not lid and (lid_lang is not None or lid_min_confidence != DEFAULT_MIN_CONFIDENCE):
         fail(BitextmineError("--lid-lang and --lid-min-confidence apply to --lid: add --lid"))

@@ -19,12 +19,12 @@ from bitextmine.text.reader import STDIN, Columns, CorpusCounts, warn_user
 from bitextmine.workspace.corpus import (
     CorpusManifest,
     LidFilter,
-    SourceInfo,
     TextShard,
-    build_corpus,
     load_manifest,
+    plan_corpus,
     read_text_shard,
 )
+from bitextmine.workspace.corpus_parts import build_corpus_from_parts
 from bitextmine.workspace.embeddings import EmbeddingShard, EmbeddingStore, ModelIdentity
 from bitextmine.workspace.external import VectorsFile, external_model, open_vectors
 from bitextmine.workspace.layout import Workspace
@@ -62,6 +62,7 @@ class EncodeOptions:
     lid: bool = False  # keep only the lines identified as the language (lid_lang, else the one encoded)
     lid_lang: str | None = None
     lid_min_confidence: float = DEFAULT_MIN_CONFIDENCE
+    corpus_workers: int = 1  # local processes reading input files at once (a launcher runs its own jobs)
 
     def lid_filter(self, lang: str) -> LidFilter | None:
         if not self.lid:
@@ -90,37 +91,37 @@ class EncodeSummary:
 
 
 def prepare_corpus(
-    paths: Sequence[str], lang: str, workspace: Workspace, options: EncodeOptions, warn: Callable[[str], None]
+    paths: Sequence[str],
+    lang: str,
+    workspace: Workspace,
+    options: EncodeOptions,
+    warn: Callable[[str], None],
+    launcher: LauncherConfig | None = None,
 ) -> tuple[CorpusManifest, bool]:
-    """Reuse complete text shards built from the same inputs; otherwise (re)build them."""
+    """Reuse complete text shards built from the same inputs; otherwise (re)build them, one part job an
+    input file (run by `launcher`, or by `options.corpus_workers` processes here), then a merge."""
     out_dir = workspace.corpus_dir(lang)
     lid = options.lid_filter(lang)
-    wanted = CorpusManifest(
-        lang=lang,
-        sources=[SourceInfo.of(p) for p in paths],
-        shard_size=options.shard_size,
-        dedup=options.dedup,
-        max_chars=options.max_chars,
-        shards=[],
-        counts=CorpusCounts(),
-        complete=False,
-        columns=options.columns,
-        lid=lid,
+    wanted = plan_corpus(
+        paths, lang, options.shard_size, options.dedup, options.max_chars, options.columns, lid
     )
     existing = load_manifest(out_dir)
     if existing is not None and existing.complete and existing.same_inputs(wanted) and not options.overwrite:
         return existing, False
     _log.debug("reading %s into %s", ", ".join(map(str, paths)), out_dir)
-    manifest = build_corpus(
+    manifest = build_corpus_from_parts(
         paths,
         lang,
         out_dir,
+        workspace.corpus_parts_dir(lang),
         shard_size=options.shard_size,
         dedup=options.dedup,
         max_chars=options.max_chars,
         columns=options.columns,
         lid=lid,
         warn=warn,
+        launcher=launcher,
+        workers=options.corpus_workers,
     )
     return manifest, True
 
@@ -164,7 +165,7 @@ def _encode(
     launcher: LauncherConfig | None,
 ) -> EncodeSummary:
     started = time.perf_counter()
-    corpus, rebuilt = prepare_corpus(paths, lang, workspace, options, reporter.warn)
+    corpus, rebuilt = prepare_corpus(paths, lang, workspace, options, reporter.warn, launcher)
     reporter.corpus_ready(corpus, rebuilt)
     encoder = spec.load()
     store = EmbeddingStore(workspace.embedding_dir(lang), lang)

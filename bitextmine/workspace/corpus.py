@@ -18,9 +18,9 @@ import os
 import re
 import stat
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 
@@ -70,35 +70,49 @@ def iter_corpus(
     Dedup comes first so that each distinct sentence is identified once; as a sentence's language does not
     depend on where it occurs, the rows kept are the same in either order.
     """
-    rows = _unique_rows(paths, counts, dedup, max_chars, columns, warn)
-    return rows if lid is None else _in_language(rows, lid, counts)
+    rows = itertools.chain.from_iterable(
+        iter_rows(path, source, counts, max_chars=max_chars, columns=columns, warn=warn)
+        for source, path in enumerate(paths)
+    )
+    return (s.row for s in sift(rows, counts, dedup, lid) if s.in_language)
 
 
-def _unique_rows(
-    paths: Sequence[str],
-    counts: CorpusCounts,
-    dedup: bool,
-    max_chars: int,
-    columns: Columns | None,
-    warn: Warn,
-) -> Iterator[Row]:
-    seen = Deduplicator() if dedup else None
-    for source, path in enumerate(paths):
-        for row in iter_rows(path, source, counts, max_chars=max_chars, columns=columns, warn=warn):
-            if seen is not None and seen.seen(row.text):
-                counts.duplicates += 1
-                counts.kept -= 1  # iter_rows counted it; kept counts emitted rows only
-                continue
-            yield row
+class Sifted(NamedTuple):
+    row: Row
+    hash: int | None  # the sentence's dedup hash (None without dedup)
+    in_language: bool  # False: language identification found it in another language
 
 
-def _in_language(rows: Iterator[Row], lid: LidFilter, counts: CorpusCounts) -> Iterator[Row]:
-    while batch := list(itertools.islice(rows, LID_BATCH)):
-        keep = is_language([row.text for row in batch], lid.lang, lid.min_confidence)
+def sift(rows: Iterable[Row], counts: CorpusCounts, dedup: bool, lid: LidFilter | None) -> Iterator[Sifted]:
+    """The rows that repeat no earlier sentence (with `dedup`), each with whether it is in `lid`'s language.
+
+    `counts` (which counted every row as kept) gets the duplicates and the rows in another language, and
+    keeps only the rows in neither.
+    """
+    unique = _unique_rows(rows, counts, dedup)
+    if lid is None:
+        yield from (Sifted(row, value, True) for row, value in unique)
+        return
+    while batch := list(itertools.islice(unique, LID_BATCH)):
+        keep = is_language([row.text for row, _ in batch], lid.lang, lid.min_confidence)
         dropped = len(batch) - int(keep.sum())
         counts.wrong_language += dropped
         counts.kept -= dropped
-        yield from itertools.compress(batch, keep)
+        yield from (Sifted(row, value, bool(k)) for (row, value), k in zip(batch, keep, strict=True))
+
+
+def _unique_rows(rows: Iterable[Row], counts: CorpusCounts, dedup: bool) -> Iterator[tuple[Row, int | None]]:
+    if not dedup:
+        yield from ((row, None) for row in rows)
+        return
+    seen = Deduplicator()
+    for row in rows:
+        value = Deduplicator.hash(row.text)
+        if seen.seen_hash(value):
+            counts.duplicates += 1
+            counts.kept -= 1  # iter_rows counted it; kept counts emitted rows only
+            continue
+        yield row, value
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -316,26 +330,57 @@ def build_corpus(
     warn: Warn = warn_user,
     on_shard: Callable[[TextShard], None] | None = None,
 ) -> CorpusManifest:
-    """Read, clean (and dedup) `paths` into text shards in `out_dir`, then write its manifest.
+    """Read, clean (and dedup) `paths` into text shards in `out_dir` in one pass, then write its manifest.
 
     Any error (bad input, a failed write, an interrupt) leaves `out_dir` without shards or manifest.
     """
-    if not paths:
-        raise CorpusError("no input files")
-    out_dir = Path(out_dir)
-    sources = [SourceInfo.of(p) for p in paths]
-    out_dir.mkdir(parents=True, exist_ok=True)
-    _remove_stale(out_dir)
+    plan = plan_corpus(paths, lang, shard_size, dedup, max_chars, columns, lid)
+    clear_corpus(out_dir)
     counts = CorpusCounts()
     rows = iter_corpus(paths, counts, dedup=dedup, max_chars=max_chars, columns=columns, lid=lid, warn=warn)
+    return write_corpus(plan, paths, rows, counts, out_dir, on_shard)
+
+
+def plan_corpus(
+    paths: Sequence[str],
+    lang: str,
+    shard_size: int,
+    dedup: bool,
+    max_chars: int,
+    columns: Columns | None,
+    lid: LidFilter | None,
+) -> CorpusManifest:
+    """The manifest of the corpus `paths` would make, without shards: its inputs as they are now (a
+    missing input is an error) and its settings."""
+    if not paths:
+        raise CorpusError("no input files")
+    sources = [SourceInfo.of(p) for p in paths]
+    return CorpusManifest(lang, sources, shard_size, dedup, max_chars, columns=columns, lid=lid)
+
+
+def clear_corpus(out_dir: Path) -> None:
+    """Make `out_dir` and remove its manifest and text shards, before they are built again."""
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    _remove_stale(Path(out_dir))
+
+
+def write_corpus(
+    plan: CorpusManifest,
+    paths: Sequence[str],
+    rows: Iterable[Row],
+    counts: CorpusCounts,
+    out_dir: Path,
+    on_shard: Callable[[TextShard], None] | None = None,
+) -> CorpusManifest:
+    """Write `rows` (read from `paths`; `counts` is final once they are consumed) as the text shards of
+    `plan`, then its manifest; any error removes them."""
+    out_dir = Path(out_dir)
     try:
-        shards = write_text_shards(rows, out_dir, shard_size, on_shard)
+        shards = write_text_shards(rows, out_dir, plan.shard_size, on_shard)
         if not shards:
             names = ", ".join(display_name(p) for p in paths)
             raise CorpusError(f"no sentences in {names}: every line is empty")
-        manifest = CorpusManifest(
-            lang, sources, shard_size, dedup, max_chars, shards, counts, True, columns, lid
-        )
+        manifest = replace(plan, shards=shards, counts=counts, complete=True)
         write_json(out_dir / MANIFEST_NAME, manifest.to_json())
     except BaseException:
         _remove_stale(out_dir)  # bad input or a failed write leaves no shards of a half-read corpus

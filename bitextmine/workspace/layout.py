@@ -3,6 +3,7 @@
 This is the one place that knows the layout; everything else asks it for paths:
 
     WORK/corpora/L/        text shards and their manifest (workspace/corpus.py)
+    WORK/corpus-parts/L/   one part per input file, merged into the text shards (workspace/corpus_parts.py)
     WORK/emb/L/            embedding shards, their records and manifest (workspace/embeddings.py)
     WORK/index/            L.json and L.faiss, or L.PLAN.NNN.faiss shards (search/faiss_index.py)
     WORK/mined/            PAIR.tsv.zst (or another format), PAIR.stats.json; .neighbours/ (steps/mine.py)
@@ -31,6 +32,9 @@ class Workspace:
 
     def corpus_dir(self, lang: str) -> Path:
         return self.root / "corpora" / check_lang(lang)
+
+    def corpus_parts_dir(self, lang: str) -> Path:
+        return self.root / "corpus-parts" / check_lang(lang)
 
     def embedding_dir(self, lang: str) -> Path:
         return self.root / "emb" / check_lang(lang)

@@ -66,3 +66,14 @@ def indexed_workspace(workspace):
         code, output = run("index", lang, "-w", str(work))
         assert code == 0, output
     return work, shared
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Small indexes: OpenMP threads only add overhead, and much of it on a busy machine (OPQ: 40x)."""
+    import faiss
+
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    yield
+    faiss.omp_set_num_threads(threads)

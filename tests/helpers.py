@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from bitextmine.cli.plots import CURVES
 from bitextmine.evaluation.thresholds import ThresholdRecord
+from bitextmine.workspace.embeddings import EmbeddingShard, EmbeddingStore, ModelIdentity, ShardedVectors
 
 if TYPE_CHECKING:
     import torch
@@ -263,3 +264,31 @@ def naive_block_attention(qkv: torch.Tensor, seqlens: list[int]) -> torch.Tensor
         outputs.append(torch.einsum("hqk,khd->qhd", scores.softmax(-1), v))
         start += n
     return torch.cat(outputs).float()
+
+
+# ------------------------------------------------------------------------ vectors for index tests
+
+
+def unit(x: np.ndarray) -> np.ndarray:
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def random_unit(n: int, dim: int, seed: int = 0) -> np.ndarray:
+    return unit(np.random.default_rng(seed).normal(size=(n, dim)))
+
+
+def clustered_unit(n: int, dim: int, clusters: int = 64, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(clusters, dim))
+    return unit(centres[rng.integers(clusters, size=n)] + 0.4 * rng.normal(size=(n, dim)))
+
+
+def store_vectors(
+    root, vectors: np.ndarray, shard_rows: int = 4000, fingerprint: str = "fp-a"
+) -> ShardedVectors:
+    store = EmbeddingStore(root, "de")
+    store.bind(ModelIdentity("model", fingerprint, vectors.shape[1], {}))
+    for i, start in enumerate(range(0, len(vectors), shard_rows)):
+        block = vectors[start : start + shard_rows]
+        store.write_shard(EmbeddingShard(f"shard-{i:05d}", len(block), "t", 0, 0), block)
+    return store.vectors()

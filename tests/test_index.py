@@ -28,32 +28,9 @@ from bitextmine.search.ivf_scan import search
 from bitextmine.search.knn import rerank
 from bitextmine.search.sharded import bytes_per_vector, plan_ranges
 from bitextmine.steps.index import populate_jobs
-from bitextmine.workspace.embeddings import EmbeddingShard, EmbeddingStore, ModelIdentity, ShardedVectors
+from tests.helpers import clustered_unit, random_unit, store_vectors, unit
 
-
-def unit(x: np.ndarray) -> np.ndarray:
-    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
-
-
-def random_unit(n: int, dim: int, seed: int = 0) -> np.ndarray:
-    return unit(np.random.default_rng(seed).normal(size=(n, dim)))
-
-
-def clustered_unit(n: int, dim: int, clusters: int = 64, seed: int = 0) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    centres = rng.normal(size=(clusters, dim))
-    return unit(centres[rng.integers(clusters, size=n)] + 0.4 * rng.normal(size=(n, dim)))
-
-
-def store_vectors(
-    root, vectors: np.ndarray, shard_rows: int = 4000, fingerprint: str = "fp-a"
-) -> ShardedVectors:
-    store = EmbeddingStore(root, "de")
-    store.bind(ModelIdentity("model", fingerprint, vectors.shape[1], {}))
-    for i, start in enumerate(range(0, len(vectors), shard_rows)):
-        block = vectors[start : start + shard_rows]
-        store.write_shard(EmbeddingShard(f"shard-{i:05d}", len(block), "t", 0, 0), block)
-    return store.vectors()
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
 
 def brute_force(queries: np.ndarray, base: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -64,15 +41,6 @@ def brute_force(queries: np.ndarray, base: np.ndarray, k: int) -> tuple[np.ndarr
 
 def recall(found: np.ndarray, exact: np.ndarray) -> float:
     return float(np.mean([len(set(f) & set(e)) / len(e) for f, e in zip(found, exact, strict=True)]))
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Small indexes: OpenMP threads only add overhead, and much of it on a busy machine (OPQ: 40x)."""
-    threads = faiss.omp_get_max_threads()
-    faiss.omp_set_num_threads(1)
-    yield
-    faiss.omp_set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
@@ -89,11 +57,15 @@ def ivf(tmp_path_factory):
         (200_000, 384, "Flat"),
         (200_001, 384, "IVF2048,Flat"),
         (1_000_000, 384, "IVF4096,Flat"),
-        (4_000_000, 384, "IVF8192,Flat"),
-        (4_000_001, 384, "OPQ48,IVF32768,PQ48np"),
-        (10**9, 384, "OPQ48,IVF262144,PQ48np"),
-        (10**7, 32, "OPQ4,IVF65536,PQ4np"),
-        (10**7, 100, "OPQ10,IVF65536,PQ10np"),
+        (4_000_000, 384, "IVF8192_HNSW32,Flat"),  # an HNSW graph finds the lists above 4,096
+        (4_000_001, 384, "OPQ48,IVF32768_HNSW32,PQ48np"),
+        (
+            10**9,
+            384,
+            "OPQ48,IVF32768_HNSW32,PQ48np",
+        ),  # 64 training rows a list in 4 GiB (see test_index_large)
+        (10**7, 32, "OPQ4,IVF65536_HNSW32,PQ4np"),
+        (10**7, 100, "OPQ10,IVF65536_HNSW32,PQ10np"),
     ],
 )
 def test_choose_factory_by_size(n, dim, expected):
@@ -116,7 +88,7 @@ def test_chosen_factories_are_valid_faiss_strings(n, dim):
         (300_000, 384, 366, "IVF820,Flat"),  # flat coarse search up to 4,096 lists
         (3_000_000, 384, 366, "IVF8197_HNSW32,Flat"),
         (100_000, 384, 1000, "IVF100,Flat"),  # IVF even where the default is exact search
-        (10**9, 384, 4096, "OPQ48,IVF244141_HNSW32,PQ48np"),
+        (10**8, 384, 4096, "OPQ48,IVF24414_HNSW32,PQ48np"),
         (100, 32, 5, "IVF2,Flat"),  # at most n / 39 lists: k-means needs 39 points a centroid
         (10, 32, 5, "IVF1,Flat"),
         (409_600, 32, 100, "IVF4096,Flat"),
@@ -143,12 +115,12 @@ def test_nprobe_and_training_rules():
     assert training_rows("OPQ4,IVF16,PQ4np", 10**6, 32) >= 256 * 39
 
 
-def test_training_sample_is_bounded_in_bytes_but_keeps_64_rows_a_list():
+def test_training_sample_is_bounded_in_bytes():
     affordable = 4 * 2**30 // (4 * 384)  # rows of a 4 GiB float32 sample
     assert training_rows("IVF8197_HNSW32,Flat", 3 * 10**6, 384) == 8197 * 256 < affordable
     assert training_rows("IVF16384,Flat", 10**8, 384) == affordable < 16384 * 256
-    assert training_rows("IVF16384,Flat", 10**8, 3072) == 16384 * 64  # 4 GiB is fewer rows at 3072-d
-    assert training_rows("OPQ48,IVF262144,PQ48np", 10**9, 384) == 262144 * 64
+    assert training_rows("IVF16384,Flat", 10**8, 3072) == affordable // 8  # 4 GiB is fewer rows at 3072-d
+    assert training_rows("OPQ48,IVF262144,PQ48np", 10**9, 384) == affordable
 
 
 def test_flat_search_equals_brute_force(tmp_path):

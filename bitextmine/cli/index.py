@@ -26,7 +26,9 @@ def index(
         typer.Option(
             help="Vectors per IVF list: N / L lists (behind an HNSW coarse quantizer above 4,096), so "
             "the lists a query scans at a given --nprobe do not lengthen as N grows (k-means training "
-            "grows with the list count) \\[default: about 4 sqrt(N) lists, 16 sqrt(N) above 4M vectors].",
+            "grows with the list count; refused where the 4 GiB training sample gives under 39 vectors a "
+            "list) \\[default: about 4 sqrt(N) lists, 16 sqrt(N) above 4M vectors, at most 64 training "
+            "vectors a list in 4 GiB: 32,768 lists at 384-d].",
             min=1,
         ),
     ] = None,
@@ -70,8 +72,9 @@ def index(
     count, model fingerprint, recall@4 against exact search, search speed). Small sets get an exact
     Flat index, larger ones IVF-Flat (or Flat when that searches faster at the recall needed), the
     largest OPQ+IVF+PQ with exact re-ranking. Recall is measured with another encoded language's
-    vectors, as mining searches, and IVF nprobe is tuned on them. --json gets WORK/index/LANG.json's
-    content.
+    vectors, as mining searches, and IVF nprobe is tuned on them. An unsharded index is populated in
+    parts of 1M rows saved as they complete, so a rerun after a kill resumes from the trained index and
+    the parts done. --json gets WORK/index/LANG.json's content.
     """
     from bitextmine.steps.index import IndexOptions
     from bitextmine.steps.index import index as index_language

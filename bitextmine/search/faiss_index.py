@@ -4,6 +4,11 @@ An index is trained on a random sample, populated shard block by shard block (me
 block size plus the index itself), and checked against exact search on a sample of queries: the other
 language's vectors when given (what mining searches with), which also tune nprobe, else its own rows.
 ``WORK/index/L.faiss`` holds the index and ``WORK/index/L.json`` its `IndexInfo`.
+
+`build_index` builds in memory in one pass. The index step builds through files so that a killed build
+resumes: `start_sharded_build` saves the trained template, one job a row range populates a copy of it
+(``L.PLAN.NNN.faiss``), and `finish_sharded_build` searches those shards as they are (`--max-memory`)
+while `finish_merged_build` merges them, in row order, into the one index an unsharded build gives.
 """
 
 from __future__ import annotations
@@ -28,7 +33,9 @@ from bitextmine.search.knn import rerank
 from bitextmine.search.sharded import (
     ShardedIndex,
     ShardFile,
+    even_ranges,
     list_sizes,
+    merge_shards,
     plan_id,
     read_index,
     read_index_cached,
@@ -51,6 +58,7 @@ POINTS_PER_LIST = 39  # FAISS warns below 39 training points per centroid
 # many lists, an HNSW graph above: on 2 cores, for blocks of 65,536 queries and nprobe 8, the flat
 # search took 10.2 us a query over 820 centroids and 22.1 over 2,732, HNSW32 at FAISS's default efSearch
 # 23.8 and 29.4 while missing 1.1% and 2.7% of the nearest lists (bench_ivf.py coarse-search).
+# The library's own list count (no --list-size) takes the HNSW graph above this too.
 FLAT_QUANTIZER_MAX_LISTS = 4096
 PQ_TRAIN_MIN = 256 * POINTS_PER_LIST  # 8-bit PQ codebooks have 256 centroids each
 # k-means trained on few points per list leaves the lists unequal, and a query's scan grows with that
@@ -59,8 +67,17 @@ PQ_TRAIN_MIN = 256 * POINTS_PER_LIST  # 8-bit PQ codebooks have 256 centroids ea
 # sentences with 366 vectors a list (`bench_ivf.py scale`, results/bench_scale.json); the earlier rule,
 # 64 a list, left them less equal (1.37 and 1.68), at about half the indexing time at 1M.
 TRAIN_PER_LIST = 256
-MIN_TRAIN_PER_LIST = 64  # where TRAIN_SAMPLE_BYTES allows fewer
-TRAIN_SAMPLE_BYTES = 4 * 2**30  # the float32 training sample is held in RAM
+# The float32 training sample is held in RAM, and never exceeds this (2,796,202 rows at 384-d, 1,048,576
+# at 1024-d). The library's own list count is lowered (a power of two) until the sample still gives
+# MIN_TRAIN_PER_LIST rows a list: at most 32,768 lists at 384-d and 16,384 at 1024-d, whatever N. An
+# explicit factory or --list-size trains on the capped sample, and is refused when that gives fewer than
+# FAISS's POINTS_PER_LIST a list (`check_training_sample`).
+TRAIN_SAMPLE_BYTES = 4 * 2**30
+MIN_TRAIN_PER_LIST = 64
+# The index step populates an unsharded index in parts of this many rows, each saved as a file that a
+# rerun after a kill keeps (`checkpoint_ranges`): at most one part's work is lost (on 2 cores, roughly a
+# minute of populating at 1M rows), and the parts take the final index's size again on disk until merged.
+CHECKPOINT_ROWS = 1_000_000
 RECALL_TOLERANCE = 1e-6
 TARGET_RECALL = 0.95
 RERANK_FETCH = 64  # PQ codes rank the top 4 poorly (bench_mine: recall 0.41, 1.0 after re-ranking 64)
@@ -116,11 +133,21 @@ def choose_factory(n: int, dim: int, list_size: int | None = None) -> str:
     """
     if list_size is not None:
         nlist = max(1, min(round(n / list_size), n // POINTS_PER_LIST))
-        graph = "_HNSW32" if nlist > FLAT_QUANTIZER_MAX_LISTS else ""
-        return _with_storage(n, dim, f"IVF{nlist}{graph}")
+        return _with_storage(n, dim, _coarse(nlist))
     if n <= FLAT_MAX:
         return "Flat"
-    return _with_storage(n, dim, f"IVF{_lists(n, 4 if n <= IVF_FLAT_MAX else 16)}")
+    nlist = min(_lists(n, 4 if n <= IVF_FLAT_MAX else 16), _affordable_lists(dim))
+    return _with_storage(n, dim, _coarse(nlist))
+
+
+def _coarse(nlist: int) -> str:
+    """IVF with `nlist` lists, found by an HNSW graph above FLAT_QUANTIZER_MAX_LISTS."""
+    return f"IVF{nlist}" + ("_HNSW32" if nlist > FLAT_QUANTIZER_MAX_LISTS else "")
+
+
+def _affordable_lists(dim: int) -> int:
+    """The most lists (a power of two) whose sample of MIN_TRAIN_PER_LIST rows each fits the cap."""
+    return _floor_pow2(max(sample_cap(dim) // MIN_TRAIN_PER_LIST, 1))
 
 
 def _with_storage(n: int, dim: int, ivf: str) -> str:
@@ -180,13 +207,31 @@ def list_imbalance(index: faiss.Index | ShardedIndex) -> float | None:
     return round(float(len(sizes) * np.square(sizes, dtype=np.float64).sum() / float(sizes.sum()) ** 2), 3)
 
 
+def sample_cap(dim: int) -> int:
+    """Rows of `dim` float32 components that TRAIN_SAMPLE_BYTES holds."""
+    return TRAIN_SAMPLE_BYTES // (4 * dim)
+
+
 def training_rows(factory: str, n: int, dim: int) -> int:
-    """Rows to sample when the index needs training: TRAIN_PER_LIST per IVF list while the sample fits in
-    TRAIN_SAMPLE_BYTES, never fewer than MIN_TRAIN_PER_LIST a list, 100k or PQ's 9984."""
+    """Rows to sample when the index needs training: TRAIN_PER_LIST per IVF list, at least 100k or PQ's
+    9984, at most n and `sample_cap(dim)`."""
     nlist = _nlist(factory) or 0
-    affordable = TRAIN_SAMPLE_BYTES // (4 * dim)
-    per_list = min(nlist * TRAIN_PER_LIST, max(affordable, nlist * MIN_TRAIN_PER_LIST))
-    return min(n, max(per_list, 100_000, PQ_TRAIN_MIN))
+    return min(n, sample_cap(dim), max(nlist * TRAIN_PER_LIST, 100_000, PQ_TRAIN_MIN))
+
+
+def check_training_sample(factory: str, n: int, dim: int) -> None:
+    """Refuse, in one line, an IVF index whose capped training sample gives fewer than POINTS_PER_LIST
+    rows a list although the vectors would give them (fewer vectors are FAISS's own error or warning)."""
+    nlist = _nlist(factory)
+    if nlist is None or training_rows(factory, n, dim) >= min(n, nlist * POINTS_PER_LIST):
+        return
+    cap = sample_cap(dim)
+    raise BitextmineError(
+        f"cannot train FAISS index '{factory}': its {nlist:,} lists need {nlist * POINTS_PER_LIST:,} "
+        f"training rows ({POINTS_PER_LIST} a list), more than the {cap:,} that the "
+        f"{TRAIN_SAMPLE_BYTES / 2**30:g} GiB sample holds at {dim}-d: use at most "
+        f"{cap // POINTS_PER_LIST:,} lists"
+    )
 
 
 @dataclass
@@ -215,51 +260,88 @@ def recall_probe(
     return RecallProbe(queries, source, heap.D[:, -1].copy(), seconds)
 
 
+@dataclass(frozen=True)
+class Tuning:
+    """How a built index is measured and tuned (see `build_index`)."""
+
+    nprobe: int | None = None
+    fetch: int | None = None
+    queries: tuple[str, np.ndarray] | None = None
+    target_recall: float | None = None
+    recall_k: int = 4
+    recall_queries: int = 1000
+
+
 def build_index(
     vectors: ShardedVectors,
     lang: str,
     *,
     factory: str | None = None,
-    nprobe: int | None = None,
-    fetch: int | None = None,
-    queries: tuple[str, np.ndarray] | None = None,
-    target_recall: float | None = None,
     gpu: bool = False,
     seed: int = 0,
     chunk_rows: int = 100_000,
-    recall_k: int = 4,
-    recall_queries: int = 1000,
     progress: Callable[[int], None] | None = None,
+    **tuning: Any,
 ) -> tuple[faiss.Index, IndexInfo]:
     """Train on a sample, add every row chunk by chunk (progress(rows) after each), measure recall@k.
 
-    `queries` (language, vectors) are the other language's sentences, as mining will search; then an
-    IVF index without a given nprobe gets the fewest probes reaching `target_recall` on them. Without
-    them, recall is measured on the index's own rows (optimistic) and nprobe follows `default_nprobe`.
-    `target_recall` defaults to TARGET_RECALL.
+    `tuning` holds the fields of `Tuning`. Its `queries` (language, vectors) are the other language's
+    sentences, as mining will search; then an IVF index without a given nprobe gets the fewest probes
+    reaching `target_recall` (default TARGET_RECALL) on them. Without them, recall is measured on the
+    index's own rows (optimistic) and nprobe follows `default_nprobe`.
     An automatically chosen IVF-Flat that searches no faster than exact search is replaced by Flat.
     """
     n, dim = len(vectors), vectors.dim
-    target_recall = TARGET_RECALL if target_recall is None else target_recall
     auto = factory is None
     factory = factory or choose_factory(n, dim)
+    check_training_sample(factory, n, dim)
     rng = np.random.default_rng(seed)
     started = time.perf_counter()
     index, train_rows = _build(factory, dim, vectors, gpu, rng, chunk_rows, progress)
-    build_seconds = time.perf_counter() - started
-    probe = _probe(vectors, queries, recall_k, recall_queries, rng, chunk_rows)
-    fetch = fetch or default_fetch(index, recall_k)
-    nprobe, note = _choose_nprobe(index, factory, nprobe, probe, vectors, recall_k, fetch, target_recall)
-    measured = _measure(index, probe, vectors, recall_k, fetch) if probe else None
-    if auto and not gpu and measured and _is_ivf_flat(index) and measured[1] >= probe.exact_seconds:
+    trained = _Trained(vectors, lang, factory, train_rows, rng, started)
+    return _finish(index, trained, Tuning(**tuning), auto=auto, gpu=gpu, chunk_rows=chunk_rows)
+
+
+@dataclass
+class _Trained:
+    """What measuring and describing a populated index needs from its build."""
+
+    vectors: ShardedVectors
+    lang: str
+    factory: str
+    train_rows: int
+    rng: np.random.Generator  # carries on from the training sample to the recall queries
+    started: float
+
+
+def _finish(
+    index: faiss.Index | ShardedIndex,
+    built: _Trained,
+    tuning: Tuning,
+    *,
+    auto: bool = False,
+    gpu: bool = False,
+    chunk_rows: int = 100_000,
+) -> tuple[faiss.Index | ShardedIndex, IndexInfo]:
+    """Measure recall, tune nprobe, and with `auto` give an IVF-Flat slower than exact search way to Flat."""
+    vectors, factory, k = built.vectors, built.factory, tuning.recall_k
+    build_seconds = time.perf_counter() - built.started
+    target = TARGET_RECALL if tuning.target_recall is None else tuning.target_recall
+    probe = _probe(vectors, tuning.queries, k, tuning.recall_queries, built.rng, chunk_rows)
+    plain = index.template if isinstance(index, ShardedIndex) else index
+    fetch = tuning.fetch or default_fetch(plain, k)
+    nprobe, note = _choose_nprobe(index, factory, tuning.nprobe, probe, vectors, k, fetch, target)
+    measured = _measure(index, probe, vectors, k, fetch) if probe else None
+    train_rows = built.train_rows
+    if auto and not gpu and measured and _is_ivf_flat(plain) and measured[1] >= probe.exact_seconds:
         note = (
             f"{factory} at nprobe {nprobe} searched {measured[1] / max(probe.exact_seconds, 1e-9):.1f}x "
-            f"slower than exact search for recall@{recall_k} {measured[0]:.3f}: built Flat instead"
+            f"slower than exact search for recall@{k} {measured[0]:.3f}: built Flat instead"
         )
-        factory, nprobe, train_rows, fetch = "Flat", None, 0, recall_k
-        index, _ = _build(factory, dim, vectors, False, rng, chunk_rows, None)
+        factory, nprobe, train_rows, fetch = "Flat", None, 0, k
+        index, _ = _build(factory, vectors.dim, vectors, False, built.rng, chunk_rows, None)
         measured = (1.0, probe.exact_seconds)
-    info = _make_info(lang, factory, vectors, nprobe, train_rows, recall_k, probe, measured, build_seconds)
+    info = _make_info(built.lang, factory, vectors, nprobe, train_rows, k, probe, measured, build_seconds)
     return index, replace(info, gpu=gpu, fetch=fetch, note=note, imbalance=list_imbalance(index))
 
 
@@ -296,20 +378,16 @@ def _make_info(
 
 
 @dataclass
-class ShardedBuild:
-    """A sharded index under construction: the trained template, saved, and the shard files to populate
-    from it (`populate_shard`, one job a shard); `finish_sharded_build` measures and tunes the result."""
+class ShardedBuild(_Trained):
+    """An index under construction in files: the trained template, saved, and the row-range files to
+    populate from it (`populate_shard`, one job each); `finish_sharded_build` searches them as shards,
+    `finish_merged_build` merges them into one index."""
 
-    vectors: ShardedVectors
-    lang: str
     index_dir: Path
-    factory: str
     plan: str
     shards: list[ShardFile]
     template: faiss.Index
-    train_rows: int
-    rng: np.random.Generator  # carries on from the training sample to the recall queries
-    started: float
+    auto: bool  # the factory was the library's choice
 
     @property
     def template_path(self) -> Path:
@@ -331,42 +409,47 @@ def start_sharded_build(
     if gpu:
         _check_gpu()
     n, dim = len(vectors), vectors.dim
+    auto = factory is None
     factory = factory or choose_factory(n, dim)
+    check_training_sample(factory, n, dim)
     rng = np.random.default_rng(seed)
     started = time.perf_counter()
     plan = plan_id(vectors.digest(), n, factory, ranges, seed)
     template_path = Path(index_dir) / f"{lang}.{plan}.template.faiss"
     template, train_rows = _template(template_path, factory, dim, vectors, rng, gpu)
     shards = [ShardFile(f"{lang}.{plan}.{i:03d}.faiss", a, b) for i, (a, b) in enumerate(ranges)]
+    trained = _Trained(vectors, lang, factory, train_rows, rng, started)
     return ShardedBuild(
-        vectors, lang, Path(index_dir), factory, plan, shards, template, train_rows, rng, started
+        **vars(trained), index_dir=Path(index_dir), plan=plan, shards=shards, template=template, auto=auto
     )
 
 
-def finish_sharded_build(
-    build: ShardedBuild,
-    *,
-    nprobe: int | None = None,
-    fetch: int | None = None,
-    queries: tuple[str, np.ndarray] | None = None,
-    target_recall: float | None = None,
-    recall_k: int = 4,
-    recall_queries: int = 1000,
-) -> tuple[ShardedIndex, IndexInfo]:
-    """Once every shard is populated: measure recall and tune nprobe as `build_index` does."""
-    vectors = build.vectors
-    build_seconds = time.perf_counter() - build.started
+def checkpoint_ranges(n: int, factory: str, dim: int, rows: int = CHECKPOINT_ROWS) -> list[tuple[int, int]]:
+    """The parts, of at most `rows` rows, that the index step populates an unsharded index in: one part
+    where FAISS cannot merge such indexes (HNSW, refined, ID-mapped)."""
+    return even_ranges(n, math.ceil(n / rows) if _mergeable(_new_index(factory, dim)) else 1)
+
+
+def _mergeable(index: faiss.Index) -> bool:
+    """Whether FAISS merges two copies of `index` populated with different rows (`merge_shards`)."""
+    typed = faiss.downcast_index(index)  # a view: `index` still owns the C++ object
+    if isinstance(typed, faiss.IndexPreTransform):
+        return _mergeable(typed.index)
+    return isinstance(typed, faiss.IndexIVF | faiss.IndexFlatCodes)
+
+
+def finish_sharded_build(build: ShardedBuild, **tuning: Any) -> tuple[ShardedIndex, IndexInfo]:
+    """Once every shard is populated: measure recall and tune nprobe (`Tuning`) as `build_index` does."""
     index = ShardedIndex(build.index_dir, build.shards, build.template)
-    probe = _probe(vectors, queries, recall_k, recall_queries, build.rng, 100_000)
-    fetch = fetch or default_fetch(build.template, recall_k)
-    target = TARGET_RECALL if target_recall is None else target_recall
-    nprobe, note = _choose_nprobe(index, build.factory, nprobe, probe, vectors, recall_k, fetch, target)
-    measured = _measure(index, probe, vectors, recall_k, fetch) if probe else None
-    info = _make_info(
-        build.lang, build.factory, vectors, nprobe, build.train_rows, recall_k, probe, measured, build_seconds
-    )
-    info = replace(info, fetch=fetch, note=note, imbalance=list_imbalance(index))
+    index, info = _finish(index, build, Tuning(**tuning))
     return index, replace(info, plan=build.plan, shards=[asdict(s) for s in build.shards])
+
+
+def finish_merged_build(build: ShardedBuild, **tuning: Any) -> tuple[faiss.Index, IndexInfo]:
+    """Once every part is populated: their merge, measured and tuned (`Tuning`) as `build_index` does;
+    saved by `save_index` as one ``L.faiss``, which removes the parts and the template."""
+    index = merge_shards(build.index_dir, build.shards)
+    return _finish(index, build, Tuning(**tuning), auto=build.auto)
 
 
 def _template(
@@ -535,12 +618,32 @@ def _train(index: faiss.Index, vectors: ShardedVectors, factory: str, rng: np.ra
 
 
 def _train_on(index: faiss.Index, sample: np.ndarray, factory: str) -> None:
+    """Train `index` on `sample` (which a rotation may overwrite: see `_train_rotated`)."""
     try:
-        index.train(sample)
+        typed = faiss.downcast_index(index)  # a view: `index` still owns the C++ object
+        if isinstance(typed, faiss.IndexPreTransform) and not typed.is_trained:
+            _train_rotated(typed, sample)
+        else:
+            index.train(sample)
     except RuntimeError as exc:
         raise BitextmineError(
             f"cannot train FAISS index '{factory}' on {len(sample):,} rows: {_faiss_message(exc)}"
         ) from None
+
+
+def _train_rotated(index: faiss.IndexPreTransform, sample: np.ndarray, chunk_rows: int = 100_000) -> None:
+    """What IndexPreTransform.train does for one transform that keeps the dimension (OPQ), without its
+    transformed copy of the sample: the sample is rotated in place, so training holds one sample (at most
+    TRAIN_SAMPLE_BYTES) in memory, not two."""
+    transform = faiss.downcast_VectorTransform(index.chain.at(0))
+    if index.chain.size() != 1 or transform.d_in != transform.d_out:
+        index.train(sample)
+        return
+    transform.train(sample)  # OPQ trains on a subsample of its own
+    for first in range(0, len(sample), chunk_rows):
+        sample[first : first + chunk_rows] = transform.apply(sample[first : first + chunk_rows])
+    index.index.train(sample)
+    index.is_trained = True
 
 
 def set_nprobe(index: faiss.Index | ShardedIndex, nprobe: int) -> None:

@@ -6,6 +6,8 @@ process, or on a cluster through the launcher) and saves each as ``L.PLAN.NNN.fa
 loads one shard at a time and merges the per-shard top-k, so memory stays at the largest shard.
 PLAN is a digest of what the shards depend on (the vectors' digest, rows, factory, ranges, seed):
 a rerun keeps the shard files of the same plan, so an interrupted build resumes shard by shard.
+An unsharded build goes the same way with parts of at most CHECKPOINT_ROWS rows (faiss_index.py), which
+`merge_shards` then joins into one index.
 """
 
 from __future__ import annotations
@@ -46,10 +48,16 @@ def bytes_per_vector(factory: str, dim: int) -> int:
 
 def plan_ranges(n: int, factory: str, dim: int, max_bytes: float | None) -> list[tuple[int, int]]:
     """Row ranges of (nearly) equal size whose indexes each fit in `max_bytes` (None: one range)."""
-    if not max_bytes or n == 0:
+    if not max_bytes:
         return [(0, n)]
-    shards = max(1, math.ceil(n * bytes_per_vector(factory, dim) / max_bytes))
-    cuts = np.linspace(0, n, shards + 1).round().astype(int)
+    return even_ranges(n, math.ceil(n * bytes_per_vector(factory, dim) / max_bytes))
+
+
+def even_ranges(n: int, count: int) -> list[tuple[int, int]]:
+    """`count` consecutive row ranges of (nearly) equal size covering [0, n); one where n is 0."""
+    if n == 0:
+        return [(0, 0)]
+    cuts = np.linspace(0, n, max(1, count) + 1).round().astype(int)
     return [(int(a), int(b)) for a, b in itertools.pairwise(cuts)]
 
 
@@ -87,6 +95,16 @@ def populate_shard(
             progress(len(block))
     write_index(index, out)
     return stop - start
+
+
+def merge_shards(index_dir: Path, shards: list[ShardFile]) -> faiss.Index:
+    """One index holding the shards' rows in order, as if they had been added to one copy of the template:
+    each shard is read, merged and freed in turn (memory: the merged index plus one shard)."""
+    merged = read_index(Path(index_dir) / shards[0].file)
+    ivf = faiss.try_extract_index_ivf(merged) is not None  # IVF lists keep ids; flat codes are numbered
+    for shard in shards[1:]:
+        merged.merge_from(read_index(Path(index_dir) / shard.file), shard.start if ivf else 0)
+    return merged
 
 
 def write_index(index: faiss.Index, path: Path) -> None:

@@ -10,10 +10,13 @@ from bitextmine.errors import BitextmineError
 from bitextmine.launch.config import LauncherConfig
 from bitextmine.launch.jobs import Job, Progress, run_jobs
 from bitextmine.search.faiss_index import (
+    CHECKPOINT_ROWS,
     IndexInfo,
     ShardedBuild,
     build_index,
+    checkpoint_ranges,
     choose_factory,
+    finish_merged_build,
     finish_sharded_build,
     save_index,
     start_sharded_build,
@@ -69,6 +72,7 @@ class IndexOptions:
     gpu: bool = False
     seed: int = 0
     max_memory_gb: float | None = None  # one shard's size in RAM; None: one index
+    checkpoint_rows: int = CHECKPOINT_ROWS  # rows a part of an unsharded build (what a kill may lose)
 
     def __post_init__(self) -> None:
         if self.factory is not None and self.list_size is not None:
@@ -85,8 +89,10 @@ def index(
     """Build, measure and save the index of `lang` (WORK/index/LANG.json and its .faiss files).
 
     An index larger than `options.max_memory_gb`, or any index when `launcher` sends jobs elsewhere, is
-    built as row-range shards, one job a shard (a rerun keeps the shards already saved); `progress`
-    counts the rows added either way.
+    built as row-range shards, one job a shard (a rerun keeps the shards already saved). Any other is
+    populated in parts of `options.checkpoint_rows` rows, saved as they complete and merged at the end,
+    so that a rerun after a kill keeps the trained template and the parts done (with `gpu`: in memory,
+    in one pass). `progress` counts the rows added either way.
     """
     options = options or IndexOptions()
     queries_from = options.queries_from
@@ -106,7 +112,14 @@ def index(
         tuning = dict(
             nprobe=options.nprobe, fetch=options.fetch, queries=queries, target_recall=options.target_recall
         )
-        if len(ranges) > 1 or (launcher is not None and launcher.launcher != "local"):
+        sharded = len(ranges) > 1 or (launcher is not None and launcher.launcher != "local")
+        if options.gpu and not sharded:
+            index, info = build_index(
+                vectors, lang, factory=factory, gpu=True, seed=options.seed, progress=progress, **tuning
+            )
+        else:
+            if not sharded:
+                ranges = checkpoint_ranges(len(vectors), chosen, vectors.dim, options.checkpoint_rows)
             build = start_sharded_build(
                 vectors,
                 lang,
@@ -117,17 +130,8 @@ def index(
                 gpu=options.gpu,
             )
             run_jobs(populate_jobs(build), launcher, "index", progress)
-            index, info = finish_sharded_build(build, **tuning)
-        else:
-            index, info = build_index(
-                vectors,
-                lang,
-                factory=factory,
-                gpu=options.gpu,
-                seed=options.seed,
-                progress=progress,
-                **tuning,
-            )
+            finish = finish_sharded_build if sharded else finish_merged_build
+            index, info = finish(build, **tuning)
         info = save_index(index, info, workspace.index_dir())  # with the files' checksums
     return info
 

@@ -106,8 +106,9 @@ def train(
     data: Annotated[
         list[str],
         typer.Option(
-            help="Pair files X.xx (with X.en next to it), NAME.xx-en.tsv files, mine's output named after "
-            "its pair (de-en.tsv.zst, .tsv.gz, .tsv, .jsonl, .parquet) or directories of them."
+            help="Pair files X.xx (with X.en or X.eng next to it), xx.SPLIT (with eng.SPLIT next to it, as "
+            "FLORES), NAME.xx-en.tsv files, mine's output named after its pair (de-en.tsv.zst, .tsv.gz, "
+            ".tsv, .jsonl, .parquet) or directories of them."
         ),
     ],
     out_dir: Annotated[Path, typer.Option("--out", help="Output model dir (checkpoints and log inside).")],
@@ -187,6 +188,10 @@ def train(
             help="VMSST: batches over which the KL weight rises from 0 to 1 (0: 1 from the start).", min=0
         ),
     ] = 1_000_000,
+    teacher: Annotated[
+        str | None,
+        typer.Option(help="distill: the frozen teacher model (dir or hub id) \\[default: --base]."),
+    ] = None,
     vocab_size: Annotated[int, typer.Option(help="--from-scratch vocabulary size.")] = 16000,
     layers: Annotated[int, typer.Option(help="--from-scratch layers.")] = 6,
     hidden: Annotated[int, typer.Option(help="--from-scratch hidden size.")] = 384,
@@ -254,6 +259,7 @@ def train(
                 "mexma_alignment": mexma_alignment,
                 "vmsst_lambda": vmsst_lambda,
                 "vmsst_kl_steps": vmsst_kl_steps,
+                **({"teacher": teacher} if teacher else {}),  # absent unless given: older checkpoints resume
             },
             scratch={"vocab_size": vocab_size, "layers": layers, "hidden": hidden, "heads": heads},
         )

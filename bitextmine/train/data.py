@@ -1,9 +1,11 @@
 """Training pairs: discovery, aligned streaming reading, held-out exclusion, shuffling and batching.
 
-A source is a pair of line-aligned files ``X.xx`` / ``X.en``, a TSV of ``xx<TAB>en`` lines with the
-pair in its file name (e.g. ``pairs.de-en.tsv``), or `mine`'s output named after its pair (e.g.
-``de-en.tsv.zst``; `bitextmine.train.mined`), whose pairs may carry weights. Sources are read lazily and
-interleaved line by line, passed through a seeded shuffle buffer and cut into batches by a token
+A source is a pair of line-aligned files ``X.xx`` / ``X.en`` (or ``X.eng``, as Tatoeba names it), a
+file ``xx.SPLIT`` of an N-way parallel folder holding ``eng.SPLIT`` (FLORES: ``amh.dev`` with
+``eng.dev``), a TSV of ``xx<TAB>en`` lines with the pair in its file name (e.g. ``pairs.de-en.tsv``), or
+`mine`'s output named after its pair (e.g. ``de-en.tsv.zst``; `bitextmine.train.mined`), whose pairs may
+carry weights. Every pair has an English side: the file names say which it is. Sources are read lazily
+and interleaved line by line, passed through a seeded shuffle buffer and cut into batches by a token
 budget. The stream is a pure function of (sources, seed), so a run resumes exactly by skipping the
 number of pairs it had drawn.
 """
@@ -34,18 +36,20 @@ from bitextmine.train.mined import (
 )
 
 ENGLISH = "en"
+ENGLISH_SUFFIXES = (ENGLISH, "eng")  # X.xx next to X.en or X.eng (Tatoeba)
+NWAY_ENGLISH = ("eng", "eng_Latn")  # xx.SPLIT next to eng.SPLIT (FLORES-101, FLORES-200)
 _LANG = r"[a-z]{2,3}(?:_[A-Za-z]+)?"
 _PAIR_IN_NAME = re.compile(rf"(?<![^._-])(?=({_LANG})-({_LANG})(?![^._-]))")  # every LANG-LANG in a name
 _NOT_TRAINING_DATA = (
     "not training data: expected X.xx next to X.en, NAME.xx-en.tsv, or mine's output named after its "
-    f"pair ({', '.join('.' + fmt for fmt in FORMATS)})"
+    f"pair ({', '.join('.' + fmt for fmt in FORMATS)}), or xx.SPLIT next to eng.SPLIT (N-way, as FLORES)"
 )
 
 
 @dataclass(frozen=True)
 class PairSource:
     lang: str  # the non-English side
-    paths: tuple[str, ...]  # (xx file, en file) or (tsv,) or (mined file,)
+    paths: tuple[str, ...]  # (xx file, English file) or (tsv,) or (mined file,)
     mined: MinedSelection | None = None  # for mine's output: how it is read, kept and weighted
 
 
@@ -60,8 +64,9 @@ class Pair:
 def find_sources(
     paths: Sequence[str], scores: ScoreUse = NO_SCORE_USE, note: Callable[[str], None] | None = None
 ) -> list[PairSource]:
-    """Pair sources from files (an ``X.xx`` whose ``X.en`` exists, an ``X.en`` with one ``X.xx``
-    sibling, a TSV, mine's output) and directories (every such source below them), in a stable order.
+    """Pair sources from files (an ``X.xx`` whose ``X.en`` or ``X.eng`` exists, an English file with one
+    ``X.xx`` sibling, an ``xx.SPLIT`` next to ``eng.SPLIT``, a TSV, mine's output) and directories (every
+    such source below them), in a stable order.
 
     Mined files are read through once here (checked, their pairs kept by `scores` counted, weights
     fitted), and `note` gets a line about each.
@@ -97,35 +102,60 @@ def _pairs_in_dir(directory: Path, scores: ScoreUse) -> list[PairSource]:
         if p.is_file() and (p.suffix == ".tsv" or (table_format(p) and _pair_in_name(p)))
     ]
     found = [_source_of_file(p, scores) for p in tables]
-    for english in sorted(directory.rglob(f"*.{ENGLISH}")):
-        found += [PairSource(lang, (str(other), str(english))) for lang, other in _siblings(english)]
+    for suffix in ENGLISH_SUFFIXES:
+        for english in sorted(directory.rglob(f"*.{suffix}")):
+            found += [PairSource(lang, (str(other), str(english))) for lang, other in _siblings(english)]
+    for stem in NWAY_ENGLISH:
+        for english in sorted(directory.rglob(f"{stem}.*")):
+            found += [PairSource(lang, (str(other), str(english))) for lang, other in _nway_siblings(english)]
     return found
 
 
 def _siblings(english: Path) -> list[tuple[str, Path]]:
-    """(lang, path) of the files next to ``X.en`` named ``X.lang``."""
-    stem = english.name[: -len(ENGLISH) - 1]
+    """(lang, path) of the files next to ``X.en`` (or ``X.eng``) named ``X.lang``."""
+    stem = english.stem
     return [
-        (p.name[len(stem) + 1 :], p)
+        (lang, p)
         for p in sorted(english.parent.glob(f"{stem}.*"))
-        if p != english and p.is_file() and re.fullmatch(_LANG, p.name[len(stem) + 1 :])
+        if p.is_file()
+        and re.fullmatch(_LANG, lang := p.name[len(stem) + 1 :])
+        and lang not in ENGLISH_SUFFIXES
     ]
+
+
+def _nway_siblings(english: Path) -> list[tuple[str, Path]]:
+    """(lang, path) of the files next to ``eng.SPLIT`` named ``lang.SPLIT`` (an N-way parallel folder)."""
+    return [
+        (p.stem, p)
+        for p in sorted(english.parent.glob(f"*{english.suffix}"))
+        if p.is_file() and re.fullmatch(_LANG, p.stem) and p.stem not in NWAY_ENGLISH
+    ]
+
+
+def _nway_english(path: Path) -> Path | None:
+    """The ``eng.SPLIT`` next to a non-English ``xx.SPLIT``: the file is then part of an N-way folder."""
+    if not path.suffix or path.stem in NWAY_ENGLISH or not re.fullmatch(_LANG, path.stem):
+        return None
+    return next((e for stem in NWAY_ENGLISH if (e := path.with_name(stem + path.suffix)).is_file()), None)
 
 
 def _source_of_file(path: Path, scores: ScoreUse) -> PairSource:
     fmt = table_format(path)
     if fmt is not None:
         return _source_of_table(path, fmt, scores)
-    if path.suffix == f".{ENGLISH}":
+    if nway := _nway_english(path):
+        return PairSource(path.stem, (str(path), str(nway)))
+    if path.suffix[1:] in ENGLISH_SUFFIXES:
         siblings = _siblings(path)
         if len(siblings) != 1:
             raise BitextmineError(f"{path}: expected exactly one X.xx file next to it, found {len(siblings)}")
         return PairSource(siblings[0][0], (str(siblings[0][1]), str(path)))
     if not re.fullmatch(_LANG, path.suffix[1:]):
         raise BitextmineError(f"{path}: {_NOT_TRAINING_DATA}")
-    english = path.with_suffix(f".{ENGLISH}")
-    if not english.is_file():
-        raise BitextmineError(f"{path}: its English side {english} does not exist")
+    english = next((e for s in ENGLISH_SUFFIXES if (e := path.with_suffix(f".{s}")).is_file()), None)
+    if english is None:
+        missing = path.with_suffix(f".{ENGLISH}")
+        raise BitextmineError(f"{path}: its English side {missing} does not exist (nor {missing.stem}.eng)")
     return PairSource(path.suffix[1:], (str(path), str(english)))
 
 
@@ -311,6 +341,7 @@ class PairBatch:
     langs: list[str]
     pairs_drawn: int  # position in the stream after this batch (what a resume skips)
     weights: list[float | None] = field(default_factory=list)  # Pair.weight of each pair
+    english: list[str] = field(default_factory=list)  # each pair's English sentence (for distill)
 
     @property
     def tokens(self) -> int:
@@ -353,6 +384,7 @@ def token_batches(
             batch.tgt_ids.append(t)
             batch.langs.append(pair.lang)
             batch.weights.append(pair.weight)
+            batch.english.append(pair.tgt)
             batch.pairs_drawn = drawn
 
 

@@ -42,7 +42,8 @@ from bitextmine.train.data import (
 from bitextmine.train.evaluation import EvalSets, evaluate_model
 from bitextmine.train.mined import ScoreUse
 from bitextmine.train.model import TrainContext, TrainEncoder
-from bitextmine.train.objectives.registry import build_objectives, check_pair_weighting
+from bitextmine.train.objectives.distill import TEACHER_DIR, TeacherVectors, load_teacher
+from bitextmine.train.objectives.registry import READS_ENGLISH, build_objectives, check_pair_weighting
 from bitextmine.workspace.locks import file_lock
 
 LOG_FILE = "train_log.jsonl"
@@ -93,6 +94,17 @@ class TrainConfig:
             raise BitextmineError("no budget: pass --max-steps N and/or --max-minutes M")
         if self.weight_by_score:
             check_pair_weighting(self.objectives)
+        if self.options.get("teacher") and "distill" not in self.objectives:
+            raise BitextmineError("--teacher is the distill objective's teacher: add distill to --objectives")
+        if "distill" in self.objectives and self.from_scratch and not self.options.get("teacher"):
+            raise BitextmineError(
+                "distill from scratch needs --teacher MODEL (its default is the --base model)"
+            )
+
+    @property
+    def teacher(self) -> str | None:
+        """The distill objective's teacher model: --teacher, else the base model."""
+        return self.options.get("teacher") or self.base if "distill" in self.objectives else None
 
     def resume_key(self) -> dict[str, Any]:
         """What must match for a checkpoint to be continued (budgets and evaluation may change)."""
@@ -139,6 +151,7 @@ class _Run:
     schedule: torch.optim.lr_scheduler.LambdaLR
     autocast: bool
     tokenize: Callable[[list[str]], list[list[int]]]
+    teacher: TeacherVectors | None = None  # distill's teacher, whose new vectors are saved at checkpoints
     step: int = 0
     pairs_drawn: int = 0
     pairs: int = 0
@@ -150,7 +163,7 @@ def train(config: TrainConfig, reporter: Reporter | None = None) -> TrainSummary
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     with file_lock(out / LOCK_FILE, exclusive=True, what=f"{out} (another train run is writing it)"):
-        for folder in (out, checkpoint_dir(out), out / VOCABULARY_DIR):
+        for folder in (out, checkpoint_dir(out), out / VOCABULARY_DIR, *(out / TEACHER_DIR).glob("*/")):
             remove_temporaries(folder)  # of killed runs: no other run writes here while we hold the lock
         return _train(config, reporter or Reporter())
 
@@ -180,11 +193,11 @@ def _train(config: TrainConfig, reporter: Reporter) -> TrainSummary:
     while not _budget_spent(run, started):
         loss = _optimizer_step(run, batches, reporter, started)
         if config.checkpoint_every and run.step % config.checkpoint_every == 0:
-            reporter.checkpoint(save_checkpoint(config.out, run.step, _state(run), config.keep_checkpoints))
+            _save_checkpoint(run, reporter)
         if config.eval_every and run.step % config.eval_every == 0:
             evaluation = _evaluate(run, reporter)
     if run.step > resumed_from:
-        reporter.checkpoint(save_checkpoint(config.out, run.step, _state(run), config.keep_checkpoints))
+        _save_checkpoint(run, reporter)
     if not evaluation or (config.eval_every and run.step % config.eval_every):
         evaluation = _evaluate(run, reporter)
     save_model(run, evaluation, excluded_pairs=skipped[0])
@@ -209,7 +222,10 @@ def _build_run(config: TrainConfig, sources, reporter: Reporter) -> _Run:
     special = frozenset(tokenizer.all_special_ids)
     generator = torch.Generator().manual_seed(config.seed)
     ctx = TrainContext(encoder, tokenizer.mask_token_id, special, len(tokenizer), languages, generator)
-    objectives = build_objectives(config.objectives, encoder, ctx, config.options).to(device)
+    teacher = load_teacher(config.teacher, device, Path(config.out) / TEACHER_DIR) if config.teacher else None
+    objectives = build_objectives(
+        config.objectives, encoder, ctx, config.options, teacher, normalize=settings.normalize
+    ).to(device)
     params = [p for p in [*encoder.parameters(), *objectives.parameters()] if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_factor(config))
@@ -227,6 +243,7 @@ def _build_run(config: TrainConfig, sources, reporter: Reporter) -> _Run:
         schedule,
         autocast,
         _tokenizer_fn(tokenizer, settings.prefix, config.max_length),
+        teacher,
     )
 
 
@@ -257,6 +274,12 @@ def _starting_model(config: TrainConfig, sources, device: torch.device, warn: Ca
             f"transformer's {settings.pooling} pooling, without them (docs/training.md)"
         )
     return loaded.model, loaded.tokenizer, settings, loaded.model_dir
+
+
+def _save_checkpoint(run: _Run, reporter: Reporter) -> None:
+    if run.teacher is not None:  # what a resume from this checkpoint need not encode again
+        run.teacher.save()
+    reporter.checkpoint(save_checkpoint(run.config.out, run.step, _state(run), run.config.keep_checkpoints))
 
 
 def _lr_factor(config: TrainConfig) -> Callable[[int], float]:
@@ -335,13 +358,14 @@ def batch_loss(
     src_langs = torch.tensor([index[lang] for lang in batch.langs], device=device)
     pair_weights = batch.pair_weights
     weighted = {} if pair_weights is None else {"pair_weights": torch.tensor(pair_weights, device=device)}
+    english = {"english": batch.english}
     tgt_langs = torch.full_like(src_langs, index[ENGLISH])
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
         src, tgt = encoder.encode_pair(batch.src_ids, batch.tgt_ids, src_langs, tgt_langs)
         total = torch.zeros((), device=device)
         terms: dict[str, float] = {}
         for name, objective in objectives.items():
-            output = objective(src, tgt, ctx, **weighted)
+            output = objective(src, tgt, ctx, **weighted, **(english if name in READS_ENGLISH else {}))
             total = total + weights[name] * output.loss.float()
             terms.update({f"{name}/{key}": value for key, value in output.terms.items()})
     return total, terms

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from bitextmine.errors import BitextmineError
 
-OBJECTIVES = ("contrastive", "mexma", "rtl", "vmsst", "xtr")
+OBJECTIVES = ("contrastive", "mexma", "rtl", "vmsst", "xtr", "distill")
 
 
 def parse_objectives(spec: str) -> dict[str, float]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
@@ -10,8 +10,12 @@ from bitextmine.errors import BitextmineError
 from bitextmine.train.model import TrainContext, TrainEncoder
 from bitextmine.train.objectives.names import OBJECTIVES
 
+if TYPE_CHECKING:
+    from bitextmine.train.objectives.distill import TeacherVectors
+
 _BERT_HEADS = ("mexma", "rtl", "vmsst")  # their heads are BERT layers, run by the packer
 PAIR_WEIGHTED = ("contrastive",)  # objectives whose forward takes `pair_weights` (train --weight-by-score)
+READS_ENGLISH = ("distill",)  # objectives whose forward takes `english`, the batch's English sentences
 
 
 def check_pair_weighting(weights: dict[str, float]) -> None:
@@ -25,12 +29,27 @@ def check_pair_weighting(weights: dict[str, float]) -> None:
 
 
 def build_objectives(
-    weights: dict[str, float], encoder: TrainEncoder, ctx: TrainContext, options: dict[str, Any]
+    weights: dict[str, float],
+    encoder: TrainEncoder,
+    ctx: TrainContext,
+    options: dict[str, Any],
+    teacher: TeacherVectors | None = None,
+    normalize: bool = True,
 ) -> nn.ModuleDict:
-    return nn.ModuleDict({name: _build(name, encoder, ctx, options) for name in weights})
+    """The objectives of `weights`. `distill` needs `teacher`, and compares the student's vectors
+    normalised when `normalize` (the model's settings normalise its vectors)."""
+    return nn.ModuleDict(
+        {name: _build(name, encoder, ctx, options, (teacher, normalize)) for name in weights}
+    )
 
 
-def _build(name: str, encoder: TrainEncoder, ctx: TrainContext, options: dict[str, Any]) -> nn.Module:
+def _build(
+    name: str,
+    encoder: TrainEncoder,
+    ctx: TrainContext,
+    options: dict[str, Any],
+    distill: tuple[TeacherVectors | None, bool],
+) -> nn.Module:
     config = encoder.config
     if name in _BERT_HEADS and encoder.packer is None:
         others = ", ".join(o for o in OBJECTIVES if o not in _BERT_HEADS)
@@ -47,6 +66,13 @@ def _build(name: str, encoder: TrainEncoder, ctx: TrainContext, options: dict[st
             margin=options.get("margin", 0.0),
             projection=options.get("projection", False),
         )
+    if name == "distill":
+        from bitextmine.train.objectives.distill import Distill
+
+        teacher, normalize = distill
+        if teacher is None:
+            raise ValueError("the distill objective needs its teacher's vectors")
+        return Distill(teacher, config.hidden_size, normalize=normalize)
     if name == "mexma":
         from bitextmine.train.objectives.mexma import Mexma
 

@@ -9,7 +9,7 @@ MODEL  ?= $(SHARED)/models/multilingual-e5-small-q4
 BUCC   ?= $(SHARED)/data/bucc-like
 WORK   ?= bitextmine-work/demo
 
-.PHONY: install test test-fast test-slurm demo bench bench-encode bench-mine bench-train bench-ivf bench-ivf-bases bench-ivf-scale bench-ivf-list-scan bench-ivf-balance bench-ivf-scan-budget bench-ivf-coarse-search bench-ivf-report bench-scale bench-list-scan bench-scan-budget bench-coarse-search bench-analysis bench-lid bench-filters lint format clean
+.PHONY: install test test-fast test-slurm demo bench bench-encode bench-mine bench-train bench-ivf bench-ivf-bases bench-ivf-scale bench-ivf-list-scan bench-ivf-balance bench-ivf-scan-budget bench-ivf-coarse-search bench-ivf-report bench-scale bench-list-scan bench-scan-budget bench-coarse-search bench-analysis bench-lid bench-filters bench-thresholds lint format clean
 
 install: $(VENV)/.installed
 
@@ -130,6 +130,14 @@ bench-lid: install
 # calibrated on the clean dev split; what each removes, its throughput (~15 min on 2 cores, ~2 min cached).
 bench-filters: install
 	$(BIN)/python examples/benchmarks/bench_filters.py
+
+# Threshold transfer: each bucc-like dev split cut in two halves by its gold pairs, 20 times; what a threshold
+# learned on one half loses on the other, per rule (best F1, bagged, joint, precision targets); ~8 min a model with
+# its cache. THRESHOLD_MODEL=DIR THRESHOLD_LABEL=NAME measures a trained model.
+THRESHOLD_MODEL ?= $(SHARED)/models/multilingual-e5-small-q4
+THRESHOLD_LABEL ?= base
+bench-thresholds: install
+	$(BIN)/python examples/benchmarks/bench_thresholds.py --label "$(THRESHOLD_LABEL)" --model "$(THRESHOLD_MODEL)"
 
 # Training objectives: each row trains for TRAIN_MINUTES then evaluates (~3 min); rows accumulate in
 # examples/benchmarks/results/bench_train.{json,md}, so a subset can be run at a time: make bench-train TRAIN_ROWS=mexma

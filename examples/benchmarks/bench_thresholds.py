@@ -1,0 +1,212 @@
+"""Do thresholds learned on one split carry to another? (issue 23, "thresholds that transfer")
+
+Each BUCC-format dev split of ../shared/data/bucc-like is cut in two halves, A and B, by its gold pairs
+(each half gets half the gold pairs, and each side's other sentences are dealt at random), --rounds times
+with different seeds. A threshold rule sees half A only; its F1 on half B is compared with the best F1
+any threshold reaches on B (the oracle): the gap is what a user loses by calibrating on one split and
+mining another of the same kind. Rules:
+
+* best-f1: the threshold with the best F1 on A (what `calibrate` does by default);
+* bagged: the median of the best-F1 thresholds of 50 bootstrap resamples of A's candidates;
+* precision>=P: the lowest threshold whose precision on A is at least P (`calibrate --target-precision`);
+* joint: one threshold for every pair, the best sum of F1 over all pairs' A halves.
+
+Rows `zh-size`: each pair first sampled down to the zh-en split's gold count (`sample_split`), to tell
+the effect of the split's size from that of the language pair. Vectors are encoded once per model in
+bf16 (cached under --cache), and mining is exact (ratio margin, k = 4, max strategy).
+
+Usage: python examples/benchmarks/bench_thresholds.py --label base [--model DIR] [--rounds 20]
+       python examples/benchmarks/bench_thresholds.py --report-only
+Results accumulate by label in results/bench_thresholds.json; results/bench_thresholds.md is rebuilt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from benchlib import MODEL, REPO, RESULTS, SHARED, save_rows, stamped, table
+
+PAIRS = ("de-en", "fr-en", "ru-en", "zh-en")
+TARGETS = (0.9, 0.95)
+BAGGING_DRAWS = 50
+OUT = RESULTS / "bench_thresholds.json"
+
+
+@dataclass
+class Half:
+    pair: str
+    scores: np.ndarray  # the one-to-one candidates' margin scores
+    is_gold: np.ndarray
+    gold: int
+
+    def sweep(self, target: float | None = None):
+        """`calibrate`'s choice on this half: best F1, or the lowest threshold reaching `target`
+        precision (the most precise one where none does)."""
+        from bitextmine.evaluation.bucc import BuccError, sweep_threshold
+
+        try:
+            return sweep_threshold(self.scores, self.is_gold, self.gold, target)
+        except BuccError:
+            curve = sweep_threshold(self.scores, self.is_gold, self.gold).curve
+            return float(curve.thresholds[int(np.argmax(curve.precision()))])
+
+    def threshold(self, target: float | None = None) -> float:
+        chosen = self.sweep(target)
+        return chosen if isinstance(chosen, float) else chosen.threshold
+
+    def bagged_threshold(self, rng: np.random.Generator, draws: int = BAGGING_DRAWS) -> float:
+        """The median of the best-F1 thresholds of `draws` bootstrap resamples of the candidates (gold
+        pairs that no candidate found stay missed)."""
+        from bitextmine.evaluation.bucc import sweep_threshold
+
+        missed = self.gold - int(self.is_gold.sum())
+        chosen = []
+        for _ in range(draws):
+            rows = rng.integers(len(self.scores), size=len(self.scores))
+            gold = self.is_gold[rows]
+            chosen.append(sweep_threshold(self.scores[rows], gold, missed + int(gold.sum())).threshold)
+        return float(np.median(chosen))
+
+    def f1_at(self, threshold: float) -> float:
+        kept = self.scores >= threshold
+        true = int(self.is_gold[kept].sum())
+        return 2 * true / (int(kept.sum()) + self.gold)
+
+
+def halves(split, src: np.ndarray, tgt: np.ndarray, rng: np.random.Generator):
+    """Two BuccSplits with their vectors: half the gold pairs each, other sentences dealt at random."""
+    from bitextmine.evaluation.bucc import BuccSide, BuccSplit
+
+    gold = sorted(split.gold)
+    in_a = set(rng.permutation(len(gold))[: len(gold) // 2].tolist())
+    gold_a = {g for i, g in enumerate(gold) if i in in_a}
+    out = []
+    for want_a in (True, False):
+        pairs = gold_a if want_a else set(gold) - gold_a
+        sides, vectors = [], []
+        for position, (side, vecs) in enumerate(((split.src, src), (split.tgt, tgt))):
+            gold_ids = {g[position] for g in gold}
+            mine_ids = {g[position] for g in pairs}
+            coin = np.random.default_rng(rng.integers(2**32)).random(len(side.ids)) < 0.5
+            rows = [
+                k
+                for k, i in enumerate(side.ids)
+                if i in mine_ids or (i not in gold_ids and coin[k] == want_a)
+            ]
+            sides.append(BuccSide(side.lang, [side.ids[k] for k in rows], [side.sentences[k] for k in rows]))
+            vectors.append(vecs[rows])
+        out.append((BuccSplit(split.pair, split.split, sides[0], sides[1], pairs), *vectors))
+    return out
+
+
+def rows_of(full, sampled) -> list[int]:
+    """Rows of `full` (a BuccSide) holding the sentences of `sampled`, a subset of it."""
+    row = {sentence_id: k for k, sentence_id in enumerate(full.ids)}
+    return [row[i] for i in sampled.ids]
+
+
+def mined_half(pair: str, split, src: np.ndarray, tgt: np.ndarray) -> Half:
+    from bitextmine.evaluation.calibration import MiningSettings, mine_vectors
+
+    mined = mine_vectors(split, src, tgt, MiningSettings())
+    return Half(pair, mined.candidates.score, mined.is_gold, len(split.gold))
+
+
+def joint_threshold(halves_a: list[Half]) -> float:
+    """The threshold with the best sum of F1 over all pairs' halves."""
+    candidates = np.unique(np.concatenate([h.sweep().curve.thresholds for h in halves_a]))
+    totals = [sum(h.f1_at(t) for h in halves_a) for t in candidates]
+    return float(candidates[int(np.argmax(totals))])
+
+
+def measure(model: Path, rounds: int, cache: Path, size_matched: bool) -> list[dict]:
+    from bitextmine.encoder.cache import embed
+    from bitextmine.encoder.encoder import SentenceEncoder
+    from bitextmine.evaluation.bucc import read_bucc, sample_split
+
+    encoder = SentenceEncoder.load(str(model), precision="bf16")
+    splits = {pair: read_bucc(SHARED / "data" / "bucc-like" / pair, pair, "dev") for pair in PAIRS}
+    vectors = {
+        pair: (embed(encoder, s.src.sentences, cache), embed(encoder, s.tgt.sentences, cache))
+        for pair, s in splits.items()
+    }
+    smallest = min(len(s.gold) for s in splits.values())
+    gaps: dict[tuple[str, str], list[float]] = {}
+    for seed in range(rounds):
+        rng = np.random.default_rng(seed)
+        pairs_a, pairs_b = [], []
+        for pair, full in splits.items():
+            split, (src, tgt) = full, vectors[pair]
+            if size_matched:
+                fraction = smallest / len(full.gold)
+                split = sample_split(full, round(fraction * len(full.src.ids)), seed=seed)
+                src, tgt = src[rows_of(full.src, split.src)], tgt[rows_of(full.tgt, split.tgt)]
+            (a, *va), (b, *vb) = halves(split, src, tgt, rng)
+            pairs_a.append(mined_half(pair, a, *va))
+            pairs_b.append(mined_half(pair, b, *vb))
+        joint = joint_threshold(pairs_a)
+        for ha, hb in zip(pairs_a, pairs_b, strict=True):
+            oracle = hb.sweep()
+            chosen = {"best-f1": ha.threshold(), "bagged": ha.bagged_threshold(rng), "joint": joint}
+            chosen |= {f"precision>={t:g}": ha.threshold(t) for t in TARGETS}
+            for rule, threshold in chosen.items():
+                lost = 100 * (oracle.scores.f1 - hb.f1_at(threshold))
+                gaps.setdefault((ha.pair, rule), []).append(lost)
+            gaps.setdefault((ha.pair, "threshold A - oracle B"), []).append(
+                chosen["best-f1"] - oracle.threshold
+            )
+            gaps.setdefault((ha.pair, "gold pairs in B"), []).append(hb.gold)
+    return [
+        {"pair": pair, "rule": rule, "mean": statistics.mean(v), "sd": statistics.pstdev(v), "rounds": len(v)}
+        for (pair, rule), v in gaps.items()
+    ]
+
+
+def report(runs: dict) -> str:
+    intro = (__doc__ or "").split("\n\nUsage:")[0].split("\n\n", 1)[1]
+    lines = ["# bench_thresholds: does a calibrated threshold carry to another split?", "", intro, ""]
+    lines += [
+        "Cells: mean F1 points lost on half B against its oracle, (sd) over the rounds; the threshold row: "
+        "the best-F1 threshold of A minus B's oracle threshold. Date, machine and commit: the JSON."
+    ]
+    for label, run in runs.items():
+        lines += ["", f"## {label} (model {run['model']}, {run['rounds']} rounds, {run['commit']})", ""]
+        by = {(r["pair"], r["rule"]): r for r in run["rows"]}
+        rows = []
+        for rule in dict.fromkeys(r["rule"] for r in run["rows"]):
+            digits = 4 if rule.startswith("threshold") else (0 if rule.startswith("gold") else 2)
+            cells = [f"{by[(p, rule)]['mean']:.{digits}f} ({by[(p, rule)]['sd']:.{digits}f})" for p in PAIRS]
+            rows.append(" | ".join([rule, *cells]))
+        lines += table(" | ".join(["rule", *PAIRS]), "l" + "r" * len(PAIRS), rows)
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--label")
+    parser.add_argument("--model", type=Path, default=MODEL)
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--cache", type=Path, default=REPO / "bitextmine-work" / "bench" / "thresholds")
+    parser.add_argument("--report-only", action="store_true")
+    args = parser.parse_args()
+    runs = json.loads(OUT.read_text()) if OUT.exists() else {}
+    if not args.report_only:
+        args.cache.mkdir(parents=True, exist_ok=True)
+        for size_matched in (False, True):
+            label = f"{args.label}, zh-size" if size_matched else args.label
+            rows = measure(args.model, args.rounds, args.cache, size_matched)
+            runs[label] = stamped({"model": args.model.name, "rounds": args.rounds, "rows": rows})
+            save_rows(OUT, runs)
+    (RESULTS / "bench_thresholds.md").write_text(report(runs))
+    print((RESULTS / "bench_thresholds.md").read_text())
+
+
+if __name__ == "__main__":
+    main()

@@ -110,6 +110,8 @@ def test_bad_choices_are_one_line_errors(tmp_path, bucc, tiny_model_dir):
     model, work = tiny_model_dir("bert"), tmp_path / "w"
     code, output = calibrate(bucc, model, work, "--target-precision", "1.5")
     assert code == 1 and "--target-precision must be above 0 and at most 1, not 1.5" in output, output
+    code, output = calibrate(bucc, model, work, "--target-precision", "0.9", "--plateau", "1")
+    assert code == 1 and "--target-precision and --plateau are two rules" in output, output
     code, output = eval_bucc_dev(bucc, "-m", str(model), "-w", str(work))
     assert code == 1 and "no calibrated ratio threshold for de-en" in output and "Traceback" not in output
     assert "bitextmine calibrate --bucc DIR --pair de-en" in output.replace("\n", " ")

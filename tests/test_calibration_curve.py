@@ -67,6 +67,30 @@ def test_target_precision_takes_the_lowest_threshold_reaching_it(target, thresho
     assert result.scores.predicted == int(np.greater_equal(SCORES, result.threshold).sum())
 
 
+@pytest.mark.parametrize(
+    ("points", "threshold"),
+    [
+        (0, 1.025),  # the best F1 alone
+        (20, 1.025),  # F1 >= 55: 1.075, 1.025 and 1.0, middle 1.0375, nearest 1.025
+        (40, 1.075),  # F1 >= 35: 1.15 to 1.0, middle 1.075 itself
+        (80, 1.15),  # every threshold, 2.20 to 1.0: middle 1.6, nearest 1.15
+    ],
+)
+def test_plateau_takes_the_middle_of_the_thresholds_near_the_best_f1(points, threshold):
+    result = sweep_threshold(SCORES, IS_GOLD, 4, plateau=points)
+    assert result.threshold == pytest.approx(threshold)
+    assert result.rule == f"middle of F1 within {points:g} of the best"
+    assert result.scores.predicted == int(np.greater_equal(SCORES, result.threshold).sum())
+
+
+def test_a_bad_plateau_or_two_rules_are_one_line_errors():
+    for bad in (-1, 100):
+        with pytest.raises(BitextmineError, match="--plateau must be at least 0 and below 100 F1 points"):
+            sweep_threshold(SCORES, IS_GOLD, 4, plateau=bad)
+    with pytest.raises(BitextmineError, match="--target-precision and --plateau are two rules"):
+        sweep_threshold(SCORES, IS_GOLD, 4, target_precision=0.9, plateau=1)
+
+
 def test_an_unreachable_or_invalid_target_precision_is_a_one_line_error():
     with pytest.raises(BuccError, match=r"no threshold reaches precision 0.9 \(the highest is 0.5000"):
         sweep_threshold(np.array([2.0, 1.0]), np.array([False, True]), 1, target_precision=0.9)

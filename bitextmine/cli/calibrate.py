@@ -50,6 +50,14 @@ def calibrate(
             "\\[default: the best F1].",
         ),
     ] = None,
+    plateau: Annotated[
+        float | None,
+        typer.Option(
+            metavar="POINTS",
+            help="Take the middle of the thresholds whose F1 is within POINTS of the best: steadier where "
+            "the split to mine scores differently (a trained model's optimum is flat); 1 is a good value.",
+        ),
+    ] = None,
     json_path: JsonOption = None,
     plot: Annotated[
         Path | None,
@@ -68,21 +76,21 @@ def calibrate(
 
     Reads BUCC/PAIR.SPLIT.{x,en,gold}, encodes both sides (cached in WORK/cache/embeddings), mines
     one-to-one candidates exactly and tries a threshold at every midpoint between consecutive candidate
-    scores. Keeps the best F1 (or, with --target-precision, the lowest threshold reaching it) and
+    scores. Keeps the best F1 (or, with --target-precision, the lowest threshold reaching it; with
+    --plateau, the middle of the thresholds within POINTS F1 of the best) and
     records it, with its P/R/F1, split and rule, under the model's fingerprint, the margin and the
     pair in WORK/thresholds.json (or --thresholds FILE), where `mine --threshold auto` and `eval bucc`
     find it. Nothing is written into the model dir. Prints the curve as a text plot; --json PATH|-
     writes the settings, the chosen point and every threshold's P/R/F1, and --plot FILE.png draws them.
     """
-    from bitextmine.evaluation.bucc import read_bucc, target_rule
+    from bitextmine.evaluation.bucc import check_rule, read_bucc
     from bitextmine.evaluation.calibration import MiningSettings
     from bitextmine.steps.calibrate import calibrate as calibrate_split
 
     set_threads(threads)
     workspace = Workspace(workdir)
     with user_errors():
-        if target_precision is not None:
-            target_rule(target_precision)
+        check_rule(target_precision, plateau)
         data = read_bucc(bucc, pair, split)
         encoder = load_encoder(require_model(model), device, precision)
         progress = ProgressDisplay(f"encoding {pair} {split}", data.sentences, rates=True)
@@ -95,6 +103,7 @@ def calibrate(
                 progress.advance,
                 store=thresholds or workspace.thresholds_file(),
                 target_precision=target_precision,
+                plateau=plateau,
             )
         report = calibration_report(calibration)
         title = f"calibrate {pair} {split} ({margin} margin, {strategy})"

@@ -95,7 +95,7 @@ class SweepResult:
     scores: Scores
     candidates: int  # number of candidate pairs swept over
     curve: SweepCurve
-    rule: str = BEST_F1  # how the threshold was chosen: BEST_F1 or target_rule(P)
+    rule: str = BEST_F1  # how the threshold was chosen: BEST_F1, target_rule(P) or plateau_rule(points)
 
 
 def read_bucc(
@@ -172,20 +172,28 @@ def score_pairs(predicted: Iterable[tuple[str, str]], gold: set[tuple[str, str]]
 
 
 def sweep_threshold(
-    scores: np.ndarray, is_gold: np.ndarray, gold_total: int, target_precision: float | None = None
+    scores: np.ndarray,
+    is_gold: np.ndarray,
+    gold_total: int,
+    target_precision: float | None = None,
+    plateau: float | None = None,
 ) -> SweepResult:
     """The threshold with the best F1 over one-to-one candidates, among equal F1 the higher one; with
-    `target_precision`, the lowest threshold whose precision is at least that (a BuccError if none is).
+    `target_precision`, the lowest threshold whose precision is at least that (a BuccError if none is);
+    with `plateau` (F1 points), the middle of the thresholds whose F1 is within that of the best.
 
     Tried: the midpoint between each two consecutive distinct scores, the minimum score (keeps all)
     and one above the maximum (keeps none). Thresholds are exact values of the scores' dtype (float32
     stays float32), so ``scores >= threshold`` reproduces the returned Scores exactly.
     """
+    check_rule(target_precision, plateau)
     curve = sweep_curve(scores, is_gold, gold_total)
-    if target_precision is None:
-        point, rule = int(np.argmax(curve.f1())), BEST_F1  # the first maximum is the highest threshold
-    else:
+    if target_precision is not None:
         point, rule = _lowest_reaching(curve, target_precision), target_rule(target_precision)
+    elif plateau is not None:
+        point, rule = _plateau_middle(curve, plateau), plateau_rule(plateau)
+    else:
+        point, rule = int(np.argmax(curve.f1())), BEST_F1  # the first maximum is the highest threshold
     return SweepResult(float(curve.thresholds[point]), curve.scores(point), int(curve.kept[-1]), curve, rule)
 
 
@@ -209,6 +217,33 @@ def target_rule(target_precision: float) -> str:
     if not 0 < target_precision <= 1:
         raise BitextmineError(f"--target-precision must be above 0 and at most 1, not {target_precision}")
     return f"precision >= {target_precision:g}"
+
+
+def plateau_rule(points: float) -> str:
+    """The rule recorded for a threshold chosen by `--plateau` (checked here)."""
+    if not 0 <= points < 100:
+        raise BitextmineError(f"--plateau must be at least 0 and below 100 F1 points, not {points}")
+    return f"middle of F1 within {points:g} of the best"
+
+
+def check_rule(target_precision: float | None, plateau: float | None) -> None:
+    """One rule at most, each within its range (before any encoding)."""
+    if target_precision is not None and plateau is not None:
+        raise BitextmineError("--target-precision and --plateau are two rules for the threshold: give one")
+    if target_precision is not None:
+        target_rule(target_precision)
+    if plateau is not None:
+        plateau_rule(plateau)
+
+
+def _plateau_middle(curve: SweepCurve, points: float) -> int:
+    """The sweep point nearest the middle of the thresholds whose F1 is within `points` of the best: on a
+    flat optimum (a trained model's scores) a score shift moves the best-F1 threshold's F1 least there."""
+    f1 = curve.f1()
+    near = np.flatnonzero(f1 >= f1.max() - points / 100 - 1e-12)
+    thresholds = curve.thresholds[near].astype(np.float64)
+    middle = (thresholds.max() + thresholds.min()) / 2
+    return int(near[np.argmin(np.abs(thresholds - middle))])
 
 
 def _lowest_reaching(curve: SweepCurve, target_precision: float) -> int:

@@ -65,11 +65,14 @@ def mine_vectors(
     return SplitCandidates(split, candidates, is_gold)
 
 
-def calibrate_threshold(mined: SplitCandidates, target_precision: float | None = None) -> SweepResult:
-    """The threshold with the best F1 on this split (midpoints of consecutive candidate scores), or the
-    lowest one whose precision is at least `target_precision`."""
+def calibrate_threshold(
+    mined: SplitCandidates, target_precision: float | None = None, plateau: float | None = None
+) -> SweepResult:
+    """The threshold with the best F1 on this split (midpoints of consecutive candidate scores), the
+    lowest one whose precision is at least `target_precision`, or the middle of those within `plateau`
+    F1 points of the best."""
     gold = len(mined.split.gold or ())
-    return sweep_threshold(mined.candidates.score, mined.is_gold, gold, target_precision)
+    return sweep_threshold(mined.candidates.score, mined.is_gold, gold, target_precision, plateau)
 
 
 def kept_candidates(

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bitextmine.encoder.encoder import ProgressCallback, SentenceEncoder
-from bitextmine.evaluation.bucc import BuccSplit, Scores, SweepResult, target_rule
+from bitextmine.evaluation.bucc import BuccSplit, Scores, SweepResult, check_rule
 from bitextmine.evaluation.calibration import MiningSettings, calibrate_threshold, mine_split, scores_at
 from bitextmine.evaluation.thresholds import (
     ThresholdChoice,
@@ -54,15 +54,17 @@ def calibrate(
     *,
     store: Path | None = None,
     target_precision: float | None = None,
+    plateau: float | None = None,
 ) -> Calibration:
-    """Encode and mine the split exactly and find the threshold with the best F1, or the lowest whose
-    precision is at least `target_precision`; record it in the threshold `store` (default: the default
-    workspace's) under the encoder's fingerprint, margin and the pair, for `threshold="auto"`."""
+    """Encode and mine the split exactly and find the threshold with the best F1, the lowest whose
+    precision is at least `target_precision`, or the middle of those within `plateau` F1 points of the
+    best; record it in the threshold `store` (default: the default workspace's) under the encoder's
+    fingerprint, margin and the pair, for `threshold="auto"`."""
     settings = settings or MiningSettings()
     store = store or default_store()
-    if target_precision is not None:
-        target_rule(target_precision)  # checked before the encoding, not after it
-    result = calibrate_threshold(mine_split(split, encoder, settings, cache_dir, progress), target_precision)
+    check_rule(target_precision, plateau)  # before the encoding, not after it
+    mined = mine_split(split, encoder, settings, cache_dir, progress)
+    result = calibrate_threshold(mined, target_precision, plateau)
     record = ThresholdRecord.from_sweep(
         result,
         fingerprint=encoder.fingerprint,

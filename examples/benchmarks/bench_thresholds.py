@@ -7,6 +7,8 @@ any threshold reaches on B (the oracle): the gap is what a user loses by calibra
 mining another of the same kind. Rules:
 
 * best-f1: the threshold with the best F1 on A (what `calibrate` does by default);
+* plateau 1: the middle of the thresholds whose F1 on A is within 1 point of the best (`calibrate
+  --plateau 1`);
 * bagged: the median of the best-F1 thresholds of 50 bootstrap resamples of A's candidates;
 * precision>=P: the lowest threshold whose precision on A is at least P (`calibrate --target-precision`);
 * joint: one threshold for every pair, the best sum of F1 over all pairs' A halves.
@@ -44,19 +46,19 @@ class Half:
     is_gold: np.ndarray
     gold: int
 
-    def sweep(self, target: float | None = None):
-        """`calibrate`'s choice on this half: best F1, or the lowest threshold reaching `target`
-        precision (the most precise one where none does)."""
+    def sweep(self, target: float | None = None, plateau: float | None = None):
+        """`calibrate`'s choice on this half: best F1, the lowest threshold reaching `target` precision
+        (the most precise one where none does), or the middle of those within `plateau` F1 points."""
         from bitextmine.evaluation.bucc import BuccError, sweep_threshold
 
         try:
-            return sweep_threshold(self.scores, self.is_gold, self.gold, target)
+            return sweep_threshold(self.scores, self.is_gold, self.gold, target, plateau)
         except BuccError:
             curve = sweep_threshold(self.scores, self.is_gold, self.gold).curve
             return float(curve.thresholds[int(np.argmax(curve.precision()))])
 
-    def threshold(self, target: float | None = None) -> float:
-        chosen = self.sweep(target)
+    def threshold(self, target: float | None = None, plateau: float | None = None) -> float:
+        chosen = self.sweep(target, plateau)
         return chosen if isinstance(chosen, float) else chosen.threshold
 
     def bagged_threshold(self, rng: np.random.Generator, draws: int = BAGGING_DRAWS) -> float:
@@ -71,6 +73,13 @@ class Half:
             gold = self.is_gold[rows]
             chosen.append(sweep_threshold(self.scores[rows], gold, missed + int(gold.sum())).threshold)
         return float(np.median(chosen))
+
+    def plateau_width(self, points: float) -> float:
+        """The range of the thresholds whose F1 is within `points` of the best."""
+        curve = self.sweep().curve
+        f1 = curve.f1()
+        near = curve.thresholds[f1 >= f1.max() - points / 100 - 1e-12].astype(np.float64)
+        return float(near.max() - near.min())
 
     def f1_at(self, threshold: float) -> float:
         kept = self.scores >= threshold
@@ -152,7 +161,8 @@ def measure(model: Path, rounds: int, cache: Path, size_matched: bool) -> list[d
         joint = joint_threshold(pairs_a)
         for ha, hb in zip(pairs_a, pairs_b, strict=True):
             oracle = hb.sweep()
-            chosen = {"best-f1": ha.threshold(), "bagged": ha.bagged_threshold(rng), "joint": joint}
+            chosen = {"best-f1": ha.threshold(), "plateau 1": ha.threshold(plateau=1.0)}
+            chosen |= {"bagged": ha.bagged_threshold(rng), "joint": joint}
             chosen |= {f"precision>={t:g}": ha.threshold(t) for t in TARGETS}
             for rule, threshold in chosen.items():
                 lost = 100 * (oracle.scores.f1 - hb.f1_at(threshold))
@@ -160,6 +170,7 @@ def measure(model: Path, rounds: int, cache: Path, size_matched: bool) -> list[d
             gaps.setdefault((ha.pair, "threshold A - oracle B"), []).append(
                 chosen["best-f1"] - oracle.threshold
             )
+            gaps.setdefault((ha.pair, "plateau width (1 point)"), []).append(ha.plateau_width(1.0))
             gaps.setdefault((ha.pair, "gold pairs in B"), []).append(hb.gold)
     return [
         {"pair": pair, "rule": rule, "mean": statistics.mean(v), "sd": statistics.pstdev(v), "rounds": len(v)}
@@ -172,14 +183,17 @@ def report(runs: dict) -> str:
     lines = ["# bench_thresholds: does a calibrated threshold carry to another split?", "", intro, ""]
     lines += [
         "Cells: mean F1 points lost on half B against its oracle, (sd) over the rounds; the threshold row: "
-        "the best-F1 threshold of A minus B's oracle threshold. Date, machine and commit: the JSON."
+        "the best-F1 threshold of A minus B's oracle threshold; the plateau row: the width of the range of "
+        "thresholds whose F1 on A is within 1 point of the best. Date, machine and commit: the JSON."
     ]
     for label, run in runs.items():
         lines += ["", f"## {label} (model {run['model']}, {run['rounds']} rounds, {run['commit']})", ""]
         by = {(r["pair"], r["rule"]): r for r in run["rows"]}
         rows = []
         for rule in dict.fromkeys(r["rule"] for r in run["rows"]):
-            digits = 4 if rule.startswith("threshold") else (0 if rule.startswith("gold") else 2)
+            digits = (
+                4 if rule.startswith(("threshold", "plateau w")) else (0 if rule.startswith("gold") else 2)
+            )
             cells = [f"{by[(p, rule)]['mean']:.{digits}f} ({by[(p, rule)]['sd']:.{digits}f})" for p in PAIRS]
             rows.append(" | ".join([rule, *cells]))
         lines += table(" | ".join(["rule", *PAIRS]), "l" + "r" * len(PAIRS), rows)

@@ -73,15 +73,20 @@ def finish(*processes: subprocess.Popen) -> list[tuple[int, str]]:
     return [(p.returncode, out + err) for p, (out, err) in zip(processes, streams, strict=True)]
 
 
-def cancel_a_running_job(logs: Path, deadline: float) -> str:
-    """scancel the first job of `logs` whose process has started (its log says so); its Slurm id.
+def cancel_a_running_job(logs: Path, function: str, deadline: float) -> str:
+    """scancel the first job of `logs` that runs `function` and whose process has started (its log says
+    so); its Slurm id.
 
     Slurm's SIGTERM then reaches the process while it imports torch to load the encode job, before
     submitit ignores SIGTERM (it would run on until SIGKILL, KillWait later): it dies without a result."""
     while time.monotonic() < deadline:
         for log in sorted(logs.glob("*_log.out")):
-            if "Starting with JobEnvironment" in log.read_text():
-                job_id = log.name.removesuffix("_0_log.out")
+            job_id = log.name.removesuffix("_0_log.out")
+            submitted = logs / f"{job_id}_submitted.pkl"  # the job's function, pickled by name
+            if (
+                "Starting with JobEnvironment" in log.read_text()
+                and function.encode() in submitted.read_bytes()
+            ):
                 subprocess.run(["scancel", job_id], check=True)
                 return job_id
         time.sleep(0.2)
@@ -144,7 +149,8 @@ def slurm_run(corpora, partition, past_time_limit) -> dict[str, Path | str]:
         extra = ["--precision", "fp32"] if step[0][0] == "encode" else []
         processes = [bitextmine(*args, *extra, *slurm, "--retries", "1") for args in step]
         if step[0][0] == "encode":
-            cancelled = cancel_a_running_job(cluster / "logs" / "encode", time.monotonic() + 120)
+            logs = cluster / "logs" / "encode"
+            cancelled = cancel_a_running_job(logs, "encode_shard_job", time.monotonic() + 120)
         for code, output in finish(*processes):
             assert code == 0, output
     return {"local": local, "cluster": cluster, "cancelled": cancelled}
@@ -157,8 +163,9 @@ def test_encode_index_and_mine_as_slurm_jobs_write_the_local_runs_bytes(slurm_ru
     expected = outputs(local)
     assert any(name.startswith("index/") for name in expected) and "mined/de-en.tsv.zst" in expected
     assert outputs(cluster) == expected
-    for step in ("encode", "index", "mine"):  # four jobs each wrote a result
-        assert len(list((cluster / "logs" / step).glob("*_result.pkl"))) == 4, step
+    # four jobs each wrote a result, and encode's two corpus part jobs (one an input file)
+    for step, jobs in (("encode", 6), ("index", 4), ("mine", 4)):
+        assert len(list((cluster / "logs" / step).glob("*_result.pkl"))) == jobs, step
 
 
 @pytest.mark.slurm
@@ -168,19 +175,20 @@ def test_a_job_cancelled_mid_run_is_run_again(slurm_run):
     cancelled = slurm_run["cancelled"]
     assert (logs / f"{cancelled}_0_log.out").is_file()
     assert not (logs / f"{cancelled}_0_result.pkl").exists()  # killed before its job returned
-    assert len(list(logs.glob("*_log.out"))) == 5  # four shards, one of them twice
+    assert len(list(logs.glob("*_log.out"))) == 7  # two corpus parts, four shards, one of them twice
 
 
 @pytest.mark.slurm
 @pytest.mark.integration
 def test_a_job_past_its_time_limit_is_stopped_and_reported_in_one_line(past_time_limit):
     """Slurm killed the job at its time limit, without a result: the command ends with one error line
-    and one line for the job that says what to change, no traceback."""
+    and one line for the job that says what to change, no traceback. (The first job, the input file's
+    corpus part, is the one that sleeps past the limit.)"""
     process, work = past_time_limit
     [(code, output)] = finish(process)
     assert code == 1, output
-    failure = [line for line in output.splitlines() if line.startswith(("error:", "  encode"))]
-    assert failure[0] == "error: 1 of 1 encode jobs failed:", output
+    failure = [line for line in output.splitlines() if line.startswith(("error:", "  corpus"))]
+    assert failure[0] == "error: 1 of 1 corpus jobs failed:", output
     assert "stopped at its time limit (--timeout-min 1: raise it" in failure[1], output
     assert "Traceback" not in output
     assert not list((work / "emb" / "de").glob("*.npy"))

@@ -47,19 +47,21 @@ class Half:
     gold: int
 
     def sweep(self, target: float | None = None, plateau: float | None = None):
-        """`calibrate`'s choice on this half: best F1, the lowest threshold reaching `target` precision
-        (the most precise one where none does), or the middle of those within `plateau` F1 points."""
-        from bitextmine.evaluation.bucc import BuccError, sweep_threshold
+        """`calibrate`'s sweep of this half: best F1, the lowest threshold reaching `target` precision,
+        or the middle of those within `plateau` F1 points of the best."""
+        from bitextmine.evaluation.bucc import sweep_threshold
 
-        try:
-            return sweep_threshold(self.scores, self.is_gold, self.gold, target, plateau)
-        except BuccError:
-            curve = sweep_threshold(self.scores, self.is_gold, self.gold).curve
-            return float(curve.thresholds[int(np.argmax(curve.precision()))])
+        return sweep_threshold(self.scores, self.is_gold, self.gold, target, plateau)
 
     def threshold(self, target: float | None = None, plateau: float | None = None) -> float:
-        chosen = self.sweep(target, plateau)
-        return chosen if isinstance(chosen, float) else chosen.threshold
+        """The sweep's threshold; where no threshold reaches `target`, the most precise one."""
+        from bitextmine.evaluation.bucc import BuccError
+
+        try:
+            return self.sweep(target, plateau).threshold
+        except BuccError:
+            curve = self.sweep().curve
+            return float(curve.thresholds[int(np.argmax(curve.precision()))])
 
     def bagged_threshold(self, rng: np.random.Generator, draws: int = BAGGING_DRAWS) -> float:
         """The median of the best-F1 thresholds of `draws` bootstrap resamples of the candidates (gold

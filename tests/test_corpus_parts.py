@@ -214,11 +214,17 @@ def test_stdin_keeps_the_single_pass(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert got["shard-00000.tsv"] == b"0\t1\ta\n0\t2\tb\n"
 
 
-def test_a_damaged_part_is_a_one_line_error(tmp_path: Path) -> None:
+@pytest.mark.parametrize("damage", ["counts line lost", "a letter of a sentence changed"])
+def test_a_damaged_part_is_a_one_line_error(tmp_path: Path, damage: str) -> None:
     paths = write_inputs(tmp_path / "in")
     in_parts(paths, tmp_path, dedup=True)
     part = sorted((tmp_path / "parts").iterdir())[1]
-    part.write_bytes(part.read_bytes().rsplit(b"\n", 2)[0] + b"\n")  # its counts line lost
+    lines = part.read_bytes().split(b"\n")
+    if damage == "counts line lost":
+        lines = [*lines[:-2], b""]
+    else:  # the second line is the first row: HASH, LINE, TEXT
+        lines[1] = lines[1][:-1] + bytes([lines[1][-1] ^ 1])
+    part.write_bytes(b"\n".join(lines))
     with pytest.raises(CorpusError, match=f"^{part}: damaged corpus part"):
         in_parts(paths, tmp_path, dedup=True)
     assert not list((tmp_path / "corpus").iterdir())

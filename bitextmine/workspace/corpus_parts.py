@@ -7,8 +7,9 @@ its rows cleaned, deduplicated within the file and identified, each with its ded
 is the JSON of what it was built from; then one line a row, ``HASH<TAB>LINE<TAB>TEXT[<TAB>META]``
 (HASH ``-`` without dedup), and with dedup one line ``HASH`` for each row language identification
 dropped (a later copy of such a sentence is a duplicate, not a row in another language); its last line
-is the JSON of its counts and warnings. Parts are written atomically, so a part that exists is complete:
-a rerun after a crash builds only the missing ones, and an input that changed gets another KEY.
+is the JSON of its counts, its warnings and the sha256 of the lines between, which the merge checks.
+Parts are written atomically, so a part that exists is complete: a rerun after a crash builds only the
+missing ones, and an input that changed gets another KEY.
 
 The merge replays the dedup across files on the hashes (the first occurrence wins) and streams the
 rows into shards: memory holds the hashes of the unique sentences, as in the single pass, nothing more.
@@ -141,11 +142,15 @@ def build_part(path: str, part: Part, parts_dir: Path, progress: Progress | None
     records = (
         s for s in sift(rows, counts, settings.dedup, settings.lid) if s.in_language or s.hash is not None
     )
+    digest = hashlib.sha256()
     with atomic_open(Path(parts_dir) / part.name, "wb") as fh:
         fh.write(_json_line(part.key()))
         while batch := list(itertools.islice(records, _WRITE_ROWS)):
-            fh.write("".join(map(_record, batch)).encode())
-        fh.write(_json_line({"counts": counts.as_dict(), "warnings": warnings}))
+            data = "".join(map(_record, batch)).encode()
+            digest.update(data)
+            fh.write(data)
+        trailer = {"counts": counts.as_dict(), "warnings": warnings, "sha256": digest.hexdigest()}
+        fh.write(_json_line(trailer))
     if progress:
         progress(1)
 
@@ -177,6 +182,7 @@ def _part_rows(
     path: Path, part: Part, seen: Deduplicator | None, counts: CorpusCounts, warn: Warn
 ) -> Iterator[Row]:
     damaged = f"{path}: damaged corpus part (not what `encode` wrote); delete it and rerun"
+    digest = hashlib.sha256()
     with open(path, "rb") as fh:
         try:
             if json.loads(fh.readline()) != part.key():
@@ -188,6 +194,7 @@ def _part_rows(
                 if fields[0].startswith("{"):
                     trailer = json.loads(fields[0])
                     break
+                digest.update(raw)
                 if seen is not None and seen.seen_hash(int(fields[0], 16)):
                     counts.duplicates += 1  # of a sentence in an earlier part: drop it from that count
                     if len(fields) == 1:
@@ -199,6 +206,8 @@ def _part_rows(
                         part.position, int(fields[1]), fields[2], fields[3] if len(fields) == 4 else None
                     )
             else:
+                raise CorpusError(damaged)
+            if trailer["sha256"] != digest.hexdigest():
                 raise CorpusError(damaged)
             counts.add(json_record(CorpusCounts, trailer["counts"]))
             warnings = [str(message) for message in trailer["warnings"]]

@@ -93,12 +93,8 @@ def test_the_folder_is_fsynced_after_the_rename(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def indexed(workspace):
-    work, _ = workspace
-    for lang in ("de", "en"):
-        code, output = run("index", lang, "-w", str(work))
-        assert code == 0, output
-    return work
+def indexed(indexed_workspace):
+    return indexed_workspace[0]
 
 
 def test_temporaries_of_a_killed_encode_are_removed_by_the_next_encode(workspace, tmp_path, tiny_model_dir):

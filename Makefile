@@ -9,7 +9,7 @@ MODEL  ?= $(SHARED)/models/multilingual-e5-small-q4
 BUCC   ?= $(SHARED)/data/bucc-like
 WORK   ?= bitextmine-work/demo
 
-.PHONY: install test test-fast test-slurm demo bench bench-encode bench-mine bench-train bench-ivf bench-ivf-bases bench-ivf-scale bench-ivf-list-scan bench-ivf-balance bench-ivf-scan-budget bench-ivf-coarse-search bench-ivf-report bench-scale bench-list-scan bench-scan-budget bench-coarse-search bench-analysis bench-lid bench-filters bench-thresholds lint format clean
+.PHONY: install test test-fast test-slurm demo bench bench-encode bench-mine bench-train bench-train-ablation bench-ivf bench-ivf-bases bench-ivf-scale bench-ivf-list-scan bench-ivf-balance bench-ivf-scan-budget bench-ivf-coarse-search bench-ivf-report bench-scale bench-list-scan bench-scan-budget bench-coarse-search bench-analysis bench-lid bench-filters bench-thresholds lint format clean
 
 install: $(VENV)/.installed
 
@@ -145,6 +145,12 @@ TRAIN_ROWS ?= base speed contrastive contrastive+mexma mexma contrastive+rtl con
 TRAIN_MINUTES ?= 10
 bench-train: install
 	for row in $(TRAIN_ROWS); do $(BIN)/python examples/benchmarks/bench_train.py --only $$row --minutes $(TRAIN_MINUTES) || exit 1; done
+
+# contrastive + MEXMA with and without token gradients, ABLATION_STEPS steps each, once per seed (~11 min a run)
+ABLATION_STEPS ?= 30
+ABLATION_SEEDS ?= 0,1,2
+bench-train-ablation: install
+	$(BIN)/python examples/benchmarks/bench_train.py --ablation mexma --steps $(ABLATION_STEPS) --seeds $(ABLATION_SEEDS)
 
 lint: install
 	$(BIN)/ruff check .

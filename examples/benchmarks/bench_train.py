@@ -8,9 +8,12 @@ accuracy (mean of both directions). Rows are run one at a time with --only ROW; 
 results/bench_train.json (each row with its date, machine and commit) and results/bench_train.md is
 rebuilt from it after every row (`--report-only`: only that).
 Section `speed` times packed against padded training steps on the same batches.
+Section `mexma-ablation` (issue 23, item 4) trains contrastive + MEXMA with and without the unmasking
+task's token gradients (the paper's §5.1 ablation) for the same number of steps, once per seed.
 
 Usage: python examples/benchmarks/bench_train.py --only contrastive [--minutes 10] [--threads 2]
        [--keep-model DIR]  (keeps each trained row's model dir, without checkpoints, as DIR/ROW)
+       python examples/benchmarks/bench_train.py --ablation mexma [--steps 30] [--seeds 0,1,2]
        python examples/benchmarks/bench_train.py --report-only
 """
 
@@ -48,6 +51,12 @@ ROWS = {
         "scratch": {"vocab_size": 16000, "layers": 4, "hidden": 256, "heads": 4},
     },
 }
+# --ablation mexma: the two arms, trained for equal steps; a result is keyed "mexma-ablation: ARM seed S"
+MEXMA_ARMS = {
+    "token gradients": ROWS["contrastive+mexma"],
+    "no token gradients": {**ROWS["contrastive+mexma"], "options": {"token_gradients": False}},
+}
+ABLATION_KEY = "mexma-ablation: {arm} seed {seed}"
 FINE_TUNE = {"lr": 2e-5, "warmup_steps": 20, "max_tokens": 6144, "max_pairs": 128, "max_length": 96}
 
 
@@ -57,10 +66,13 @@ def held_out() -> list[str]:
     return bucc + tatoeba
 
 
-def train_row(row: str, minutes: float, out: Path) -> dict:
+def train_row(
+    row_spec: dict, out: Path, *, minutes: float | None = None, steps: int | None = None, seed: int = 0
+) -> dict:
+    """Train a row's objectives for `minutes` of wall clock or for `steps` steps; its training figures."""
     from bitextmine.train.loop import TrainConfig, train
 
-    spec = dict(ROWS[row])
+    spec = dict(row_spec)
     settings = {**FINE_TUNE, **{k: spec.pop(k) for k in ("lr",) if k in spec}}
     config = TrainConfig(
         data=[str(SHARED / "data" / "parallel")],
@@ -68,6 +80,8 @@ def train_row(row: str, minutes: float, out: Path) -> dict:
         base=None if spec.get("from_scratch") else str(MODEL),
         exclude=held_out(),
         max_minutes=minutes,
+        max_steps=steps,
+        seed=seed,
         checkpoint_every=0,
         **settings,
         **spec,
@@ -248,9 +262,100 @@ def report(results: dict) -> str:
             "",
             "Contrastive objective, e5, bf16 autocast, identical batches after one warm-up batch.",
         ]
+    ablation = {key: r for key, r in results.items() if key.startswith("mexma-ablation: ")}
+    if ablation:
+        lines += ["", *ablation_report(ablation)]
     measured = {"speed": results["speed"]} if "speed" in results else {}
-    all_rows = [dict(r, row=name) for name, r in {**rows, **measured}.items()]
+    all_rows = [dict(r, row=name) for name, r in {**rows, **measured, **ablation}.items()]
     return "\n".join([*lines, "", *runs_table(all_rows, lambda r: r["row"])]) + "\n"
+
+
+def ablation_scores(ev: dict) -> tuple[float, float]:
+    """(average BUCC dev F1, average Tatoeba accuracy) of one evaluation."""
+    return (
+        statistics.mean(ev[f"bucc/{p}"] for p in BUCC_PAIRS),
+        statistics.mean(ev[f"tatoeba/{lang}"] for lang in TATOEBA_LANGS),
+    )
+
+
+def ablation_report(ablation: dict) -> list[str]:
+    """The MEXMA token-gradient ablation: a row per arm and seed, each arm's mean and spread, the verdict."""
+    arms = {
+        arm: [r for key, r in ablation.items() if key.startswith(f"mexma-ablation: {arm} seed")]
+        for arm in MEXMA_ARMS
+    }
+
+    def mean_sd(values: list[float]) -> str:
+        sd = statistics.stdev(values) if len(values) > 1 else 0.0
+        return f"{statistics.mean(values):.2f} ± {sd:.2f}"
+
+    rows = []
+    for arm, runs in arms.items():
+        for r in runs:
+            ev, dev, tatoeba = r["eval"], *ablation_scores(r["eval"])
+            cells = [f"{ev[f'bucc/{p}']:.2f}" for p in BUCC_PAIRS] + [f"{dev:.2f}", f"{tatoeba:.2f}"]
+            rows.append(
+                f"{arm} | {r['seed']} | {r['train']['steps']} | {r['train']['train_minutes']} | "
+                + " | ".join(cells)
+            )
+        if runs:
+            scores = [ablation_scores(r["eval"]) for r in runs]
+            pair_means = [f"{statistics.mean(r['eval'][f'bucc/{p}'] for r in runs):.2f}" for p in BUCC_PAIRS]
+            rows.append(
+                f"**{arm}, mean ± sd** | {len(runs)} seeds | | | {' | '.join(pair_means)} | "
+                f"**{mean_sd([d for d, _ in scores])}** | **{mean_sd([t for _, t in scores])}**"
+            )
+    lines = ["## Do MEXMA's token gradients help, at equal steps?", ""]
+    if all(arms.values()):
+        with_grad, without = ([ablation_scores(r["eval"]) for r in arms[arm]] for arm in MEXMA_ARMS)
+        dev_gain = statistics.mean(d for d, _ in with_grad) - statistics.mean(d for d, _ in without)
+        tatoeba_gain = statistics.mean(t for _, t in with_grad) - statistics.mean(t for _, t in without)
+        noise = max(
+            statistics.stdev([d for d, _ in arm]) if len(arm) > 1 else 0.0 for arm in (with_grad, without)
+        )
+        holds = dev_gain > 0 and tatoeba_gain > 0
+        lines.append(
+            f"Token gradients change average dev F1 by {dev_gain:+.2f} points and Tatoeba by "
+            f"{tatoeba_gain:+.2f} "
+            f"(largest seed sd of dev F1: {noise:.2f}). The paper's direction (token gradients help, §5.1) "
+            + ("holds" if holds else "does not hold")
+            + (" here, " if holds else " here; ")
+            + ("beyond" if abs(dev_gain) > 2 * noise else "within")
+            + " twice the seed spread of dev F1."
+        )
+    else:
+        lines.append("Not every arm has a seed yet.")
+    header = (
+        "arm | seed | steps | minutes | "
+        + " | ".join(f"{p} F1" for p in BUCC_PAIRS)
+        + " | avg dev F1 | Tatoeba avg"
+    )
+    return [
+        *lines,
+        "",
+        "contrastive + MEXMA, e5, the fine-tuning settings of the table above, equal steps; without token "
+        "gradients the unmasking loss reaches the encoder only through the sentence vectors (paper §5.1, "
+        "model (1)). A seed sets the data order, the masking and the unmasking head's initialisation.",
+        "",
+        *table(header, "l" + "r" * (5 + len(BUCC_PAIRS)), rows),
+    ]
+
+
+def run_ablation(results: dict, store: Path, steps: int, seeds: list[int]) -> None:
+    """Each MEXMA arm for `steps` steps at each seed; a run is saved, and the report rebuilt, as it ends."""
+    for seed in seeds:
+        for arm, spec in MEXMA_ARMS.items():
+            key = ABLATION_KEY.format(arm=arm, seed=seed)
+            print(f"bench_train: {key}, {steps} steps ...", flush=True)
+            when = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+            with tempfile.TemporaryDirectory() as scratch:
+                trained = train_row(spec, Path(scratch) / "model", steps=steps, seed=seed)
+                evaluated = evaluate(Path(scratch) / "model")
+            results[key] = stamped(
+                {"arm": arm, "seed": seed, "train": trained, "eval": evaluated, "when": when}
+            )
+            save_rows(store, results)
+            (RESULTS / "bench_train.md").write_text(report(results))
 
 
 def main() -> None:
@@ -259,6 +364,9 @@ def main() -> None:
     )
     parser.add_argument("--only", choices=[*ROWS, "speed"], action="append")
     parser.add_argument("--minutes", type=float, default=10.0)
+    parser.add_argument("--ablation", choices=["mexma"], help="train both arms for --steps, once per seed")
+    parser.add_argument("--steps", type=int, default=30, help="--ablation: training steps of every run")
+    parser.add_argument("--seeds", default="0,1,2", help="--ablation: comma-separated seeds")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument(
         "--keep-model",
@@ -273,14 +381,16 @@ def main() -> None:
     if args.report_only:
         (RESULTS / "bench_train.md").write_text(report(results))
         return
-    if not args.only:
-        parser.error("--only ROW is required (or --report-only)")
+    if not args.only and not args.ablation:
+        parser.error("--only ROW or --ablation mexma is required (or --report-only)")
     if not MODEL.is_dir():
         sys.exit(f"bench_train: {MODEL} is absent; the benchmark needs the shared model and data")
     import torch
 
     torch.set_num_threads(args.threads)
-    for row in args.only:
+    if args.ablation:
+        run_ablation(results, store, args.steps, [int(seed) for seed in args.seeds.split(",")])
+    for row in args.only or []:
         when = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
         print(f"bench_train: {row} ...", flush=True)
         if row == "speed":
@@ -290,7 +400,7 @@ def main() -> None:
         else:
             with tempfile.TemporaryDirectory() as scratch:
                 out = Path(scratch) / row
-                trained = train_row(row, args.minutes, out)
+                trained = train_row(ROWS[row], out, minutes=args.minutes)
                 results[row] = stamped({"train": trained, "eval": evaluate(out), "when": when})
                 if args.keep_model:
                     keep(out, args.keep_model / row)

@@ -54,8 +54,10 @@ _EXPORTS = {
     "read_bucc": "bitextmine.evaluation.bucc",
     "sample_split": "bitextmine.evaluation.bucc",
     "score_mined_file": "bitextmine.evaluation.calibration",
-    "train": "bitextmine.train.loop",
+    # not "train": that is the subpackage bitextmine.train, which its import would bind over the function
+    "train_encoder": "bitextmine.train.loop:train",
     "TrainConfig": "bitextmine.train.loop",
+    "RECIPES": "bitextmine.train.recipes",
     "EncoderSpec": "bitextmine.encoder.spec",
     "SentenceEncoder": "bitextmine.encoder.encoder",
     "load_encoder": "bitextmine.encoder.encoder",
@@ -66,6 +68,7 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "RECIPES",
     "BitextmineError",
     "BitextmineWarning",
     "Candidates",
@@ -100,14 +103,15 @@ __all__ = [
     "sample_split",
     "score_bitext",
     "score_mined_file",
-    "train",
+    "train_encoder",
 ]
 
 
 def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module 'bitextmine' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    module, _, attribute = _EXPORTS[name].partition(":")
+    value = getattr(importlib.import_module(module), attribute or name)
     globals()[name] = value
     return value
 
@@ -140,5 +144,7 @@ if TYPE_CHECKING:
     from bitextmine.steps.mine import MineOptions, MineSummary, mine
     from bitextmine.steps.score import ScoreOptions, ScoreSummary, score_bitext
     from bitextmine.text.bitext import read_bitext
-    from bitextmine.train.loop import TrainConfig, train
+    from bitextmine.train.loop import TrainConfig
+    from bitextmine.train.loop import train as train_encoder
+    from bitextmine.train.recipes import RECIPES
     from bitextmine.workspace.layout import Workspace

@@ -22,6 +22,19 @@ def test_every_exported_name_resolves():
         bitextmine.mine_workspace  # noqa: B018
 
 
+def test_no_exported_name_is_shadowed_by_a_subpackage_import():
+    """Importing bitextmine.X binds X on the package: an export named like a subpackage would flip between
+    the two with import order (once `bm.train`, the function, broke `import bitextmine.train.data as d`)."""
+    import importlib
+    import pkgutil
+
+    subpackages = {module.name for module in pkgutil.iter_modules(bitextmine.__path__)}
+    assert not subpackages & set(bitextmine.__all__)
+    importlib.import_module("bitextmine.train.recipes")  # binds bitextmine.train, the subpackage
+    assert bitextmine.train_encoder.__module__ == "bitextmine.train.loop"
+    assert importlib.import_module("bitextmine.train.data").__name__ == "bitextmine.train.data"
+
+
 @pytest.mark.integration
 def test_import_loads_nothing_heavy_and_changes_no_global_state():
     """In a fresh interpreter: no torch, FAISS or transformers, the same warning and logging setup."""

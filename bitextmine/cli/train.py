@@ -16,6 +16,7 @@ from bitextmine.cli.app import DeviceOption, JsonOption, app, err, info, out, se
 from bitextmine.cli.output import LOG_EVERY_SECONDS, emit_json, fields_table
 from bitextmine.errors import BitextmineError
 from bitextmine.train.objectives.names import OBJECTIVES, parse_objectives
+from bitextmine.train.recipes import RECIPES, with_recipe
 
 SHOWN_TERMS = 6
 
@@ -101,8 +102,33 @@ def _objectives(value: str) -> str:
     return value
 
 
+def _recipe(value: str | None) -> str | None:
+    if value is not None and value not in RECIPES:
+        raise typer.BadParameter(f"unknown recipe {value!r}; recipes: {', '.join(RECIPES)}")
+    return value
+
+
+def _given(ctx: typer.Context, name: str) -> bool:
+    """Whether parameter `name` came from the command line (or the environment), not its default.
+    Compared by name: typer vendors its own click, whose ParameterSource is not click's."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name != "DEFAULT"
+
+
+def _settings(ctx: typer.Context, recipe: str | None) -> dict[str, Any]:
+    """The command's parameters, with the recipe's settings where the command line gave none."""
+    if recipe is None:
+        return dict(ctx.params)
+    given = {name for name in ctx.params if _given(ctx, name)}
+    settings = with_recipe(recipe, ctx.params, given)
+    chosen = {k: v for k, v in RECIPES[recipe].settings.items() if k not in given}
+    info(f"train: recipe {recipe}: " + ", ".join(f"{k} {v}" for k, v in chosen.items()))
+    return settings
+
+
 @app.command()
 def train(
+    ctx: typer.Context,
     data: Annotated[
         list[str],
         typer.Option(
@@ -119,6 +145,14 @@ def train(
             callback=_objectives,
         ),
     ] = "contrastive",
+    recipe: Annotated[
+        str | None,
+        typer.Option(
+            help=f"Settings measured best for a purpose ({', '.join(RECIPES)}; docs/training.md, Recipes); "
+            "options given explicitly override them.",
+            callback=_recipe,
+        ),
+    ] = None,
     base: Annotated[str | None, typer.Option(help="Hugging Face model dir or hub id to fine-tune.")] = None,
     from_scratch: Annotated[
         bool, typer.Option("--from-scratch", help="Small XLM-R-style model with a SentencePiece vocabulary.")
@@ -220,48 +254,51 @@ def train(
     set_threads(threads)
     reporter = _LiveReporter()
     with user_errors():
+        p = _settings(ctx, recipe)
         config = TrainConfig(
-            data=data,
-            out=out_dir,
-            objectives=parse_objectives(objectives),
-            base=base,
-            from_scratch=from_scratch,
-            exclude=exclude or [],
-            min_score=min_score,
-            weight_by_score=weight_by_score,
-            max_steps=max_steps,
-            max_minutes=max_minutes,
-            lr=lr,
-            warmup_steps=warmup_steps,
-            grad_accum=grad_accum,
-            clip=clip,
-            bf16=bf16,
-            seed=seed,
-            max_tokens=max_tokens,
-            max_pairs=max_pairs,
-            max_length=max_length,
-            checkpoint_every=checkpoint_every,
-            eval_every=eval_every,
+            data=p["data"],
+            out=p["out_dir"],
+            objectives=parse_objectives(p["objectives"]),
+            base=p["base"],
+            from_scratch=p["from_scratch"],
+            exclude=p["exclude"] or [],
+            min_score=p["min_score"],
+            weight_by_score=p["weight_by_score"],
+            max_steps=p["max_steps"],
+            max_minutes=p["max_minutes"],
+            lr=p["lr"],
+            warmup_steps=p["warmup_steps"],
+            grad_accum=p["grad_accum"],
+            clip=p["clip"],
+            bf16=p["bf16"],
+            seed=p["seed"],
+            max_tokens=p["max_tokens"],
+            max_pairs=p["max_pairs"],
+            max_length=p["max_length"],
+            checkpoint_every=p["checkpoint_every"],
+            eval_every=p["eval_every"],
             eval_sets=EvalSets(
-                list(eval_bucc or []),
-                eval_tatoeba,
-                [x.strip() for x in eval_langs.split(",") if x.strip()],
-                eval_max_sentences,
+                list(p["eval_bucc"] or []),
+                p["eval_tatoeba"],
+                [x.strip() for x in p["eval_langs"].split(",") if x.strip()],
+                p["eval_max_sentences"],
             ),
-            packed=not padded,
-            device=device,
+            packed=not p["padded"],
+            device=p["device"],
             options={
-                "temperature": temperature,
-                "margin": margin,
-                "projection": projection,
-                "mask_ratio": mask_ratio,
-                "token_gradients": token_gradients,
-                "mexma_alignment": mexma_alignment,
-                "vmsst_lambda": vmsst_lambda,
-                "vmsst_kl_steps": vmsst_kl_steps,
-                **({"teacher": teacher} if teacher else {}),  # absent unless given: older checkpoints resume
+                "temperature": p["temperature"],
+                "margin": p["margin"],
+                "projection": p["projection"],
+                "mask_ratio": p["mask_ratio"],
+                "token_gradients": p["token_gradients"],
+                "mexma_alignment": p["mexma_alignment"],
+                "vmsst_lambda": p["vmsst_lambda"],
+                "vmsst_kl_steps": p["vmsst_kl_steps"],
+                **(
+                    {"teacher": p["teacher"]} if p["teacher"] else {}
+                ),  # absent unless given: old checkpoints resume
             },
-            scratch={"vocab_size": vocab_size, "layers": layers, "hidden": hidden, "heads": heads},
+            scratch={k: p[k] for k in ("vocab_size", "layers", "hidden", "heads")},
         )
         out_dir.mkdir(parents=True, exist_ok=True)
         try:

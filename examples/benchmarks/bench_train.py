@@ -31,6 +31,8 @@ from pathlib import Path
 
 from benchlib import MODEL, RESULTS, SHARED, peak_rss_mb, runs_table, save_rows, stamped, table
 
+from bitextmine.train.recipes import FINE_TUNE  # the `mining` recipe's settings
+
 BUCC_PAIRS = ("de-en", "zh-en")
 TATOEBA_LANGS = ("deu", "fra", "rus", "cmn", "ces")
 ROWS = {
@@ -57,7 +59,6 @@ MEXMA_ARMS = {
     "no token gradients": {**ROWS["contrastive+mexma"], "options": {"token_gradients": False}},
 }
 ABLATION_KEY = "mexma-ablation: {arm} seed {seed}"
-FINE_TUNE = {"lr": 2e-5, "warmup_steps": 20, "max_tokens": 6144, "max_pairs": 128, "max_length": 96}
 
 
 def held_out() -> list[str]:

@@ -1,0 +1,63 @@
+"""Training recipes: named sets of `train` settings, each the one measured best for a purpose here.
+
+A recipe fills in the settings a user did not give; an option given on the command line (or to
+`with_recipe`) always wins. The budget (`max_steps` / `max_minutes`), the data and the base model stay
+the user's. The figures behind each recipe are in docs/training.md ("Recipes").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from bitextmine.errors import BitextmineError
+from bitextmine.train.objectives.names import parse_objectives
+
+# The fine-tuning settings of bench_train's rows (examples/benchmarks/bench_train.py uses this dict):
+# a short warm-up for budgets of ~100 steps, batches that fit 2 CPU cores and news-length sentences.
+FINE_TUNE: dict[str, Any] = {
+    "lr": 2e-5,
+    "warmup_steps": 20,
+    "max_tokens": 6144,
+    "max_pairs": 128,
+    "max_length": 96,
+}
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    purpose: str
+    settings: dict[str, Any]  # `train` parameter name -> value
+
+    def config_settings(self) -> dict[str, Any]:
+        """The settings as `TrainConfig` keyword arguments: TrainConfig(data=.., out=.., base=..,
+        max_minutes=10, **RECIPES["mining"].config_settings())."""
+        return {**self.settings, "objectives": parse_objectives(self.settings["objectives"])}
+
+
+RECIPES = {
+    recipe.name: recipe
+    for recipe in (
+        Recipe(
+            "mining",
+            "bitext mining between languages with parallel data: the contrastive objective, which gained "
+            "the most dev F1 and Tatoeba accuracy per CPU minute in bench_train",
+            {"objectives": "contrastive", **FINE_TUNE},
+        ),
+        Recipe(
+            "weak-languages",
+            "extending a model to languages it encodes badly: contrastive + distillation to the base "
+            "model's English vectors, which held every other language in the measured run",
+            {"objectives": "contrastive,distill", **FINE_TUNE},
+        ),
+    )
+}
+
+
+def with_recipe(name: str, values: dict[str, Any], given: set[str]) -> dict[str, Any]:
+    """`values` (train's parameters) with the recipe's settings in place of every one not in `given`."""
+    recipe = RECIPES.get(name)
+    if recipe is None:
+        raise BitextmineError(f"unknown recipe {name!r}; recipes: {', '.join(RECIPES)}")
+    return {**values, **{key: value for key, value in recipe.settings.items() if key not in given}}

@@ -53,6 +53,7 @@ def test_self_training_mines_trains_on_what_it_mined_and_mines_again(tmp_path, t
     model = work / "model-1"
     trained = json.loads((model / "bitextmine.json").read_text())
     assert trained["training"]["steps"] == 2
+    assert trained["training"]["excluded_pairs_seen"] > 0  # the mined dev pairs were not trained on
     log = [json.loads(line) for line in (model / "train_log.jsonl").read_text().splitlines()]
     assert log and all(r["lr"] > 0 for r in log if "lr" in r)
     assert (work / "round-1" / "mined" / "de-en.tsv.zst").is_file()

@@ -109,7 +109,7 @@ def _recipe(value: str | None) -> str | None:
 
 
 def _given(ctx: typer.Context, name: str) -> bool:
-    """Whether parameter `name` came from the command line (or the environment), not its default.
+    """Whether parameter `name` was given on the command line rather than left at its default.
     Compared by name: typer vendors its own click, whose ParameterSource is not click's."""
     source = ctx.get_parameter_source(name)
     return source is not None and source.name != "DEFAULT"
@@ -294,9 +294,8 @@ def train(
                 "mexma_alignment": p["mexma_alignment"],
                 "vmsst_lambda": p["vmsst_lambda"],
                 "vmsst_kl_steps": p["vmsst_kl_steps"],
-                **(
-                    {"teacher": p["teacher"]} if p["teacher"] else {}
-                ),  # absent unless given: old checkpoints resume
+                # absent unless given, so that checkpoints of runs from before --teacher still resume
+                **({"teacher": p["teacher"]} if p["teacher"] else {}),
             },
             scratch={k: p[k] for k in ("vocab_size", "layers", "hidden", "heads")},
         )

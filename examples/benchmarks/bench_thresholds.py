@@ -96,6 +96,7 @@ def halves(split, src: np.ndarray, tgt: np.ndarray, rng: np.random.Generator):
     gold = sorted(split.gold)
     in_a = set(rng.permutation(len(gold))[: len(gold) // 2].tolist())
     gold_a = {g for i, g in enumerate(gold) if i in in_a}
+    coins = [rng.random(len(side.ids)) < 0.5 for side in (split.src, split.tgt)]  # True: to half A
     out = []
     for want_a in (True, False):
         pairs = gold_a if want_a else set(gold) - gold_a
@@ -103,7 +104,7 @@ def halves(split, src: np.ndarray, tgt: np.ndarray, rng: np.random.Generator):
         for position, (side, vecs) in enumerate(((split.src, src), (split.tgt, tgt))):
             gold_ids = {g[position] for g in gold}
             mine_ids = {g[position] for g in pairs}
-            coin = np.random.default_rng(rng.integers(2**32)).random(len(side.ids)) < 0.5
+            coin = coins[position]
             rows = [
                 k
                 for k, i in enumerate(side.ids)

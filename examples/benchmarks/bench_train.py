@@ -303,7 +303,7 @@ def ablation_report(ablation: dict) -> list[str]:
             scores = [ablation_scores(r["eval"]) for r in runs]
             pair_means = [f"{statistics.mean(r['eval'][f'bucc/{p}'] for r in runs):.2f}" for p in BUCC_PAIRS]
             rows.append(
-                f"**{arm}, mean ± sd** | {len(runs)} seeds | | | {' | '.join(pair_means)} | "
+                f"**{arm}, mean ± sd** | seeds: {len(runs)} | | | {' | '.join(pair_means)} | "
                 f"**{mean_sd([d for d, _ in scores])}** | **{mean_sd([t for _, t in scores])}**"
             )
     lines = ["## Do MEXMA's token gradients help, at equal steps?", ""]

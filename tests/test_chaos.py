@@ -73,7 +73,7 @@ class Runner:
         process.start()
         process.join(kill_after)
         if process.exitcode is None:
-            os.kill(process.pid, signal.SIGKILL)
+            process.kill()  # SIGKILL; unlike os.kill, no error if it ended since the join
             process.join()
         seconds = time.perf_counter() - started
         return process.exitcode, seconds, log.read_text(errors="replace")

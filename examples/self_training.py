@@ -13,7 +13,8 @@ Round r (model 0 is --model):
      corpora contain the dev sentences, which must not be trained on.
 The table gives each round's dev F1, threshold and mined pairs, and with --known PREFIX (line-aligned
 PREFIX.SRC / PREFIX.en of known translations) the mined pairs' precision against them, counted over
-the mined pairs whose SRC side has a known translation. A rerun reuses what is already there.
+the mined pairs whose SRC side has a known translation. A rerun reuses the encoded corpora and the
+trained models already in WORK.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from bitextmine.cli.app import DeviceOption, JsonOption, app, err, info, out, se
 from bitextmine.cli.output import LOG_EVERY_SECONDS, emit_json, fields_table
 from bitextmine.errors import BitextmineError
 from bitextmine.train.objectives.names import OBJECTIVES, parse_objectives
-from bitextmine.train.recipes import RECIPES, with_recipe
+from bitextmine.train.recipes import RECIPES, recipe_named, with_recipe
 
 SHOWN_TERMS = 6
 
@@ -103,9 +103,11 @@ def _objectives(value: str) -> str:
 
 
 def _recipe(value: str | None) -> str | None:
-    if value is not None and value not in RECIPES:
-        raise typer.BadParameter(f"unknown recipe {value!r}; recipes: {', '.join(RECIPES)}")
-    return value
+    """--recipe checked by the parser (a usage error naming the recipes), before torch loads."""
+    try:
+        return value if value is None else recipe_named(value).name
+    except BitextmineError as exc:
+        raise typer.BadParameter(str(exc)) from None
 
 
 def _given(ctx: typer.Context, name: str) -> bool:

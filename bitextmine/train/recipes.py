@@ -48,9 +48,14 @@ RECIPES = {
 }
 
 
+def recipe_named(name: str) -> Recipe:
+    """The recipe called `name`; a one-line error naming the recipes if there is none."""
+    if name not in RECIPES:
+        raise BitextmineError(f"unknown recipe {name!r}; recipes: {', '.join(RECIPES)}")
+    return RECIPES[name]
+
+
 def with_recipe(name: str, values: dict[str, Any], given: set[str]) -> dict[str, Any]:
     """`values` (train's parameters) with the recipe's settings in place of every one not in `given`."""
-    recipe = RECIPES.get(name)
-    if recipe is None:
-        raise BitextmineError(f"unknown recipe {name!r}; recipes: {', '.join(RECIPES)}")
-    return {**values, **{key: value for key, value in recipe.settings.items() if key not in given}}
+    settings = recipe_named(name).settings
+    return {**values, **{key: value for key, value in settings.items() if key not in given}}

@@ -104,11 +104,10 @@ def halves(split, src: np.ndarray, tgt: np.ndarray, rng: np.random.Generator):
         for position, (side, vecs) in enumerate(((split.src, src), (split.tgt, tgt))):
             gold_ids = {g[position] for g in gold}
             mine_ids = {g[position] for g in pairs}
-            coin = coins[position]
             rows = [
                 k
                 for k, i in enumerate(side.ids)
-                if i in mine_ids or (i not in gold_ids and coin[k] == want_a)
+                if i in mine_ids or (i not in gold_ids and coins[position][k] == want_a)
             ]
             sides.append(BuccSide(side.lang, [side.ids[k] for k in rows], [side.sentences[k] for k in rows]))
             vectors.append(vecs[rows])

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from bitextmine.mining.selection import Candidates, select_candidates
-from bitextmine.search.knn import exact_neighbours
+from bitextmine.search.gemm import exact_neighbours
 
 
 def mine_arrays(

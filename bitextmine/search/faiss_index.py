@@ -28,6 +28,7 @@ import numpy as np
 
 from bitextmine.errors import BitextmineError
 from bitextmine.files import json_record, read_json, remove_temporaries, write_json
+from bitextmine.search.gemm import GemmPlan, gemm_neighbours
 from bitextmine.search.ivf_scan import search
 from bitextmine.search.knn import rerank
 from bitextmine.search.sharded import (
@@ -51,6 +52,7 @@ from bitextmine.workspace.embeddings import ShardedVectors
 # at default_nprobe, IVF2048,PQ48 found 0.19 of the en->de exact top-4 at any nprobe (0.63 after exact
 # re-ranking of its top 64), where IVF2048,SQ8 (384 B) found 0.933 at 256 probes and 0.963 at 512.
 FLAT_MAX = 200_000
+EXACT = "Flat"  # searched by matrix products over the embedding shards (search/gemm.py): no FAISS file
 IVF_FLAT_MAX = 4_000_000
 MIN_LISTS, MAX_LISTS = 16, 262_144
 POINTS_PER_LIST = 39  # FAISS warns below 39 training points per centroid
@@ -667,8 +669,39 @@ def _ivf(index: faiss.Index | ShardedIndex) -> faiss.IndexIVF | None:
     return faiss.try_extract_index_ivf(index.template if isinstance(index, ShardedIndex) else index)
 
 
-def save_index(index: faiss.Index | ShardedIndex, info: IndexInfo, index_dir: Path) -> IndexInfo:
-    """Write ``LANG.faiss`` (an unsharded index; a sharded one saved its shards) then ``LANG.json`` with
+def exact_index_info(
+    vectors: ShardedVectors, lang: str, queries: tuple[str, np.ndarray] | None, plan: GemmPlan
+) -> IndexInfo:
+    """The record of an exact index (nothing to build: `mine` multiplies the embedding shards), with the
+    time that search takes for `queries` (the other language's vectors, else 1000 of its own rows)."""
+    source, sample = queries or ("self", vectors.take(np.arange(min(1000, len(vectors)))))
+    started = time.perf_counter()
+    gemm_neighbours(lambda: [(0, sample)], len(sample), vectors, 4, plan)
+    per_1000 = round(1e6 * (time.perf_counter() - started) / max(len(sample), 1), 1)
+    return IndexInfo(
+        lang=lang,
+        factory=EXACT,
+        dim=vectors.dim,
+        count=len(vectors),
+        nprobe=None,
+        fingerprint=vectors.model.fingerprint,
+        train_rows=0,
+        recall_k=4,
+        recall_queries=len(sample),
+        recall=1.0,
+        build_seconds=0.0,
+        gpu=False,
+        vectors=vectors.digest(),
+        recall_source=source,
+        search_ms_per_1000=per_1000,
+        exact_ms_per_1000=per_1000,
+        note=f"exact search by matrix products over the embedding shards ({plan.describe()})",
+    )
+
+
+def save_index(index: faiss.Index | ShardedIndex | None, info: IndexInfo, index_dir: Path) -> IndexInfo:
+    """Write ``LANG.faiss`` (an unsharded index; a sharded one saved its shards; an exact one, None, has
+    none) then ``LANG.json`` with
     the files' checksums, each atomically, and remove the files of other builds and the temporary files
     of killed ones (the index step holds LANG's index lock). Returns the info as saved.
 
@@ -676,7 +709,7 @@ def save_index(index: faiss.Index | ShardedIndex, info: IndexInfo, index_dir: Pa
     """
     index_dir = Path(index_dir)
     (index_dir / f"{info.lang}.json").unlink(missing_ok=True)
-    if isinstance(index, ShardedIndex):
+    if isinstance(index, ShardedIndex) or index is None:
         (index_dir / f"{info.lang}.faiss").unlink(missing_ok=True)
     else:
         write_index(index, index_dir / f"{info.lang}.faiss")
@@ -692,6 +725,8 @@ def save_index(index: faiss.Index | ShardedIndex, info: IndexInfo, index_dir: Pa
 
 def _index_files(info: IndexInfo) -> list[str]:
     """The files in the index dir that the index described by `info` reads."""
+    if info.factory == EXACT and not info.shards:
+        return []
     if info.shards:
         return [f"{info.lang}.{info.plan}.template.faiss", *(shard["file"] for shard in info.shards)]
     return [f"{info.lang}.faiss"]

@@ -41,14 +41,6 @@ def exact_knn(queries: np.ndarray, base: np.ndarray, k: int) -> tuple[np.ndarray
     return sims, ids
 
 
-def exact_neighbours(queries: np.ndarray, base: np.ndarray, k: int) -> Neighbours:
-    """The min(k, len(base)) nearest `base` rows of every query, exact (in-memory sets: BUCC splits)."""
-    shard = SearchShard(lambda q, n: exact_knn(q, base, n))
-    return find_neighbours(
-        lambda: [(0, queries)], len(queries), [shard], lambda i: base[i], min(k, len(base))
-    )
-
-
 def rerank(
     queries: np.ndarray,
     ids: np.ndarray,

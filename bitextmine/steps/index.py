@@ -11,16 +11,19 @@ from bitextmine.launch.config import LauncherConfig
 from bitextmine.launch.jobs import Job, Progress, run_jobs
 from bitextmine.search.faiss_index import (
     CHECKPOINT_ROWS,
+    EXACT,
     IndexInfo,
     ShardedBuild,
     build_index,
     checkpoint_ranges,
     choose_factory,
+    exact_index_info,
     finish_merged_build,
     finish_sharded_build,
     save_index,
     start_sharded_build,
 )
+from bitextmine.search.gemm import GemmPlan
 from bitextmine.search.sharded import plan_ranges, populate_shard
 from bitextmine.text.languages import check_lang
 from bitextmine.workspace.embeddings import EmbeddingStore, ShardedVectors
@@ -107,6 +110,9 @@ def index(
         if options.list_size is not None:
             factory = choose_factory(len(vectors), vectors.dim, options.list_size)
         chosen = factory or choose_factory(len(vectors), vectors.dim)
+        if chosen == EXACT and options.max_memory_gb is None:
+            plan = GemmPlan.for_device("cuda" if options.gpu else "cpu")
+            return save_index(None, exact_index_info(vectors, lang, queries, plan), workspace.index_dir())
         max_bytes = options.max_memory_gb and options.max_memory_gb * 1e9
         ranges = plan_ranges(len(vectors), chosen, vectors.dim, max_bytes)
         tuning = dict(

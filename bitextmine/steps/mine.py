@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from bitextmine.encoder.encoder import pick_device
 from bitextmine.errors import BitextmineError
 from bitextmine.evaluation.thresholds import ThresholdChoice, resolve_threshold
 from bitextmine.files import atomic_open, write_json
@@ -23,7 +24,8 @@ from bitextmine.mining.filters import NO_FILTERS, FilterSettings, PairFilter
 from bitextmine.mining.margin import check_margin
 from bitextmine.mining.output import MinedOutput, output_format, score_histogram, write_mined
 from bitextmine.mining.selection import NeighbourBlocks, check_strategy, select_candidates
-from bitextmine.search.faiss_index import IndexInfo, load_index, load_index_info
+from bitextmine.search.faiss_index import EXACT, IndexInfo, load_index, load_index_info
+from bitextmine.search.gemm import GemmPlan, gemm_neighbours
 from bitextmine.search.ivf_scan import query_block_rows, search
 from bitextmine.search.knn import Neighbours, QueryBlocks, SearchShard, find_neighbours
 from bitextmine.search.sharded import ShardedIndex, release_index
@@ -47,6 +49,7 @@ class MineOptions:
     threshold: float | str | None = None  # a number, "auto", "auto:PAIR" (calibrated) or None (keep all)
     thresholds: Path | None = None  # the threshold store of "auto"; default: WORK/thresholds.json
     nprobe: int | None = None
+    device: str = "auto"  # where exact (Flat) indexes are searched: auto, cpu, cuda, cuda:N
     max_codes: int | None = None  # rows an IVF query scans at most (FAISS max_codes); None: no cap
     block_rows: int | None = None  # queries searched at once; None: ivf_scan.query_block_rows
     job_rows: int = 1_000_000  # queries per neighbour job (the unit of resume and of cluster jobs)
@@ -255,6 +258,7 @@ def _neighbour_jobs(
             options.k,
             options.nprobe,
             options.max_codes,
+            options.device,
             block_rows,
             out=work / f"{direction}-{a:012d}-{b:012d}.npy",
         )
@@ -284,6 +288,7 @@ class NeighbourTask:
     k: int
     nprobe: int | None
     max_codes: int | None
+    device: str
     block_rows: int
     out: Path  # the job's neighbour lists (.npy)
 
@@ -303,7 +308,7 @@ def neighbours_job(task: NeighbourTask, progress: Progress | None = None) -> int
             yield first - task.start, queries.take(rows)
             queries.drop_pages()
 
-    search = BaseSearch(task.base_lang, task.k, task.nprobe, task.max_codes)
+    search = BaseSearch(task.base_lang, task.k, task.nprobe, task.max_codes, task.device)
     found = search.neighbours(workspace, blocks, task.queries, progress)
     lists = np.empty(found.ids.shape, dtype=NEIGHBOUR_DTYPE)  # one .npy: byte-identical when rerun
     lists["id"], lists["cos"] = found.ids, found.sims
@@ -314,18 +319,23 @@ def neighbours_job(task: NeighbourTask, progress: Progress | None = None) -> int
 
 @dataclass(frozen=True)
 class BaseSearch:
-    """k-NN search of query vectors against one language of a workspace, through its index."""
+    """k-NN search of query vectors against one language of a workspace: through its FAISS index, or
+    by exact matrix products over its embedding shards where the index is exact (Flat)."""
 
     base_lang: str
     k: int
     nprobe: int | None = None
     max_codes: int | None = None
+    device: str = "auto"
 
     def neighbours(
         self, workspace: Workspace, blocks: QueryBlocks, queries: int, progress: Progress | None = None
     ) -> Neighbours:
         """The k nearest base rows of the `queries` query vectors that `blocks` yields, exact cosines."""
         base = open_language(workspace, self.base_lang).vectors
+        if load_index_info(workspace.index_dir(), self.base_lang, base).factory == EXACT:
+            plan = GemmPlan.for_device(str(pick_device(self.device)))
+            return gemm_neighbours(blocks, queries, base, self.k, plan, progress)
         index, info = load_index(
             workspace.index_dir(), self.base_lang, base, nprobe=self.nprobe, max_codes=self.max_codes
         )

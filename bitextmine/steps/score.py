@@ -22,7 +22,8 @@ from bitextmine.evaluation.thresholds import ThresholdChoice, resolve_threshold
 from bitextmine.mining.filters import NO_FILTERS, FilterSettings, PairFilter
 from bitextmine.mining.margin import check_margin, margin_scores
 from bitextmine.mining.output import MinedOutput, ScoredRows, output_format, write_pairs
-from bitextmine.search.knn import Neighbours, exact_neighbours
+from bitextmine.search.gemm import exact_neighbours
+from bitextmine.search.knn import Neighbours
 from bitextmine.steps.mine import BaseSearch
 from bitextmine.text.bitext import Bitext
 from bitextmine.text.reader import Row, warn_user

@@ -1,0 +1,268 @@
+"""Exact k-nearest neighbours by blocked matrix products, at the hardware's matrix-product rate.
+
+Each block of queries is multiplied with each block of the base in reduced precision (bf16 on CPUs that
+run it natively, fp16 on CUDA; fp32 elsewhere), and the `fetch` = k + `extra` best products per query are
+kept. Those candidates are re-ranked with exact float32 cosines (ties: the smaller base row first), and
+every query is then *certified*: the products are within a proven bound `eps` of the float32 cosines
+(`error_bound`), so when a query's k-th exact cosine exceeds the best product it discarded by more than
+`eps`, no discarded row can belong to its top k. The few queries that fail the test (neighbourhoods
+crowded within `eps`, duplicated rows) are searched again in float32 with a growing `fetch` until they
+pass, or until every row is a candidate. The result is the float32 brute-force answer, whatever the
+precision of the products.
+
+Memory: a query block of `query_rows` and a base block of `base_rows` make a `query_rows x base_rows`
+product matrix (2 bytes an entry in bf16/fp16, 4 in fp32) on the device, plus the base in the compute
+precision when it fits `resident_bytes` (else it is converted block by block for each query block).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import torch
+
+from bitextmine.search.knn import Neighbours
+
+EXTRA = 28  # candidates kept beyond k: 32 at k = 4
+FP32_UNIT = 2.0**-24
+UNIT_ROUNDOFF = {torch.float32: FP32_UNIT, torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11}
+CPU_BLOCK = (8_192, 16_384)  # query rows x base rows: a 256 MB bf16 product matrix
+CUDA_BLOCK = (32_768, 262_144)  # 16 GB fp16 product matrix
+RESIDENT_BYTES = {"cpu": 4 * 2**30, "cuda": 24 * 2**30}  # base kept whole in the compute precision
+
+
+class VectorSource(Protocol):
+    """Rows of float32 unit vectors: `ShardedVectors` (a workspace language) or `ArrayVectors`."""
+
+    def __len__(self) -> int: ...
+
+    def blocks(self, block_rows: int) -> Iterator[tuple[int, np.ndarray]]: ...
+
+    def take(self, rows: np.ndarray) -> np.ndarray: ...
+
+
+@dataclass
+class ArrayVectors:
+    """An in-memory float32 array as a `VectorSource`."""
+
+    array: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.array)
+
+    def blocks(self, block_rows: int) -> Iterator[tuple[int, np.ndarray]]:
+        for start in range(0, len(self.array), block_rows):
+            yield start, self.array[start : start + block_rows]
+
+    def take(self, rows: np.ndarray) -> np.ndarray:
+        return self.array[rows]
+
+
+@dataclass(frozen=True)
+class GemmPlan:
+    """Where and how the products are computed, and the block sizes that bound their memory."""
+
+    device: torch.device
+    dtype: torch.dtype
+    query_rows: int
+    base_rows: int
+    extra: int = EXTRA
+    resident_bytes: int = 0
+
+    @classmethod
+    def for_device(cls, device: str = "cpu", precision: str = "auto", extra: int = EXTRA) -> GemmPlan:
+        """bf16 on CPUs with native bf16 arithmetic, fp16 on CUDA (the float16 shards convert exactly),
+        else fp32; `precision` (fp32, bf16, fp16) overrides."""
+        dev = torch.device(device)
+        dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+        if dtype is None:
+            dtype = _default_dtype(dev)
+        query_rows, base_rows = CUDA_BLOCK if dev.type == "cuda" else CPU_BLOCK
+        return cls(dev, dtype, query_rows, base_rows, extra, RESIDENT_BYTES.get(dev.type, 0))
+
+    def describe(self) -> str:
+        return f"{str(self.dtype).removeprefix('torch.')} products on {self.device}"
+
+    @property
+    def memory_bytes(self) -> int:
+        """The product matrix's size: the bound on what one step of the search holds besides the base."""
+        return self.query_rows * self.base_rows * torch.finfo(self.dtype).bits // 8
+
+
+def _default_dtype(device: torch.device) -> torch.dtype:
+    if device.type == "cuda":
+        return torch.float16
+    from bitextmine.encoder.precision import bf16_is_native
+
+    return torch.bfloat16 if bf16_is_native(device) else torch.float32
+
+
+def error_bound(dtype: torch.dtype, dim: int, inputs_exact: bool) -> float:
+    """c such that |product - float32 cosine| <= c * |q| * |b| for any two rows: the inputs rounded to
+    `dtype` (unless they convert exactly), a float32 accumulation over `dim` terms, the product rounded
+    to `dtype`, and the float32 re-ranking's own accumulation."""
+    u = UNIT_ROUNDOFF[dtype]
+    u_in = 0.0 if inputs_exact else u
+    accumulate = dim * FP32_UNIT / (1 - dim * FP32_UNIT)
+    return (2 * u_in + u_in**2) + u * (1 + u_in) ** 2 + 2 * accumulate + 1e-7
+
+
+QueryBlocks = Callable[[], Iterable[tuple[int, np.ndarray]]]
+
+
+def gemm_neighbours(
+    query_blocks: QueryBlocks,
+    n_queries: int,
+    base: VectorSource,
+    k: int,
+    plan: GemmPlan,
+    progress: Callable[[int], None] | None = None,
+) -> Neighbours:
+    """The exact k nearest base rows (float32 cosines, ties by row) of every query that `query_blocks`
+    yields as (first row, float32 vectors); NaN / -1 where the base has fewer than k rows."""
+    found = Neighbours(np.full((n_queries, k), np.nan, np.float32), np.full((n_queries, k), -1, np.int64))
+    if len(base) == 0 or k == 0:
+        return found
+    products = _BaseProducts(base, plan)
+    for start, queries in query_blocks():
+        for first in range(0, len(queries), plan.query_rows):
+            block = queries[first : first + plan.query_rows]
+            rows = slice(start + first, start + first + len(block))
+            found.sims[rows], found.ids[rows] = _exact_top_k(block, products, base, k, plan)
+            if progress:
+                progress(len(block))
+    return found
+
+
+def exact_neighbours(
+    queries: np.ndarray, base: np.ndarray, k: int, plan: GemmPlan | None = None
+) -> Neighbours:
+    """The min(k, len(base)) nearest `base` rows of every query, exact (in-memory sets: BUCC splits)."""
+    neighbours = gemm_neighbours(
+        lambda: [(0, queries)], len(queries), ArrayVectors(base), k, plan or GemmPlan.for_device("cpu")
+    )
+    width = min(k, len(base))
+    return Neighbours(neighbours.sims[:, :width], neighbours.ids[:, :width])
+
+
+def _exact_top_k(
+    queries: np.ndarray, products: _BaseProducts, base: VectorSource, k: int, plan: GemmPlan
+) -> tuple[np.ndarray, np.ndarray]:
+    width = min(k, len(base))
+    fetch = min(k + plan.extra, len(base))
+    q = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32)).to(plan.device)
+    cut, ids = products.top(q, fetch, plan.dtype)
+    cos, ids = products.rerank(q, ids, width)
+    doubtful = _uncertified(cos, cut, products.bound(plan.dtype, q))
+    while len(doubtful):
+        fetch = min(4 * fetch, len(base))
+        cut, more = products.top(q[doubtful], fetch, torch.float32)
+        cos[doubtful], ids[doubtful] = products.rerank(q[doubtful], more, width)
+        doubtful = doubtful[_uncertified(cos[doubtful], cut, products.bound(torch.float32, q[doubtful]))]
+    return _pad(cos.cpu().numpy(), ids.cpu().numpy(), k)
+
+
+def _uncertified(cos: torch.Tensor, cut: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
+    """Rows whose k-th cosine does not clear the best discarded product by the error bound."""
+    return torch.nonzero(~(cos[:, -1].double() > cut + eps)).flatten()
+
+
+def _pad(cos: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    missing = k - cos.shape[1]
+    if missing:
+        cos = np.pad(cos, ((0, 0), (0, missing)), constant_values=np.nan)
+        ids = np.pad(ids, ((0, 0), (0, missing)), constant_values=-1)
+    return cos, ids
+
+
+class _BaseProducts:
+    """The base in the compute precision on the device (kept whole when it fits `resident_bytes`, else
+    converted block by block for each query block), its best products with queries, and exact cosines."""
+
+    def __init__(self, base: VectorSource, plan: GemmPlan) -> None:
+        self.base = base
+        self.plan = plan
+        self.max_norm = 0.0
+        self.exact_in: dict[torch.dtype, bool] = {torch.float32: True}
+        size = len(base) * _dim(base) * torch.finfo(plan.dtype).bits // 8
+        self.resident: torch.Tensor | None = None
+        if size <= plan.resident_bytes:
+            self.resident = torch.cat([block for _, block in self._converted(plan.dtype)])
+
+    def _converted(self, dtype: torch.dtype) -> Iterator[tuple[int, torch.Tensor]]:
+        for start, block in self.base.blocks(self.plan.base_rows):
+            tensor = torch.from_numpy(np.ascontiguousarray(block, dtype=np.float32)).to(self.plan.device)
+            self.max_norm = max(self.max_norm, float(torch.linalg.vector_norm(tensor, dim=1).max()))
+            converted = tensor.to(dtype)
+            exact = bool(torch.equal(converted.float(), tensor))
+            self.exact_in[dtype] = self.exact_in.get(dtype, True) and exact
+            yield start, converted
+
+    def _blocks(self, dtype: torch.dtype) -> Iterable[tuple[int, torch.Tensor]]:
+        if self.resident is not None and dtype == self.plan.dtype:
+            rows = self.plan.base_rows
+            return ((a, self.resident[a : a + rows]) for a in range(0, len(self.resident), rows))
+        return self._converted(dtype)
+
+    def top(self, q32: torch.Tensor, fetch: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the best discarded product, -inf if none; the ids of the `fetch` best products) per query."""
+        q = q32.to(dtype)
+        self.exact_in[dtype] = self.exact_in.get(dtype, True) and bool(torch.equal(q.float(), q32))
+        keep = fetch + 1
+        best_v = torch.empty((len(q), 0), dtype=torch.float32, device=q.device)
+        best_i = torch.empty((len(q), 0), dtype=torch.int64, device=q.device)
+        with _full_precision_sums():
+            for start, block in self._blocks(dtype):
+                values, ids = torch.topk(q @ block.T, min(keep, len(block)), dim=1)
+                best_v = torch.cat([best_v, values.float()], dim=1)
+                best_i = torch.cat([best_i, ids + start], dim=1)
+                if best_v.shape[1] > keep:
+                    best_v, order = torch.topk(best_v, keep, dim=1)
+                    best_i = torch.gather(best_i, 1, order)
+        if best_v.shape[1] > fetch:
+            cut = best_v[:, fetch].double()
+        else:
+            cut = torch.full((len(q),), -torch.inf, dtype=torch.float64, device=q.device)
+        return cut, best_i[:, :fetch]
+
+    def rerank(self, q32: torch.Tensor, ids: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The k candidates of each query with the highest float32 cosine, best first, ties broken by
+        the smaller row."""
+        ids, _ = torch.sort(ids, dim=1)
+        cos = torch.einsum("nd,nfd->nf", q32, self._exact_rows(ids))
+        order = torch.sort(-cos, dim=1, stable=True).indices[:, :k]
+        return torch.gather(cos, 1, order), torch.gather(ids, 1, order)
+
+    def _exact_rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """float32 [n, f, dim] base rows: from the resident copy where it holds them exactly."""
+        if self.resident is not None and self.exact_in.get(self.plan.dtype, False):
+            return self.resident[ids].float()
+        rows = self.base.take(ids.reshape(-1).cpu().numpy())
+        return torch.from_numpy(rows).to(ids.device).reshape(*ids.shape, -1)
+
+    def bound(self, dtype: torch.dtype, q32: torch.Tensor) -> torch.Tensor:
+        """The error bound of each query's products (see `error_bound`)."""
+        c = error_bound(dtype, q32.shape[1], self.exact_in.get(dtype, False))
+        return c * torch.linalg.vector_norm(q32.double(), dim=1) * self.max_norm
+
+
+@contextlib.contextmanager
+def _full_precision_sums() -> Iterator[None]:
+    """cuBLAS may sum fp16/bf16 products in reduced precision unless told not to; `error_bound`
+    assumes float32 sums."""
+    matmul = torch.backends.cuda.matmul
+    saved = matmul.allow_fp16_reduced_precision_reduction, matmul.allow_bf16_reduced_precision_reduction
+    matmul.allow_fp16_reduced_precision_reduction = False
+    matmul.allow_bf16_reduced_precision_reduction = False
+    try:
+        yield
+    finally:
+        matmul.allow_fp16_reduced_precision_reduction, matmul.allow_bf16_reduced_precision_reduction = saved
+
+
+def _dim(base: VectorSource) -> int:
+    return int(base.take(np.zeros(1, np.int64)).shape[1]) if len(base) else 0

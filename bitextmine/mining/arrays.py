@@ -14,15 +14,22 @@ from pathlib import Path
 import numpy as np
 
 from bitextmine.mining.selection import Candidates, select_candidates
-from bitextmine.search.gemm import exact_neighbours
+from bitextmine.search.gemm import GemmPlan, exact_neighbours
 
 
 def mine_arrays(
-    src: np.ndarray, tgt: np.ndarray, *, k: int = 4, margin: str = "ratio", strategy: str = "max"
+    src: np.ndarray,
+    tgt: np.ndarray,
+    *,
+    k: int = 4,
+    margin: str = "ratio",
+    strategy: str = "max",
+    device: str = "cpu",
 ) -> Candidates:
-    """Exact mining of two in-memory sets of unit vectors (BUCC splits, tests)."""
-
-    fwd, bwd = exact_neighbours(src, tgt, k), exact_neighbours(tgt, src, k)
+    """Exact mining of two in-memory sets of unit vectors (BUCC splits, tests); the neighbours are
+    searched on `device` (cpu, cuda, cuda:N) by exact matrix products (search/gemm.py)."""
+    plan = GemmPlan.for_device(device)
+    fwd, bwd = exact_neighbours(src, tgt, k, plan), exact_neighbours(tgt, src, k, plan)
     with tempfile.TemporaryDirectory(prefix="bitextmine-selection-") as scratch:
         selected = select_candidates(
             lambda: [(0, fwd)], lambda: [(0, bwd)], (len(src), len(tgt)), margin, strategy, Path(scratch)

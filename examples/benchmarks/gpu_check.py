@@ -1,0 +1,272 @@
+"""The GPU path, checked in one run of at most 8 minutes on one GPU (issue: the GPU path ready to run).
+
+What a device machine can be sent is small (64 MiB with the wheels), so the shared model's weights
+(145 MB) and the scale set's vectors cannot travel. The run therefore uses:
+- a model of the shared model's shape (its config and real tokenizer, carried; random weights built on
+  the machine): attention kernels and throughput depend on the shape, not on the weights' values;
+- SENTENCES real sentences of the scale set (carried, zstd): what encoding speed is measured on;
+- synthetic unit vectors for mining (planted noisy pairs among random ones), made on the machine.
+
+Sections, each a row in OUT/gpu_check.json (and gpu_check.md):
+1. attention: the packed encoder with each backend (xFormers block-diagonal, torch varlen, SDPA) in bf16
+   against the padded Hugging Face forward in fp32, cosine per sentence;
+2. encode: packed encoding (auto backend, bf16) against sentence-transformers (bf16) on the sentences;
+3. mine-1m: exact mining (search/gemm.py) of 1M x 1M vectors on the GPU, and the pairs of a 100k x 100k
+   subsample against the same mining on the CPU;
+4. mine-10m: exact search of 10M queries against 10M vectors for a fixed time, the rate and GPU memory,
+   and the time the whole 10M x 10M mining (both directions) takes at that rate.
+
+`--dry-run` runs every section at toy sizes on the CPU (the test suite does), so the script is known to
+work before a GPU is lent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchlib import RESULTS, stamped
+
+from bitextmine.encoder.encoder import SentenceEncoder
+from bitextmine.mining.arrays import mine_arrays
+from bitextmine.search.gemm import GemmPlan, gemm_neighbours
+
+SIZES = {  # full run / dry run
+    "attention_sentences": (2_000, 40),
+    "encode_sentences": (200_000, 60),
+    "mine_rows": (1_000_000, 3_000),
+    "compare_rows": (100_000, 1_000),
+    "big_rows": (10_000_000, 20_000),
+    "big_seconds": (90.0, 5.0),
+    "dim": (384, 32),
+}
+PAIR_SHARE = 50_592 / 1_050_592  # the scale set's share of hidden pairs
+BACKENDS = ("xformers", "varlen", "sdpa")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model-shape", type=Path, required=True, help="a model dir without weights")
+    parser.add_argument("--sentences", type=Path, required=True, help="one sentence a line (.zst or text)")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--dry-run", action="store_true", help="toy sizes on the CPU")
+    args = parser.parse_args()
+    size = {name: pair[1 if args.dry_run else 0] for name, pair in SIZES.items()}
+    device = "cpu" if args.dry_run else "cuda"
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory() as scratch:
+        model = build_model(args.model_shape, Path(scratch) / "model", tiny=args.dry_run)
+        sentences = read_sentences(args.sentences)
+        sections: list[tuple[str, Callable[[], dict]]] = [
+            ("attention", lambda: attention_row(model, sentences[: size["attention_sentences"]], device)),
+            ("encode", lambda: encode_row(model, sentences[: size["encode_sentences"]], device)),
+            ("mine-1m", lambda: mine_row(size["mine_rows"], size["compare_rows"], size["dim"], device)),
+            ("mine-10m", lambda: big_row(size["big_rows"], size["big_seconds"], size["dim"], device)),
+        ]
+        for name, run in sections:
+            rows.append(run_section(name, run, device))
+            save(rows, args.out, args.dry_run)
+
+
+def run_section(name: str, run: Callable[[], dict], device: str) -> dict:
+    """The section's row, or the error it stopped on (the other sections still run)."""
+    print(f"== {name}", flush=True)
+    started = time.perf_counter()
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    try:
+        row = {"section": name, **run()}
+    except Exception as exc:  # a failed section is a result too: it is reported, not hidden
+        traceback.print_exc()
+        row = {"section": name, "error": f"{type(exc).__name__}: {exc}"}
+    row["seconds"] = round(time.perf_counter() - started, 1)
+    if device == "cuda":
+        row["gpu_peak_gb"] = round(torch.cuda.max_memory_allocated() / 1e9, 2)
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def build_model(shape: Path, out: Path, tiny: bool) -> Path:
+    """A model dir of `shape`'s architecture and tokenizer with random weights (seeded)."""
+    from transformers import AutoConfig, AutoModel
+
+    shutil.copytree(shape, out, copy_function=shutil.copyfile)
+    for path in [out, *out.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)  # the shared model's files are read-only
+    config = AutoConfig.from_pretrained(out)
+    if tiny:
+        config.num_hidden_layers, config.hidden_size, config.intermediate_size = 2, 32, 64
+        config.num_attention_heads = 4
+    torch.manual_seed(0)
+    AutoModel.from_config(config).save_pretrained(out)
+    return out
+
+
+def read_sentences(path: Path) -> list[str]:
+    data = path.read_bytes()
+    if path.suffix == ".zst":
+        import zstandard
+
+        data = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data)).read()
+    return data.decode("utf-8").split("\n")[:-1]
+
+
+def attention_row(model: Path, sentences: list[str], device: str) -> dict:
+    reference = padded_forward(model, sentences, device)
+    row: dict = {"sentences": len(sentences), "reference": "padded Hugging Face forward, fp32"}
+    for backend in BACKENDS:
+        try:
+            encoder = SentenceEncoder.load(
+                str(model), device=device, packed=True, attention=backend, precision="bf16"
+            )
+            vectors = encoder.encode(sentences).vectors
+        except Exception as exc:
+            row[backend] = {"error": f"{type(exc).__name__}: {exc}"}
+            continue
+        cos = np.einsum("nd,nd->n", vectors, reference)
+        row[backend] = {"mode": encoder.mode, "min_cos": float(cos.min()), "mean_cos": float(cos.mean())}
+    return row
+
+
+def padded_forward(model: Path, sentences: list[str], device: str, batch: int = 64) -> np.ndarray:
+    """The reference: mean pooling over the padded Hugging Face forward in fp32, 'query: ' prefix."""
+    from transformers import AutoModel, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    net = AutoModel.from_pretrained(model).to(device).eval()
+    out = []
+    with torch.inference_mode():
+        for start in range(0, len(sentences), batch):
+            texts = ["query: " + s for s in sentences[start : start + batch]]
+            inputs = tokenizer(texts, padding=True, truncation=True, max_length=512, return_tensors="pt")
+            inputs = inputs.to(device)
+            hidden = net(**inputs).last_hidden_state.float()
+            mask = inputs["attention_mask"].unsqueeze(-1).float()
+            pooled = (hidden * mask).sum(1) / mask.sum(1)
+            out.append(torch.nn.functional.normalize(pooled, dim=-1).cpu().numpy())
+    return np.concatenate(out)
+
+
+def encode_row(model: Path, sentences: list[str], device: str) -> dict:
+    from sentence_transformers import SentenceTransformer
+
+    encoder = SentenceEncoder.load(str(model), device=device, packed=True, precision="bf16")
+    encoder.encode(sentences[:1000])  # warm-up: kernels, allocator
+    started = time.perf_counter()
+    ours = encoder.encode(sentences).vectors
+    packed_seconds = time.perf_counter() - started
+    st = SentenceTransformer(str(model), device=device, model_kwargs={"dtype": torch.bfloat16})
+    st.encode(sentences[:1000], prompt="query: ", batch_size=256)
+    started = time.perf_counter()
+    theirs = st.encode(sentences, prompt="query: ", batch_size=256, normalize_embeddings=True)
+    st_seconds = time.perf_counter() - started
+    cos = np.einsum("nd,nd->n", ours, np.asarray(theirs, dtype=np.float32))
+    return {
+        "sentences": len(sentences),
+        "packed": {"mode": encoder.mode, "sent_per_s": round(len(sentences) / packed_seconds)},
+        "sentence_transformers": {"batch_size": 256, "sent_per_s": round(len(sentences) / st_seconds)},
+        "speedup": round(st_seconds / packed_seconds, 2),
+        "min_cos_vs_st": float(cos.min()),
+    }
+
+
+def planted_pairs(rows: int, dim: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Random unit vectors a side (float16 values, as the shards store them); the first rows *
+    PAIR_SHARE target rows are noisy copies of source rows (cosine ~0.9), then both sides shuffled."""
+    rng = np.random.default_rng(seed)
+    src = unit(rng.standard_normal((rows, dim), dtype=np.float32))
+    tgt = unit(rng.standard_normal((rows, dim), dtype=np.float32))
+    pairs = int(rows * PAIR_SHARE)
+    tgt[:pairs] = unit(src[:pairs] + 0.5 * unit(rng.standard_normal((pairs, dim), dtype=np.float32)))
+    return src, tgt[rng.permutation(rows)]
+
+
+def unit(x: np.ndarray) -> np.ndarray:
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    return x.astype(np.float16).astype(np.float32)
+
+
+def mine_row(rows: int, compare_rows: int, dim: int, device: str) -> dict:
+    src, tgt = planted_pairs(rows, dim)
+    started = time.perf_counter()
+    mined = mine_arrays(src, tgt, device=device)
+    seconds = time.perf_counter() - started
+    small_src, small_tgt = planted_pairs(compare_rows, dim, seed=1)
+    on_device = mine_arrays(small_src, small_tgt, device=device)
+    started = time.perf_counter()
+    on_cpu = mine_arrays(small_src, small_tgt, device="cpu")
+    cpu_seconds = time.perf_counter() - started
+    same = np.array_equal(on_device.src, on_cpu.src) and np.array_equal(on_device.tgt, on_cpu.tgt)
+    return {
+        "rows": rows,
+        "dim": dim,
+        "mine_seconds": round(seconds, 1),
+        "candidates": len(mined.src),
+        "compare_rows": compare_rows,
+        "pairs_identical_to_cpu": bool(same),
+        "max_score_diff_vs_cpu": float(np.abs(on_device.score - on_cpu.score).max()) if same else None,
+        "cpu_mine_seconds": round(cpu_seconds, 1),
+        "cpu": GemmPlan.for_device("cpu").describe(),
+    }
+
+
+def big_row(rows: int, budget_seconds: float, dim: int, device: str) -> dict:
+    """10M queries against 10M vectors, searched for `budget_seconds` (after the base is on the GPU)."""
+    generator = torch.Generator().manual_seed(2)
+    base = torch.nn.functional.normalize(torch.randn(rows, dim, generator=generator), dim=1)
+    queries = base[torch.randperm(rows, generator=generator)[: min(rows, 2_000_000)]]
+    queries = queries + 0.3 * torch.nn.functional.normalize(torch.randn(queries.shape, generator=generator))
+    base = base.half().float().numpy()
+    queries = torch.nn.functional.normalize(queries, dim=1).half().float().numpy()
+    plan = GemmPlan.for_device(device)
+    done = 0
+    started = None
+
+    def blocks():
+        nonlocal done, started
+        started = time.perf_counter()
+        for first in range(0, len(queries), plan.query_rows):
+            if time.perf_counter() - started > budget_seconds:
+                return
+            yield first, queries[first : first + plan.query_rows]
+            done = first + len(queries[first : first + plan.query_rows])
+
+    from bitextmine.search.gemm import ArrayVectors
+
+    loading = time.perf_counter()
+    gemm_neighbours(blocks, len(queries), ArrayVectors(base), 4, plan)
+    searched = time.perf_counter() - started
+    rate = done / searched
+    return {
+        "base_rows": rows,
+        "dim": dim,
+        "queries_searched": done,
+        "search_seconds": round(searched, 1),
+        "setup_seconds": round(started - loading, 1),
+        "queries_per_s": round(rate),
+        "both_directions_10m_seconds_at_rate": round(2 * rows / rate),
+        "plan": plan.describe(),
+        "block": [plan.query_rows, plan.base_rows],
+    }
+
+
+def save(rows: list[dict], out: Path, dry_run: bool) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    stem = "gpu_check_dry_run" if dry_run else "gpu_check"
+    (out / f"{stem}.json").write_text(json.dumps([stamped(r) for r in rows], indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,158 @@
+"""Exact search by matrix products (search/gemm.py) against a brute-force float32 reference."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from bitextmine.mining.arrays import mine_arrays
+from bitextmine.mining.selection import Candidates, select_candidates
+from bitextmine.search.gemm import ArrayVectors, GemmPlan, error_bound, exact_neighbours, gemm_neighbours
+from bitextmine.search.knn import SearchShard, exact_knn, find_neighbours
+from tests.helpers import clustered_unit, random_unit, require_shared
+
+
+def as_stored(x: np.ndarray) -> np.ndarray:
+    """Vectors as the embedding shards hold them: float16 values."""
+    return x.astype(np.float16).astype(np.float32)
+
+
+def reference(queries: np.ndarray, base: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Brute force in float64: the k best cosines, ties broken by the smaller row."""
+    cos = queries.astype(np.float64) @ base.astype(np.float64).T
+    rows = np.broadcast_to(np.arange(len(base)), cos.shape)
+    order = np.lexsort((rows, -cos), axis=1)[:, :k]
+    return np.take_along_axis(cos, order, 1), order
+
+
+def assert_equally_near(queries: np.ndarray, base: np.ndarray, found_ids: np.ndarray, k: int) -> None:
+    """The reference's ids, or where two cosines differ by less than float32 rounding (1e-6: real vectors
+    have such near-ties), ids whose exact cosines are the reference's, position by position."""
+    want_cos, want_ids = reference(queries, base, k)
+    rows = np.flatnonzero((found_ids != want_ids).any(axis=1))
+    found_cos = np.einsum(
+        "nd,nkd->nk", queries[rows].astype(np.float64), base[found_ids[rows]].astype(np.float64)
+    )
+    np.testing.assert_allclose(found_cos, want_cos[rows], atol=1e-6)
+    assert len(rows) <= 0.01 * len(queries)
+
+
+def same_pairs(mined: Candidates) -> set[tuple[int, int]]:
+    return set(zip(mined.src.tolist(), mined.tgt.tolist(), strict=True))
+
+
+def plan(precision: str, query_rows: int = 64, base_rows: int = 100, extra: int = 4) -> GemmPlan:
+    """Small blocks, so that every test crosses block boundaries on both sides."""
+    default = GemmPlan.for_device("cpu", precision)
+    return GemmPlan(default.device, default.dtype, query_rows, base_rows, extra, default.resident_bytes)
+
+
+def search(queries: np.ndarray, base: np.ndarray, k: int, gemm: GemmPlan):
+    return gemm_neighbours(lambda: [(0, queries)], len(queries), ArrayVectors(base), k, gemm)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp32"])
+@pytest.mark.parametrize("k", [1, 4, 9])
+def test_random_and_clustered_vectors_give_the_reference_neighbours(precision, k):
+    for base, queries in [
+        (random_unit(700, 48, seed=1), random_unit(300, 48, seed=2)),
+        (clustered_unit(700, 48, clusters=8, seed=3), clustered_unit(300, 48, clusters=8, seed=4)),
+    ]:
+        base, queries = as_stored(base), as_stored(queries)
+        found = search(queries, base, k, plan(precision))
+        want_cos, want_ids = reference(queries, base, k)
+        np.testing.assert_array_equal(found.ids, want_ids)
+        np.testing.assert_allclose(found.sims, want_cos, atol=1e-6)
+
+
+def test_ties_go_to_the_smaller_row_in_every_block():
+    base = as_stored(random_unit(500, 32, seed=5))
+    base[[7, 130, 260, 499]] = base[260]  # four identical rows in four base blocks
+    queries = np.concatenate([base[[260]], as_stored(random_unit(50, 32, seed=6))])
+    found = search(queries, base, 4, plan("bf16", extra=0))
+    np.testing.assert_array_equal(found.ids[0], [7, 130, 260, 499])
+    np.testing.assert_array_equal(found.ids, reference(queries, base, 4)[1])
+
+
+def test_more_duplicates_than_candidates_still_resolve_exactly():
+    base = as_stored(random_unit(300, 16, seed=7))
+    base[100:200] = base[50]  # 101 tied rows: far more than fetch = k + extra
+    queries = base[[50, 150]]
+    found = search(queries, base, 4, plan("bf16", extra=2))
+    np.testing.assert_array_equal(found.ids, [[50, 100, 101, 102]] * 2)
+
+
+def test_fewer_base_rows_than_k_pad_with_nan_and_minus_one():
+    base, queries = as_stored(random_unit(3, 8, seed=8)), as_stored(random_unit(5, 8, seed=9))
+    found = search(queries, base, 5, plan("bf16"))
+    assert (found.ids[:, 3:] == -1).all() and np.isnan(found.sims[:, 3:]).all()
+    np.testing.assert_array_equal(found.ids[:, :3], reference(queries, base, 3)[1])
+    assert exact_neighbours(queries, base, 5).ids.shape == (5, 3)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_products_stay_within_the_error_bound(dtype):
+    queries = torch.from_numpy(as_stored(clustered_unit(400, 384, seed=10)))
+    base = torch.from_numpy(as_stored(clustered_unit(400, 384, seed=11)))
+    exact = queries.double() @ base.double().T
+    products = (queries.to(dtype) @ base.to(dtype).T).double()
+    bound = error_bound(dtype, 384, inputs_exact=False)
+    assert (products - exact).abs().max() <= bound
+    assert bound < (0.02 if dtype == torch.bfloat16 else 1e-4)  # tight enough to certify most queries
+
+
+def _faiss_mined(src: np.ndarray, tgt: np.ndarray, scratch: Path, k: int = 4) -> Candidates:
+    """The float32 FAISS reference: IndexFlatIP neighbours, re-ranked, selected as mine does."""
+
+    def neighbours(queries: np.ndarray, base: np.ndarray):
+        shard = SearchShard(lambda q, n: exact_knn(q, base, n))
+        return find_neighbours(lambda: [(0, queries)], len(queries), [shard], lambda i: base[i], k)
+
+    fwd, bwd = neighbours(src, tgt), neighbours(tgt, src)
+    selected = select_candidates(
+        lambda: [(0, fwd)], lambda: [(0, bwd)], (len(src), len(tgt)), "ratio", "max", scratch
+    )
+    return Candidates.from_records(selected)
+
+
+def test_mined_pairs_equal_the_faiss_float32_reference(tmp_path):
+    src = as_stored(clustered_unit(900, 64, clusters=16, seed=12))
+    tgt = as_stored(np.concatenate([src[:300] + 0.05 * random_unit(300, 64, seed=13), random_unit(500, 64)]))
+    tgt = as_stored(tgt / np.linalg.norm(tgt, axis=1, keepdims=True))
+    mined, want = mine_arrays(src, tgt), _faiss_mined(src, tgt, tmp_path)
+    np.testing.assert_array_equal(mined.src, want.src)
+    np.testing.assert_array_equal(mined.tgt, want.tgt)
+    np.testing.assert_allclose(mined.score, want.score, rtol=1e-6)
+
+
+@pytest.mark.integration
+def test_real_sentence_vectors_give_the_reference_neighbours_and_pairs(e5_dir, tmp_path):
+    from bitextmine.encoder.encoder import SentenceEncoder
+
+    bucc = require_shared("data/bucc-like/de-en")
+    encoder = SentenceEncoder.load(str(e5_dir), precision="bf16")
+    sides = []
+    for lang in ("de", "en"):
+        lines = (bucc / f"de-en.dev.{lang}").read_text().splitlines()[:800]
+        sides.append(as_stored(encoder.encode([line.split("\t", 1)[1] for line in lines]).vectors))
+    de, en = sides
+    found = search(de, en, 4, plan("bf16", query_rows=256, base_rows=300, extra=28))
+    assert_equally_near(de, en, found.ids, 4)
+    mined, want = mine_arrays(de, en), _faiss_mined(de, en, tmp_path)
+    assert same_pairs(mined) == same_pairs(want)  # the order of pairs whose scores tie may differ
+    np.testing.assert_allclose(np.sort(mined.score), np.sort(want.score), rtol=1e-6)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_cuda_products_give_the_cpu_neighbours(precision):
+    base = as_stored(clustered_unit(5000, 384, seed=14))
+    queries = as_stored(clustered_unit(2000, 384, seed=15))
+    default = GemmPlan.for_device("cuda", precision)
+    gpu = GemmPlan(default.device, default.dtype, 512, 1024, 4, default.resident_bytes)
+    found = search(queries, base, 4, gpu)
+    np.testing.assert_array_equal(found.ids, reference(queries, base, 4)[1])
+    np.testing.assert_array_equal(found.ids, search(queries, base, 4, plan("bf16")).ids)

@@ -10,7 +10,14 @@ import torch
 
 from bitextmine.mining.arrays import mine_arrays
 from bitextmine.mining.selection import Candidates, select_candidates
-from bitextmine.search.gemm import ArrayVectors, GemmPlan, error_bound, exact_neighbours, gemm_neighbours
+from bitextmine.search.gemm import (
+    ArrayVectors,
+    GemmPlan,
+    block_top,
+    error_bound,
+    exact_neighbours,
+    gemm_neighbours,
+)
 from bitextmine.search.knn import SearchShard, exact_knn, find_neighbours
 from tests.helpers import clustered_unit, random_unit, require_shared
 
@@ -66,6 +73,22 @@ def test_random_and_clustered_vectors_give_the_reference_neighbours(precision, k
         want_cos, want_ids = reference(queries, base, k)
         np.testing.assert_array_equal(found.ids, want_ids)
         np.testing.assert_allclose(found.sims, want_cos, atol=1e-6)
+
+
+def test_block_top_by_groups_equals_a_full_top_k():
+    products = torch.from_numpy(
+        as_stored(clustered_unit(300, 64, seed=16)) @ as_stored(random_unit(4096, 64)).T
+    )
+    values, ids = block_top(products.to(torch.bfloat16), 9, group=64)
+    want_values, _ = torch.topk(products.to(torch.bfloat16), 9, dim=1)
+    assert torch.equal(values, want_values)
+    assert torch.equal(torch.gather(products.to(torch.bfloat16), 1, ids), values)
+
+
+def test_long_base_blocks_take_the_grouped_top_k_and_stay_exact():
+    base, queries = as_stored(clustered_unit(9000, 48, seed=17)), as_stored(clustered_unit(200, 48, seed=18))
+    found = search(queries, base, 4, plan("bf16", query_rows=128, base_rows=4096))
+    np.testing.assert_array_equal(found.ids, reference(queries, base, 4)[1])
 
 
 def test_ties_go_to_the_smaller_row_in_every_block():

@@ -27,6 +27,7 @@ import torch
 
 from bitextmine.search.knn import Neighbours
 
+GROUP = 64  # columns a group in `block_top`
 EXTRA = 28  # candidates kept beyond k: 32 at k = 4
 FP32_UNIT = 2.0**-24
 UNIT_ROUNDOFF = {torch.float32: FP32_UNIT, torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11}
@@ -217,7 +218,7 @@ class _BaseProducts:
         best_i = torch.empty((len(q), 0), dtype=torch.int64, device=q.device)
         with _full_precision_sums():
             for start, block in self._blocks(dtype):
-                values, ids = torch.topk(q @ block.T, min(keep, len(block)), dim=1)
+                values, ids = block_top(q @ block.T, keep)
                 best_v = torch.cat([best_v, values.float()], dim=1)
                 best_i = torch.cat([best_i, ids + start], dim=1)
                 if best_v.shape[1] > keep:
@@ -233,7 +234,9 @@ class _BaseProducts:
         """The k candidates of each query with the highest float32 cosine, best first, ties broken by
         the smaller row."""
         ids, _ = torch.sort(ids, dim=1)
-        cos = torch.einsum("nd,nfd->nf", q32, self._exact_rows(ids))
+        # Summed in float64 and rounded: the same float32 cosine on every device and kernel (float32 sums
+        # in another order differ in the last bit, which would reorder tied margin scores across devices).
+        cos = torch.einsum("nd,nfd->nf", q32.double(), self._exact_rows(ids).double()).float()
         order = torch.sort(-cos, dim=1, stable=True).indices[:, :k]
         return torch.gather(cos, 1, order), torch.gather(ids, 1, order)
 
@@ -248,6 +251,21 @@ class _BaseProducts:
         """The error bound of each query's products (see `error_bound`)."""
         c = error_bound(dtype, q32.shape[1], self.exact_in.get(dtype, False))
         return c * torch.linalg.vector_norm(q32.double(), dim=1) * self.max_norm
+
+
+def block_top(products: torch.Tensor, keep: int, group: int = GROUP) -> tuple[torch.Tensor, torch.Tensor]:
+    """torch.topk(products, keep, dim=1) (up to the order of equal values), in two cheap steps where a
+    row is long: the `keep` groups of `group` consecutive columns with the highest maximum hold a row's
+    `keep` best values (any group outside them has `keep` groups above it, each with a larger value),
+    so one max pass and a top-k over the group maxima leave `keep * group` columns to rank."""
+    rows, width = products.shape
+    if width % group or width <= keep * group:
+        return torch.topk(products, min(keep, width), dim=1)
+    groups = products.view(rows, width // group, group)
+    _, best_groups = torch.topk(groups.amax(dim=2), keep, dim=1)
+    columns = (best_groups[:, :, None] * group + torch.arange(group, device=products.device)).flatten(1)
+    values, picked = torch.topk(torch.gather(products, 1, columns), keep, dim=1)
+    return values, torch.gather(columns, 1, picked)
 
 
 @contextlib.contextmanager

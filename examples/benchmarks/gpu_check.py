@@ -54,6 +54,7 @@ SIZES = {  # full run / dry run
 }
 PAIR_SHARE = 50_592 / 1_050_592  # the scale set's share of hidden pairs
 BACKENDS = ("xformers", "varlen", "sdpa")
+MAX_TOKENS = (4096, 32768)  # tokens a packed batch: the default, and a GPU-sized one
 
 
 def main() -> None:
@@ -62,8 +63,11 @@ def main() -> None:
     parser.add_argument("--sentences", type=Path, required=True, help="one sentence a line (.zst or text)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--dry-run", action="store_true", help="toy sizes on the CPU")
+    parser.add_argument("--big-seconds", type=float, help="mine-10m's search time [default: 90]")
+    parser.add_argument("--sections", default="attention,encode,mine-1m,mine-10m", help="comma-separated")
     args = parser.parse_args()
     size = {name: pair[1 if args.dry_run else 0] for name, pair in SIZES.items()}
+    size["big_seconds"] = args.big_seconds or size["big_seconds"]
     device = "cpu" if args.dry_run else "cuda"
     rows: list[dict] = []
     with tempfile.TemporaryDirectory() as scratch:
@@ -76,6 +80,8 @@ def main() -> None:
             ("mine-10m", lambda: big_row(size["big_rows"], size["big_seconds"], size["dim"], device)),
         ]
         for name, run in sections:
+            if name not in args.sections.split(","):
+                continue
             rows.append(run_section(name, run, device))
             save(rows, args.out, args.dry_run)
 
@@ -162,11 +168,16 @@ def padded_forward(model: Path, sentences: list[str], device: str, batch: int = 
 def encode_row(model: Path, sentences: list[str], device: str) -> dict:
     from sentence_transformers import SentenceTransformer
 
-    encoder = SentenceEncoder.load(str(model), device=device, packed=True, precision="bf16")
-    encoder.encode(sentences[:1000])  # warm-up: kernels, allocator
-    started = time.perf_counter()
-    ours = encoder.encode(sentences).vectors
-    packed_seconds = time.perf_counter() - started
+    packed = {}
+    for max_tokens in MAX_TOKENS:
+        encoder = SentenceEncoder.load(
+            str(model), device=device, packed=True, precision="bf16", max_tokens=max_tokens
+        )
+        encoder.encode(sentences[:1000])  # warm-up: kernels, allocator
+        started = time.perf_counter()
+        ours = encoder.encode(sentences).vectors
+        packed[max_tokens] = time.perf_counter() - started
+    packed_seconds = min(packed.values())
     st = SentenceTransformer(str(model), device=device, model_kwargs={"dtype": torch.bfloat16})
     st.encode(sentences[:1000], prompt="query: ", batch_size=256)
     started = time.perf_counter()
@@ -175,7 +186,10 @@ def encode_row(model: Path, sentences: list[str], device: str) -> dict:
     cos = np.einsum("nd,nd->n", ours, np.asarray(theirs, dtype=np.float32))
     return {
         "sentences": len(sentences),
-        "packed": {"mode": encoder.mode, "sent_per_s": round(len(sentences) / packed_seconds)},
+        "packed": {
+            "mode": encoder.mode,
+            "sent_per_s_by_max_tokens": {n: round(len(sentences) / t) for n, t in packed.items()},
+        },
         "sentence_transformers": {"batch_size": 256, "sent_per_s": round(len(sentences) / st_seconds)},
         "speedup": round(st_seconds / packed_seconds, 2),
         "min_cos_vs_st": float(cos.min()),
@@ -209,6 +223,7 @@ def mine_row(rows: int, compare_rows: int, dim: int, device: str) -> dict:
     on_cpu = mine_arrays(small_src, small_tgt, device="cpu")
     cpu_seconds = time.perf_counter() - started
     same = np.array_equal(on_device.src, on_cpu.src) and np.array_equal(on_device.tgt, on_cpu.tgt)
+    differing = pair_set(on_device) ^ pair_set(on_cpu)
     return {
         "rows": rows,
         "dim": dim,
@@ -216,10 +231,15 @@ def mine_row(rows: int, compare_rows: int, dim: int, device: str) -> dict:
         "candidates": len(mined.src),
         "compare_rows": compare_rows,
         "pairs_identical_to_cpu": bool(same),
+        "pairs_in_one_only": len(differing),
         "max_score_diff_vs_cpu": float(np.abs(on_device.score - on_cpu.score).max()) if same else None,
         "cpu_mine_seconds": round(cpu_seconds, 1),
         "cpu": GemmPlan.for_device("cpu").describe(),
     }
+
+
+def pair_set(mined) -> set[tuple[int, int]]:
+    return set(zip(mined.src.tolist(), mined.tgt.tolist(), strict=True))
 
 
 def big_row(rows: int, budget_seconds: float, dim: int, device: str) -> dict:

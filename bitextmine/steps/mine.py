@@ -121,6 +121,7 @@ def resolve_mine_threshold(
             store=options.thresholds or workspace.thresholds_file(),
             fingerprint=src.vectors.model.fingerprint,
             margin=options.margin,
+            k=options.k,
             pair=pair,
             model_dir=legacy if legacy.is_dir() else None,
         )

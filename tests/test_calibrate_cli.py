@@ -4,14 +4,17 @@ old thresholds still read."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
 
 import pytest
+import zstandard
 from typer.testing import CliRunner
 
 import bitextmine.cli.calibrate as calibrate_cli
 from bitextmine.cli import app
+from bitextmine.evaluation.bucc import read_bucc
 from tests.helpers import curve_arrays, eval_bucc_dev, plotted, run, sentences, write_bucc
 
 pytestmark = pytest.mark.integration
@@ -110,6 +113,27 @@ def test_a_calibration_of_another_k_is_stored_apart_and_never_used(tmp_path, buc
     assert "(calibrated: de-en ratio k=2, de-en ratio k=4)" in output.replace("\n", " ")
     code, output = eval_bucc_dev(bucc, "-m", str(model), "-w", str(work), "--k", "2")
     assert code == 0 and "calibrated for de-en on dev with k=2, strategy intersect" in output, output
+
+
+def test_calibrate_and_eval_read_compressed_split_files_and_a_jsonl_mined_file(
+    tmp_path, bucc, tiny_model_dir
+):
+    """Issue 29: the scale set's files are .zst; issue 30: `eval bucc --mined` refused mine's .jsonl."""
+    model, work = tiny_model_dir("bert"), tmp_path / "w"
+    zst, gz = zstandard.ZstdCompressor().compress, lambda data: gzip.compress(data, mtime=0)
+    for name, suffix, compress in [("de", ".zst", zst), ("en", ".gz", gz), ("gold", ".zst", zst)]:
+        plain = bucc / f"de-en.dev.{name}"
+        (bucc / f"{plain.name}{suffix}").write_bytes(compress(plain.read_bytes()))
+        plain.unlink()
+    code, output = calibrate(bucc, model, work)
+    assert code == 0 and "best F1" in output, output
+    split = read_bucc(bucc, "de-en", "dev")
+    src, tgt = (dict(zip(side.ids, side.sentences, strict=True)) for side in (split.src, split.tgt))
+    gold = [(src[s], tgt[t]) for s, t in split.gold]
+    mined = tmp_path / "de-en.jsonl"
+    mined.write_text("".join(json.dumps({"score": 1.5, "src": s, "tgt": t}) + "\n" for s, t in gold))
+    code, output = eval_bucc_dev(bucc, "--mined", str(mined), "--json", str(tmp_path / "r.json"))
+    assert code == 0 and json.loads((tmp_path / "r.json").read_text())["f1"] == 100.0, output
 
 
 def test_the_old_thresholds_of_a_model_dir_are_still_read(tmp_path, bucc, tiny_model_dir):

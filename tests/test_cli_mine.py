@@ -93,6 +93,14 @@ def test_missing_steps_and_mismatches_are_one_line_errors(workspace, tiny_model_
     assert code == 1 and "encode both with the same model" in output and "Traceback" not in output
 
 
+def test_mining_a_language_against_itself_is_refused(indexed_workspace):
+    """Issue 30: `mine de de` wrote every sentence paired with itself, without a word."""
+    work, _ = indexed_workspace
+    code, output = run("mine", "de", "de", "-w", str(work))
+    assert code == 1 and "error: mine de de: the source and the target are one corpus" in output, output
+    assert not (work / "mined").exists() or not list((work / "mined").glob("de-de*"))
+
+
 def test_calibrate_stores_a_threshold_that_mine_and_eval_use(tmp_path, tiny_model_dir):
     model = tmp_path / "model"
     shutil.copytree(tiny_model_dir("bert"), model)

@@ -1,16 +1,24 @@
-"""Tests for bitextmine.evaluation.bucc: BUCC 2018 files, precision/recall/F1 and the threshold sweep."""
+"""Tests for bitextmine.evaluation.bucc: BUCC 2018 files (plain or compressed), precision/recall/F1, a
+mined file scored against a split, and the threshold sweep."""
 
 from __future__ import annotations
 
+import gzip
+import lzma
 from pathlib import Path
 
 import numpy as np
 import pytest
+import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bitextmine.errors import BitextmineError, BitextmineWarning
 from bitextmine.evaluation.bucc import BuccError, Scores, read_bucc, score_pairs, sweep_threshold
+from bitextmine.evaluation.calibration import score_mined_file
+from bitextmine.mining.filters import NO_FILTERS, PairFilter
+from bitextmine.mining.output import FORMATS, output_format, write_pairs
+from bitextmine.text.reader import Row
 from tests.helpers import require_shared
 
 DE = b"d1\tDer Hund schl\xc3\xa4ft.\r\nd2\tEin Mann\tf\xc3\xa4hrt.\nd3\tPreise stiegen.\n"
@@ -55,8 +63,51 @@ def test_gold_optional(tmp_path: Path) -> None:
     assert read_bucc(tmp_path, "de-en", "dev", require_gold=False).gold == {("d1", "e2"), ("d3", "e1")}
 
 
-def test_empty_gold_file_is_zero_pairs(tmp_path: Path) -> None:
-    assert read_bucc(write_split(tmp_path, gold=b""), "de-en", "dev").gold == set()
+def test_an_empty_gold_file_is_an_error_naming_it_unless_gold_is_optional(tmp_path: Path) -> None:
+    """Issue 30: the error (from the sweep, after the encoding) did not name the file."""
+    write_split(tmp_path, gold=b"")
+    with pytest.raises(BuccError) as excinfo:
+        read_bucc(tmp_path, "de-en", "dev")
+    assert_one_line_error(excinfo, f"{tmp_path / 'de-en.dev.gold'}: empty gold file")
+    assert read_bucc(tmp_path, "de-en", "dev", require_gold=False).gold == set()
+
+
+BOM = b"\xef\xbb\xbf"
+
+
+@pytest.mark.parametrize("where", ["de", "en", "gold"])
+def test_a_byte_order_mark_at_the_start_of_a_file_is_dropped(tmp_path: Path, where: str) -> None:
+    """Issue 30: a UTF-8 BOM became part of the first id ("unknown de id")."""
+    files = {"de": DE, "en": EN, "gold": GOLD}
+    files[where] = BOM + files[where]
+    split = read_bucc(write_split(tmp_path, **files), "de-en", "dev")
+    assert split.src.ids == ["d1", "d2", "d3"] and split.tgt.ids == ["e1", "e2", "e3"]
+    assert split.gold == {("d1", "e2"), ("d3", "e1")}
+
+
+COMPRESSORS = {
+    ".zst": zstandard.ZstdCompressor().compress,
+    ".gz": lambda data: gzip.compress(data, mtime=0),
+    ".xz": lzma.compress,
+}
+
+
+@pytest.mark.parametrize("suffix", sorted(COMPRESSORS))
+def test_compressed_split_files_are_read(tmp_path: Path, suffix: str) -> None:
+    """Issue 29: the scale set is de-en.scale.{de,en,gold}.zst."""
+    for name, data in (("de", DE), ("en", EN), ("gold", GOLD)):
+        (tmp_path / f"de-en.scale.{name}{suffix}").write_bytes(COMPRESSORS[suffix](data))
+    split = read_bucc(tmp_path, "de-en", "scale")
+    assert split.src.sentences == ["Der Hund schläft.", "Ein Mann\tfährt.", "Preise stiegen."]
+    assert split.gold == {("d1", "e2"), ("d3", "e1")}
+
+
+def test_a_plain_and_a_compressed_file_of_one_name_are_refused(tmp_path: Path) -> None:
+    write_split(tmp_path)
+    (tmp_path / "de-en.dev.en.zst").write_bytes(zstandard.ZstdCompressor().compress(EN))
+    with pytest.raises(BuccError) as excinfo:
+        read_bucc(tmp_path, "de-en", "dev")
+    assert_one_line_error(excinfo, f"{tmp_path / 'de-en.dev.en'} and de-en.dev.en.zst both exist")
 
 
 def assert_one_line_error(excinfo: pytest.ExceptionInfo[BuccError], prefix: str, *fragments: str) -> None:
@@ -77,7 +128,7 @@ def test_missing_file(tmp_path: Path, missing: str) -> None:
     assert_one_line_error(
         excinfo,
         f"{tmp_path / missing}: no such file",
-        "expected BUCC 2018 files de-en.dev.de, de-en.dev.en, de-en.dev.gold",
+        "expected BUCC 2018 files de-en.dev.de, de-en.dev.en, de-en.dev.gold, each plain or .zst/.gz/.xz",
     )
 
 
@@ -151,6 +202,43 @@ def test_read_real_dev_split() -> None:
     assert split.gold is not None and len(split.gold) == 400
     assert all(x.startswith("de-") and en.startswith("en-") for x, en in split.gold)
     assert score_pairs(split.gold, split.gold) == Scores(1.0, 1.0, 1.0, 400, 400, 400)
+
+
+# --- a mined file scored against a split (eval bucc --mined) --------------------------------------
+
+
+def write_mined_file(path: Path, pairs: list[tuple[float, str, str]]) -> Path:
+    """`pairs` (score, src, tgt) written by mine's own writer, in the format `path`'s suffix names."""
+    rows = [[Row(0, i + 1, pair[side]) for i, pair in enumerate(pairs)] for side in (1, 2)]
+    chunk = (np.array([pair[0] for pair in pairs]), *rows)
+    keep_all = PairFilter(NO_FILTERS, "de", "en")
+    write_pairs(path, output_format(path), [chunk], (["de.txt"], ["en.txt"]), keep_all, (1.0, 2.0))
+    return path
+
+
+TRUE_PAIRS = [(1.5, "Der Hund schläft.", "The dog sleeps."), (1.4, "Preise stiegen.", "Prices rose.")]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_mined_file_of_every_format_mine_writes_is_scored(tmp_path: Path, fmt: str) -> None:
+    """Issue 30: `eval bucc --mined` refused the .jsonl that `mine` wrote."""
+    split = read_bucc(write_split(tmp_path), "de-en", "dev")
+    mined = write_mined_file(tmp_path / f"de-en.{fmt}", TRUE_PAIRS)
+    scores = score_mined_file(mined, split)
+    assert (scores.f1, scores.predicted, scores.true_positives) == (1.0, 2, 2)
+
+
+def test_a_mined_file_of_another_corpus_is_refused_and_foreign_pairs_are_warned_about(tmp_path: Path) -> None:
+    """Issue 30: another corpus's mined file scored F1 0 without a word."""
+    split = read_bucc(write_split(tmp_path), "de-en", "dev")
+    other = write_mined_file(tmp_path / "other.jsonl", [(1.5, "Ein Satz.", "A sentence."), (1.2, "B.", "C.")])
+    with pytest.raises(BuccError) as excinfo:
+        score_mined_file(other, split)
+    assert_one_line_error(excinfo, f"{other}: none of its 2 pairs are sentences of de-en dev")
+    warnings: list[str] = []
+    mixed = write_mined_file(tmp_path / "mixed.tsv.zst", [*TRUE_PAIRS, (1.2, "Ein Satz.", "Prices rose.")])
+    assert score_mined_file(mixed, split, warnings.append).f1 == 1.0
+    assert warnings == [f"{mixed}: 1 of its 3 pairs are not sentences of de-en dev; left out of the scores"]
 
 
 # --- scoring ---------------------------------------------------------------------------------------

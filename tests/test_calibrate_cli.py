@@ -4,14 +4,17 @@ old thresholds still read."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
 
 import pytest
+import zstandard
 from typer.testing import CliRunner
 
 import bitextmine.cli.calibrate as calibrate_cli
 from bitextmine.cli import app
+from bitextmine.evaluation.bucc import read_bucc
 from tests.helpers import curve_arrays, eval_bucc_dev, plotted, run, sentences, write_bucc
 
 pytestmark = pytest.mark.integration
@@ -74,7 +77,9 @@ def test_calibrate_writes_the_store_the_json_and_the_plot_and_eval_reads_the_sto
     assert code == 0, output
     result = json.loads(report.read_text())
     assert result["threshold"] == record["value"] and result["f1"] == 100.0
-    source = f"calibrated for de-en on dev (best F1 100.00) in {work / 'thresholds.json'}"
+    source = (
+        f"calibrated for de-en on dev with k=4, strategy max (best F1 100.00) in {work / 'thresholds.json'}"
+    )
     assert result["threshold_source"] == source and source in output
 
 
@@ -95,6 +100,42 @@ def test_a_named_store_json_on_stdout_and_a_target_precision(tmp_path, bucc, tin
     assert code == 0 and "(precision >= 1: precision 100.00, recall" in output, output
 
 
+def test_a_calibration_of_another_k_is_stored_apart_and_never_used(tmp_path, bucc, tiny_model_dir):
+    """Issue 30: `calibrate --k K` replaced the k=4 threshold, and `--k 16 --threshold auto` used it."""
+    model, work = tiny_model_dir("bert"), tmp_path / "w"
+    assert calibrate(bucc, model, work)[0] == 0
+    code, output = calibrate(bucc, model, work, "--k", "2", "--strategy", "intersect")
+    assert code == 0, output
+    records = json.loads((work / "thresholds.json").read_text())["thresholds"]
+    assert sorted((r["k"], r["strategy"]) for r in records) == [(2, "intersect"), (4, "max")]
+    code, output = eval_bucc_dev(bucc, "-m", str(model), "-w", str(work), "--k", "3")
+    assert code == 1 and "no calibrated threshold for de-en (ratio margin, k=3)" in output, output
+    assert "(calibrated: de-en ratio k=2, de-en ratio k=4)" in output.replace("\n", " ")
+    code, output = eval_bucc_dev(bucc, "-m", str(model), "-w", str(work), "--k", "2")
+    assert code == 0 and "calibrated for de-en on dev with k=2, strategy intersect" in output, output
+
+
+def test_calibrate_and_eval_read_compressed_split_files_and_a_jsonl_mined_file(
+    tmp_path, bucc, tiny_model_dir
+):
+    """Issue 29: the scale set's files are .zst; issue 30: `eval bucc --mined` refused mine's .jsonl."""
+    model, work = tiny_model_dir("bert"), tmp_path / "w"
+    zst, gz = zstandard.ZstdCompressor().compress, lambda data: gzip.compress(data, mtime=0)
+    for name, suffix, compress in [("de", ".zst", zst), ("en", ".gz", gz), ("gold", ".zst", zst)]:
+        plain = bucc / f"de-en.dev.{name}"
+        (bucc / f"{plain.name}{suffix}").write_bytes(compress(plain.read_bytes()))
+        plain.unlink()
+    code, output = calibrate(bucc, model, work)
+    assert code == 0 and "best F1" in output, output
+    split = read_bucc(bucc, "de-en", "dev")
+    src, tgt = (dict(zip(side.ids, side.sentences, strict=True)) for side in (split.src, split.tgt))
+    gold = [(src[s], tgt[t]) for s, t in split.gold]
+    mined = tmp_path / "de-en.jsonl"
+    mined.write_text("".join(json.dumps({"score": 1.5, "src": s, "tgt": t}) + "\n" for s, t in gold))
+    code, output = eval_bucc_dev(bucc, "--mined", str(mined), "--json", str(tmp_path / "r.json"))
+    assert code == 0 and json.loads((tmp_path / "r.json").read_text())["f1"] == 100.0, output
+
+
 def test_the_old_thresholds_of_a_model_dir_are_still_read(tmp_path, bucc, tiny_model_dir):
     model = shutil.copytree(tiny_model_dir("bert"), tmp_path / "model")
     (model / "bitextmine.json").write_text(json.dumps({"thresholds": {"ratio": {"de-en": 1.0}}}))
@@ -113,7 +154,7 @@ def test_bad_choices_are_one_line_errors(tmp_path, bucc, tiny_model_dir):
     code, output = calibrate(bucc, model, work, "--target-precision", "0.9", "--plateau", "1")
     assert code == 1 and "--target-precision and --plateau are two rules" in output, output
     code, output = eval_bucc_dev(bucc, "-m", str(model), "-w", str(work))
-    assert code == 1 and "no calibrated ratio threshold for de-en" in output and "Traceback" not in output
+    assert code == 1 and "no calibrated threshold for de-en (ratio" in output and "Traceback" not in output
     assert "bitextmine calibrate --bucc DIR --pair de-en" in output.replace("\n", " ")
     code, output = eval_bucc_dev(bucc, "-m", str(model), "-w", str(work), "--threshold", "auto:xx")
     assert code == 1 and "bad language pair 'xx'" in output, output

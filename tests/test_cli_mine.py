@@ -82,9 +82,7 @@ def test_missing_steps_and_mismatches_are_one_line_errors(workspace, tiny_model_
     run("index", "de", "-w", str(work))
     run("index", "en", "-w", str(work))
     code, output = run("mine", "de", "en", "-w", str(work), "--threshold", "auto")
-    assert (
-        code == 1 and "no calibrated ratio threshold for de-en" in output and "bitextmine calibrate" in output
-    )
+    assert code == 1 and "no calibrated threshold for de-en" in output and "bitextmine calibrate" in output
     code, output = run("mine", "de", "en", "-w", str(work), "--k", "50")  # k beyond both corpora: clamped
     assert code == 0, output
     path = tmp_path / "fr.txt"
@@ -93,6 +91,14 @@ def test_missing_steps_and_mismatches_are_one_line_errors(workspace, tiny_model_
     run("index", "fr", "-w", str(work))
     code, output = run("mine", "de", "fr", "-w", str(work))
     assert code == 1 and "encode both with the same model" in output and "Traceback" not in output
+
+
+def test_mining_a_language_against_itself_is_refused(indexed_workspace):
+    """Issue 30: `mine de de` wrote every sentence paired with itself, without a word."""
+    work, _ = indexed_workspace
+    code, output = run("mine", "de", "de", "-w", str(work))
+    assert code == 1 and "error: mine de de: the source and the target are one corpus" in output, output
+    assert not (work / "mined").exists() or not list((work / "mined").glob("de-de*"))
 
 
 def test_calibrate_stores_a_threshold_that_mine_and_eval_use(tmp_path, tiny_model_dir):
@@ -129,8 +135,10 @@ def test_calibrate_stores_a_threshold_that_mine_and_eval_use(tmp_path, tiny_mode
         corpus.write_text("".join(line.split("\t", 1)[1] for line in lines.read_text().splitlines(True)))
         assert run("encode", str(corpus), "-l", side, "-m", str(model), "-w", work)[0] == 0
         assert run("index", side, "-w", work)[0] == 0
+    code, output = run("mine", "de", "en", "-w", work, "--k", "16", "--threshold", "auto")
+    assert code == 1 and "no calibrated threshold for de-en (ratio margin, k=16)" in output, output
     code, output = run("mine", "de", "en", "-w", work, "--threshold", "auto")
-    assert code == 0, output
+    assert code == 0 and "with k=4, strategy max (best F1 100.00)" in " ".join(output.split()), output
     code, output = eval_bucc_dev(
         bucc,
         "--mined",

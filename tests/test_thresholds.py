@@ -1,13 +1,14 @@
-"""The threshold store: records keyed by fingerprint, margin and pair; `--threshold` parsed and resolved
-(a pair never takes another pair's threshold unless asked, auto:PAIR); the model dir's old
-bitextmine.json still read; concurrent calibrations all survive."""
+"""The threshold store: records keyed by fingerprint, margin, k and pair; `--threshold` parsed and
+resolved (a pair never takes another pair's threshold unless asked, auto:PAIR, nor one of another k or
+margin); records without k read as k=4; the model dir's old bitextmine.json still read; concurrent
+calibrations all survive."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ import pytest
 from bitextmine.errors import BitextmineError
 from bitextmine.evaluation.thresholds import (
     ThresholdChoice,
-    find_threshold,
+    ThresholdKey,
     parse_threshold,
     read_thresholds,
     resolve_threshold,
@@ -24,19 +25,28 @@ from bitextmine.evaluation.thresholds import (
 from tests.helpers import DE_EN
 
 
-def resolve(spec, store: Path, pair: str = "de-en", model_dir: Path | None = None, fingerprint: str = "f1"):
+def resolve(
+    spec,
+    store: Path,
+    pair: str = "de-en",
+    model_dir: Path | None = None,
+    fingerprint: str = "f1",
+    k: int = 4,
+    margin: str = "ratio",
+):
     return resolve_threshold(
-        spec, store=store, fingerprint=fingerprint, margin="ratio", pair=pair, model_dir=model_dir
+        spec, store=store, fingerprint=fingerprint, margin=margin, k=k, pair=pair, model_dir=model_dir
     )
 
 
-def test_store_keeps_one_record_per_fingerprint_margin_and_pair(tmp_path):
+def test_store_keeps_one_record_per_fingerprint_margin_k_and_pair(tmp_path):
     store = tmp_path / "thresholds.json"
     records = [
         DE_EN,
         replace(DE_EN, pair="zh-en", value=1.2),
         replace(DE_EN, margin="distance", value=0.1),
         replace(DE_EN, fingerprint="f2", value=1.1),
+        replace(DE_EN, k=100, value=1.3),
     ]
     for record in records:
         store_threshold(store, record)
@@ -44,14 +54,55 @@ def test_store_keeps_one_record_per_fingerprint_margin_and_pair(tmp_path):
     assert sorted(read_thresholds(store), key=lambda r: r.value) == sorted(
         [replace(DE_EN, value=1.04), *records[1:]], key=lambda r: r.value
     )
-    assert find_threshold(store, "f1", "ratio", "de-en").value == 1.04
-    assert find_threshold(store, "f2", "ratio", "de-en").value == 1.1
-    assert find_threshold(store, "f3", "ratio", "de-en") is None
+    assert resolve("auto", store).value == 1.04
+    assert resolve("auto", store, fingerprint="f2").value == 1.1
+    assert resolve("auto", store, k=100).value == 1.3
     entry = json.loads(store.read_text())["thresholds"][0]
     assert set(entry) == {
         *("fingerprint", "model", "margin", "pair", "value", "split"),
-        *("precision", "recall", "f1", "rule", "date"),
+        *("precision", "recall", "f1", "rule", "date", "k", "strategy"),
     }
+
+
+def test_a_calibration_of_another_k_is_never_used_and_the_error_lists_those_that_exist(tmp_path):
+    """Issue 30: `calibrate --k 100000` replaced the k=4 threshold, and `mine --k 16 --threshold auto`
+    used the k=4 one."""
+    store = tmp_path / "thresholds.json"
+    store_threshold(store, DE_EN)
+    store_threshold(store, replace(DE_EN, k=100000, value=1.5, strategy="max"))
+    assert resolve("auto", store).value == DE_EN.value  # the k=4 threshold survives the k=100000 one
+    assert resolve("auto", store, k=100000).source.startswith("calibrated for de-en on dev with k=100000,")
+    with pytest.raises(BitextmineError) as error:
+        resolve("auto", store, k=16)
+    message = str(error.value)
+    assert message.startswith(
+        "no calibrated threshold for de-en (ratio margin, k=16) with model fingerprint f1"
+    )
+    assert "(calibrated: de-en ratio k=4, de-en ratio k=100000)" in message
+    assert "--pair de-en --margin ratio --k 16" in message and "auto:" not in message and "\n" not in message
+    with pytest.raises(BitextmineError, match=r"for de-en \(distance margin, k=4\)"):
+        resolve("auto", store, margin="distance")
+
+
+def test_the_source_says_the_setting_its_scores_were_measured_with(tmp_path):
+    store = tmp_path / "thresholds.json"
+    store_threshold(store, replace(DE_EN, k=16, strategy="intersect"))
+    source = resolve("auto", store, k=16).source
+    assert source == f"calibrated for de-en on dev with k=16, strategy intersect (best F1 95.75) in {store}"
+
+
+def test_a_record_written_before_k_was_recorded_reads_as_k4(tmp_path):
+    store = tmp_path / "thresholds.json"
+    store_threshold(store, DE_EN)
+    data = json.loads(store.read_text())
+    for entry in data["thresholds"]:
+        del entry["k"], entry["strategy"]
+    store.write_text(json.dumps(data))
+    [record] = read_thresholds(store)
+    assert (record.key, record.strategy) == (ThresholdKey("f1", "ratio", 4, "de-en"), None)
+    assert resolve("auto", store).source == f"calibrated for de-en on dev with k=4 (best F1 95.75) in {store}"
+    with pytest.raises(BitextmineError, match=r"\(calibrated: de-en ratio k=4\)"):
+        resolve("auto", store, k=8)
 
 
 def test_resolve_numbers_own_pair_and_another_pairs(tmp_path):
@@ -61,7 +112,9 @@ def test_resolve_numbers_own_pair_and_another_pairs(tmp_path):
     assert resolve("1.5", store) == ThresholdChoice(1.5, "de-en", "given on the command line")
     assert resolve(1.5, store, pair="fr-en") == ThresholdChoice(1.5, "fr-en", "given on the command line")
     own = resolve("auto", store)
-    assert own == ThresholdChoice(1.03, "de-en", f"calibrated for de-en on dev (best F1 95.75) in {store}")
+    assert own == ThresholdChoice(
+        1.03, "de-en", f"calibrated for de-en on dev with k=4 (best F1 95.75) in {store}"
+    )
     borrowed = resolve("auto:de-en", store, pair="fr-en")
     assert (borrowed.value, borrowed.pair) == (1.03, "de-en") and "calibrated for de-en" in borrowed.source
     target = replace(DE_EN, pair="ru-en", rule="precision >= 0.98", precision=98.2, recall=80.5)
@@ -77,14 +130,17 @@ def test_a_pair_never_silently_takes_another_pairs_threshold(tmp_path):
     with pytest.raises(BitextmineError) as error:
         resolve("auto", store, pair="fr-en")
     message = str(error.value)
-    assert "no calibrated ratio threshold for fr-en with model fingerprint f1" in message
-    assert "(calibrated: de-en, zh-en)" in message  # not ru-en: another model's
-    assert f"bitextmine calibrate --bucc DIR --pair fr-en --model MODEL --thresholds {store}" in message
+    assert "no calibrated threshold for fr-en (ratio margin, k=4) with model fingerprint f1" in message
+    assert "(calibrated: de-en ratio k=4, zh-en ratio k=4)" in message  # not ru-en
+    command = "bitextmine calibrate --bucc DIR --pair fr-en --margin ratio --k 4 --model MODEL --thresholds"
+    assert f"{command} {store}" in message
     assert "--threshold auto:de-en" in message and "\n" not in message
-    with pytest.raises(BitextmineError, match="no calibrated ratio threshold for fr-en") as error:
+    with pytest.raises(BitextmineError, match=r"no calibrated threshold for fr-en \(ratio") as error:
         resolve("auto:fr-en", store, pair="de-en")
     assert "auto:de-en" not in str(error.value)
-    with pytest.raises(BitextmineError, match=r"for de-en with model fingerprint f9 .*: run"):
+    with pytest.raises(
+        BitextmineError, match=r"for de-en \(ratio margin, k=4\) with model fingerprint f9 .*: run"
+    ):
         resolve("auto", store, fingerprint="f9")  # nothing calibrated for that model
     with pytest.raises(BitextmineError, match="for de-en"):
         resolve("auto", tmp_path / "missing.json")
@@ -103,8 +159,10 @@ def test_the_model_dirs_old_thresholds_are_read_when_the_store_has_none(tmp_path
         "bitextmine 0.1 kept thresholds)"
     )
     assert resolve("auto:de-en", store, pair="fr-en", model_dir=model).value == 1.01
-    with pytest.raises(BitextmineError, match=r"for fr-en .*\(calibrated: de-en\)"):  # "default" is ignored
-        resolve("auto", store, pair="fr-en", model_dir=model)
+    with pytest.raises(BitextmineError, match=r"for fr-en .*\(calibrated: de-en ratio k=4\)"):
+        resolve("auto", store, pair="fr-en", model_dir=model)  # "default" is ignored
+    with pytest.raises(BitextmineError, match=r"for de-en \(ratio margin, k=16\)"):
+        resolve("auto", store, model_dir=model, k=16)  # 0.1 calibrated with k=4
     store_threshold(store, DE_EN)
     assert resolve("auto", store, model_dir=model).value == 1.03  # the store comes first
     assert json.loads((model / "bitextmine.json").read_text()) == config  # never written
@@ -132,6 +190,10 @@ def test_parse_threshold_refuses_anything_else_in_one_line(given):
         ("[1, 2]", r'not a threshold store \(no "thresholds" list\)'),
         ('{"thresholds": [{"pair": "de-en"}]}', "threshold 1 has no valid 'fingerprint'"),
         ('{"thresholds": [7]}', "threshold 1 has no valid 'fingerprint'"),
+        (json.dumps({"thresholds": [{**asdict(DE_EN), "k": 0}]}), "threshold 1 has no valid 'k'"),
+        (json.dumps({"thresholds": [{**asdict(DE_EN), "k": 4.5}]}), "threshold 1 has no valid 'k'"),
+        (json.dumps({"thresholds": [{**asdict(DE_EN), "k": None}]}), "threshold 1 has no valid 'k'"),
+        (json.dumps({"thresholds": [{**asdict(DE_EN), "strategy": "best"}]}), "no valid 'strategy'"),
     ],
 )
 def test_a_malformed_store_is_a_one_line_error_naming_it(tmp_path, content, message):
@@ -155,7 +217,7 @@ def test_a_record_with_a_wrong_type_is_refused(tmp_path):
 
 WRITER = """
 import sys, time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from tests.helpers import DE_EN
 from bitextmine.evaluation.thresholds import store_threshold

@@ -60,7 +60,10 @@ def eval_bucc(
     workdir: WorkdirOption = DEFAULT_WORKDIR,
     thresholds: ThresholdsOption = None,
     mined: Annotated[
-        Path | None, typer.Option(help="Score this `mine` output file instead (sentences matched by text).")
+        Path | None,
+        typer.Option(
+            help="Score this `mine` output file instead (any format mine writes; sentences matched by text)."
+        ),
     ] = None,
     k: Annotated[int, typer.Option("--k", "-k", min=1, help="Neighbours per sentence for the margin.")] = 4,
     margin: MarginOption = "ratio",

@@ -1,7 +1,8 @@
 """BUCC 2018 files, precision/recall/F1 of mined pairs, and the F1-optimal threshold (docs/design.md).
 
 A split of pair ``de-en`` in a directory is three files: ``de-en.dev.de`` and ``de-en.dev.en`` with
-lines ``ID<TAB>SENTENCE``, and ``de-en.dev.gold`` with lines ``DE-ID<TAB>EN-ID`` (one-to-one).
+lines ``ID<TAB>SENTENCE``, and ``de-en.dev.gold`` with lines ``DE-ID<TAB>EN-ID`` (one-to-one); each may
+be compressed (``de-en.scale.de.zst``, ``.gz``, ``.xz``).
 The threshold sweep follows DAP appendix B and LASER's BUCC script: sort the candidate scores and try
 a threshold at every midpoint between consecutive distinct scores, keeping the best F1 (or, with a
 target precision, the lowest threshold that reaches it). The whole curve is kept for reports and plots.
@@ -9,7 +10,7 @@ target precision, the lowest threshold that reaches it). The whole curve is kept
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +26,8 @@ class BuccError(BitextmineError):
 
 
 BEST_F1 = "best F1"
+COMPRESSED_SUFFIXES = (".zst", ".gz", ".xz")
+_BOM = "\ufeff"
 
 
 @dataclass
@@ -101,26 +104,45 @@ class SweepResult:
 def read_bucc(
     directory: Path, pair: str, split: str, *, require_gold: bool = True, warn: Warn = warn_user
 ) -> BuccSplit:
-    """Read ``DIR/PAIR.SPLIT.{x,en,gold}``; gold is None when its file is absent and not required.
-    Invalid UTF-8 is replaced and reported through `warn` (text/reader.py)."""
+    """Read ``DIR/PAIR.SPLIT.{x,en,gold}``, each plain or compressed (`bucc_file`); gold is None when
+    its file is absent and not required. Invalid UTF-8 is replaced and reported through `warn`
+    (text/reader.py)."""
     src_lang, tgt_lang = parse_pair(pair)
-    paths = [Path(directory) / f"{pair}.{split}.{ext}" for ext in (src_lang, tgt_lang, "gold")]
-    src_path, tgt_path, gold_path = paths
-    expected = ", ".join(path.name for path in paths)
+    names = [f"{pair}.{split}.{ext}" for ext in (src_lang, tgt_lang, "gold")]
+    src_path, tgt_path, gold_path = (bucc_file(Path(directory), name) for name in names)
     required = [src_path, tgt_path] + ([gold_path] if require_gold else [])
-    for path in required:
-        if not path.is_file():
-            raise BuccError(f"{path}: no such file (expected BUCC 2018 files {expected})")
+    for name, path in zip(names, required, strict=False):
+        if path is None:
+            expected = f"{', '.join(names)}, each plain or {'/'.join(COMPRESSED_SUFFIXES)}"
+            raise BuccError(f"{Path(directory) / name}: no such file (expected BUCC 2018 files {expected})")
     src = _read_side(src_path, src_lang, warn)
     tgt = _read_side(tgt_path, tgt_lang, warn)
-    gold = _read_gold(gold_path, src, tgt, warn) if gold_path.is_file() else None
+    gold = _read_gold(gold_path, src, tgt, warn) if gold_path is not None else None
+    if require_gold and not gold:
+        raise BuccError(f"{gold_path}: empty gold file, no pairs to score against")
     return BuccSplit(pair=pair, split=split, src=src, tgt=tgt, gold=gold)
+
+
+def bucc_file(directory: Path, name: str) -> Path | None:
+    """``DIR/NAME`` or ``DIR/NAME.zst``, ``.gz`` or ``.xz`` (read by content, text/reader.py); None when
+    none exists, a one-line error when two do (they may differ)."""
+    found = [path for suffix in ("", *COMPRESSED_SUFFIXES) if (path := directory / (name + suffix)).is_file()]
+    if len(found) > 1:
+        raise BuccError(f"{found[0]} and {found[1].name} both exist: keep one")
+    return found[0] if found else None
+
+
+def _lines(path: Path, warn: Warn) -> Iterator[tuple[int, str]]:
+    """The file's lines, without a UTF-8 byte order mark at its start (Windows editors write one; it
+    would become part of the first id)."""
+    for number, line in read_lines(path, warn):
+        yield number, line.removeprefix(_BOM) if number == 1 else line
 
 
 def _read_side(path: Path, lang: str, warn: Warn) -> BuccSide:
     first_line: dict[str, int] = {}
     sentences: list[str] = []
-    for number, line in read_lines(path, warn):
+    for number, line in _lines(path, warn):
         ident, tab, sentence = line.partition("\t")
         if not (tab and ident and sentence):
             raise BuccError(f"{path}:{number}: expected ID<TAB>SENTENCE")
@@ -136,7 +158,7 @@ def _read_side(path: Path, lang: str, warn: Warn) -> BuccSide:
 def _read_gold(path: Path, src: BuccSide, tgt: BuccSide, warn: Warn) -> set[tuple[str, str]]:
     sides = [(src.lang, set(src.ids), {}), (tgt.lang, set(tgt.ids), {})]
     pairs: dict[tuple[str, str], int] = {}
-    for number, line in read_lines(path, warn):
+    for number, line in _lines(path, warn):
         where = f"{path}:{number}:"
         fields = tuple(line.split("\t"))
         if len(fields) != 2 or not all(fields):

@@ -13,9 +13,10 @@ from bitextmine.evaluation.bucc import BuccError, BuccSplit, Scores, SweepResult
 from bitextmine.mining.arrays import mine_arrays
 from bitextmine.mining.filters import PairFilter
 from bitextmine.mining.margin import check_margin
+from bitextmine.mining.mined_file import mined_format, mined_records
 from bitextmine.mining.selection import Candidates, check_strategy
 from bitextmine.text.cleaning import clean_line
-from bitextmine.text.reader import read_lines
+from bitextmine.text.reader import Warn, warn_user
 
 
 @dataclass
@@ -95,17 +96,27 @@ def scores_at(mined: SplitCandidates, threshold: float, pair_filter: PairFilter 
     return score_pairs(predicted, mined.split.gold or set())
 
 
-def score_mined_file(path: Path, split: BuccSplit) -> Scores:
-    """P/R/F1 of a `mine` TSV output file against the split's gold, matching sentences by their text."""
-    src_id = {clean_line(s): i for s, i in zip(split.src.sentences, split.src.ids, strict=True)}
-    tgt_id = {clean_line(s): i for s, i in zip(split.tgt.sentences, split.tgt.ids, strict=True)}
-    predicted = []
+def score_mined_file(path: Path, split: BuccSplit, warn: Warn = warn_user) -> Scores:
+    """P/R/F1 of a `mine` output file, in any format `mine` writes (a name it does not end with is read
+    as TSV, as `mine --format tsv` may write), against the split's gold, matching sentences by their
+    text. Pairs whose sentences are not the split's are left out, with a warning; a file with none of
+    the split's pairs (mined from another corpus) is refused rather than scored F1 0."""
     if not path.exists():
         raise BuccError(f"{path}: no such file (run `bitextmine mine` first)")
-    for number, line in read_lines(path):
-        fields = line.split("\t")
-        if len(fields) not in (5, 7):  # 7: with the corpora's meta columns
-            raise BuccError(f"{path}:{number}: expected SCORE<TAB>SRC<TAB>TGT<TAB>SRC-ID<TAB>TGT-ID")
-        if fields[1] in src_id and fields[2] in tgt_id:
-            predicted.append((src_id[fields[1]], tgt_id[fields[2]]))
+    src_id = {clean_line(s): i for s, i in zip(split.src.sentences, split.src.ids, strict=True)}
+    tgt_id = {clean_line(s): i for s, i in zip(split.tgt.sentences, split.tgt.ids, strict=True)}
+    predicted, total = [], 0
+    for _, src, tgt in mined_records(path, mined_format(path) or "tsv", warn):
+        total += 1
+        if src in src_id and tgt in tgt_id:
+            predicted.append((src_id[src], tgt_id[tgt]))
+    where, outside = f"{split.pair} {split.split}", total - len(predicted)
+    if total and not predicted:
+        raise BuccError(
+            f"{path}: none of its {total:,} pairs are sentences of {where} (mined from another corpus?)"
+        )
+    if outside:
+        warn(
+            f"{path}: {outside:,} of its {total:,} pairs are not sentences of {where}; left out of the scores"
+        )
     return score_pairs(predicted, split.gold or set())

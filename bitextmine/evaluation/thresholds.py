@@ -1,4 +1,4 @@
-"""Calibrated margin thresholds, kept in a threshold store keyed by model fingerprint, margin and pair.
+"""Calibrated margin thresholds, kept in a threshold store keyed by model fingerprint, margin, k and pair.
 
 The store is ``WORK/thresholds.json`` or a file the user names (``--thresholds FILE``), never the
 model dir, which may be shared, read-only or the Hugging Face cache. Layout::
@@ -6,17 +6,23 @@ model dir, which may be shared, read-only or the Hugging Face cache. Layout::
     {"thresholds": [{"fingerprint": "3f0c...", "model": "intfloat/multilingual-e5-small",
                      "margin": "ratio", "pair": "de-en", "value": 1.0311, "split": "dev",
                      "precision": 95.75, "recall": 95.75, "f1": 95.75, "rule": "best F1",
-                     "date": "2025-06-01T12:00:00+00:00"}, ...]}
+                     "date": "2025-06-01T12:00:00+00:00", "k": 4, "strategy": "max"}, ...]}
 
-one record per fingerprint, margin and pair: a ratio threshold means nothing for the distance margin,
-and score scales differ between pairs, so a pair's threshold serves that pair unless the user asks
-for another's (``auto:PAIR``). Calibrations read, modify and replace the file holding an flock on a
-sibling lock file, so concurrent calibrations of different pairs all survive; readers take no lock
-(the file is replaced atomically).
+one record per fingerprint, margin, k and pair: each changes the scale of the scores. A ratio
+threshold means nothing for the distance margin; k sets the neighbourhood means the margin divides by
+(the larger k, the lower the means and the higher the ratio scores); and score scales differ between
+pairs, so a pair's threshold serves that pair unless the user asks for another's (``auto:PAIR``).
+The candidate strategy is recorded but is no key: a pair's score is its margin over both directions'
+k-NN means whatever the strategy, which only chooses which pairs compete for the one-to-one
+selection (mining/selection.py), so a threshold keeps the same pairs' scores under every strategy.
+Records written before k and the strategy were recorded read as k=4 (the default k they were
+calibrated with unless the user changed it) and an unrecorded strategy (None). Calibrations read,
+modify and replace the file holding an flock on a sibling lock file, so concurrent calibrations of
+different pairs all survive; readers take no lock (the file is replaced atomically).
 
 Model dirs calibrated before the store existed carry ``{"thresholds": {"ratio": {"de-en": t}}}`` in
-their ``bitextmine.json``; it is read when the store has nothing for the fingerprint, margin and pair.
-Its ``"default"`` entry (bitextmine 0.1: the last pair calibrated) is ignored.
+their ``bitextmine.json``; it is read, as k=4, when the store has nothing for the fingerprint, margin,
+k and pair. Its ``"default"`` entry (bitextmine 0.1: the last pair calibrated) is ignored.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import math
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -35,10 +41,25 @@ from bitextmine.encoder.settings import BITEXTMINE_CONFIG
 from bitextmine.errors import BitextmineError
 from bitextmine.evaluation.bucc import BEST_F1, SweepResult
 from bitextmine.files import WriteError, read_json, write_json
+from bitextmine.mining.selection import STRATEGIES
 from bitextmine.text.languages import parse_pair
 
 _OLD_DEFAULT = "default"
+OLD_K = 4  # the k of thresholds recorded without one (the store's first records, the model dir's)
 _NUMBERS = {"value", "precision", "recall", "f1"}
+
+
+@dataclass(frozen=True, order=True)
+class ThresholdKey:
+    """What a stored threshold is for: everything that changes the scale of the scores, and the pair."""
+
+    fingerprint: str
+    margin: str
+    k: int
+    pair: str
+
+    def describe(self) -> str:
+        return f"{self.pair} ({self.margin} margin, k={self.k})"
 
 
 @dataclass(frozen=True)
@@ -56,24 +77,51 @@ class ThresholdRecord:
     f1: float
     rule: str  # BEST_F1 or "precision >= P"
     date: str
+    k: int = OLD_K  # neighbours of the margin's means
+    strategy: str | None = None  # the candidate strategy the scores were measured with; None: not recorded
 
     @classmethod
     def from_sweep(
-        cls, result: SweepResult, *, fingerprint: str, model: str, margin: str, pair: str, split: str
+        cls,
+        result: SweepResult,
+        *,
+        fingerprint: str,
+        model: str,
+        margin: str,
+        k: int,
+        strategy: str,
+        pair: str,
+        split: str,
     ) -> ThresholdRecord:
         date = datetime.now().astimezone().isoformat(timespec="seconds")
         scores = result.scores.as_percent()
         return cls(
-            fingerprint, model, margin, pair, result.threshold, split, **scores, rule=result.rule, date=date
+            fingerprint,
+            model,
+            margin,
+            pair,
+            result.threshold,
+            split,
+            **scores,
+            rule=result.rule,
+            date=date,
+            k=k,
+            strategy=strategy,
         )
 
     def describe(self) -> str:
-        """E.g. ``calibrated for de-en on dev (best F1 95.75)``."""
+        """E.g. ``calibrated for de-en on dev with k=4, strategy max (best F1 95.75)``: the setting its
+        precision, recall and F1 were measured with."""
         if self.rule == BEST_F1:
             how = f"best F1 {self.f1:.2f}"
         else:
             how = f"{self.rule}: precision {self.precision:.2f}, recall {self.recall:.2f}"
-        return f"calibrated for {self.pair} on {self.split} ({how})"
+        setting = f"k={self.k}" + (f", strategy {self.strategy}" if self.strategy else "")
+        return f"calibrated for {self.pair} on {self.split} with {setting} ({how})"
+
+    @property
+    def key(self) -> ThresholdKey:
+        return ThresholdKey(self.fingerprint, self.margin, self.k, self.pair)
 
 
 @dataclass(frozen=True)
@@ -115,55 +163,57 @@ def resolve_threshold(
     store: Path,
     fingerprint: str,
     margin: str,
+    k: int,
     pair: str,
     model_dir: Path | None = None,
 ) -> ThresholdChoice | None:
     """The threshold `spec` (see `parse_threshold`) stands for when mining `pair` with the model of
-    `fingerprint`: None (keep all), the number given, this pair's calibrated threshold ("auto") or
-    another pair's ("auto:PAIR"), from `store`, else from `model_dir`'s bitextmine.json (the old place).
-    """
+    `fingerprint`, `margin` and `k`: None (keep all), the number given, this pair's calibrated threshold
+    ("auto") or another pair's ("auto:PAIR"), from `store`, else from `model_dir`'s bitextmine.json (the
+    old place, k=4). A calibration of another margin or k is never used: that is a one-line error
+    listing the model's calibrations."""
     spec = parse_threshold(spec) if isinstance(spec, str) else spec
     if spec is None:
         return None
     if not isinstance(spec, str):
         return ThresholdChoice(float(spec), pair, "given on the command line")
-    wanted = pair if spec == "auto" else spec.removeprefix("auto:")
-    record = find_threshold(store, fingerprint, margin, wanted)
+    wanted = ThresholdKey(fingerprint, margin, k, spec.removeprefix("auto:") if spec != "auto" else pair)
+    records = [r for r in read_thresholds(store) if r.fingerprint == fingerprint]
+    record = next((r for r in records if r.key == wanted), None)
     if record is not None:
-        return ThresholdChoice(record.value, wanted, f"{record.describe()} in {store}")
+        return ThresholdChoice(record.value, wanted.pair, f"{record.describe()} in {store}")
     legacy = _legacy_table(model_dir, margin)
-    if wanted in legacy:
+    if k == OLD_K and wanted.pair in legacy:
         where = f"{model_dir}/{BITEXTMINE_CONFIG} (in the model dir, where bitextmine 0.1 kept thresholds)"
-        return ThresholdChoice(legacy[wanted], wanted, f"calibrated for {wanted} in {where}")
-    stored = {r.pair for r in read_thresholds(store) if (r.fingerprint, r.margin) == (fingerprint, margin)}
-    raise BitextmineError(_missing(store, fingerprint, margin, wanted, sorted(stored | set(legacy)), spec))
+        return ThresholdChoice(legacy[wanted.pair], wanted.pair, f"calibrated for {wanted.pair} in {where}")
+    calibrated = sorted(
+        {r.key for r in records} | {ThresholdKey(fingerprint, margin, OLD_K, p) for p in legacy}
+    )
+    raise BitextmineError(_missing(store, wanted, calibrated, spec))
 
 
-def _missing(
-    store: Path, fingerprint: str, margin: str, wanted: str, calibrated: list[str], spec: str
-) -> str:
-    others = f" (calibrated: {', '.join(calibrated)})" if calibrated else ""
+def _missing(store: Path, wanted: ThresholdKey, calibrated: list[ThresholdKey], spec: str) -> str:
+    listed = ", ".join(f"{key.pair} {key.margin} k={key.k}" for key in calibrated)
+    others = f" (calibrated: {listed})" if calibrated else ""
+    borrowable = [key.pair for key in calibrated if (key.margin, key.k) == (wanted.margin, wanted.k)]
     borrow = (
-        f", or --threshold auto:{calibrated[0]} (another pair's)" if calibrated and spec == "auto" else ""
+        f", or --threshold auto:{borrowable[0]} (another pair's)" if borrowable and spec == "auto" else ""
+    )
+    command = (
+        f"bitextmine calibrate --bucc DIR --pair {wanted.pair} --margin {wanted.margin} --k {wanted.k} "
+        f"--model MODEL --thresholds {store}"
     )
     return (
-        f"no calibrated {margin} threshold for {wanted} with model fingerprint {fingerprint} in {store}"
-        f"{others}: run `bitextmine calibrate --bucc DIR --pair {wanted} --model MODEL --thresholds {store}` "
-        f"or pass --threshold FLOAT{borrow}"
+        f"no calibrated threshold for {wanted.describe()} with model fingerprint {wanted.fingerprint} in "
+        f"{store}{others}: run `{command}` or pass --threshold FLOAT{borrow}"
     )
-
-
-def find_threshold(store: Path, fingerprint: str, margin: str, pair: str) -> ThresholdRecord | None:
-    """The store's record for this fingerprint, margin and pair, if any."""
-    key = (fingerprint, margin, pair)
-    return next((r for r in read_thresholds(store) if _key(r) == key), None)
 
 
 def store_threshold(store: Path, record: ThresholdRecord) -> None:
-    """Add `record` to the store, replacing the one of the same fingerprint, margin and pair."""
+    """Add `record` to the store, replacing the one of the same key (fingerprint, margin, k and pair)."""
     with _locked(store):
-        records = [r for r in read_thresholds(store) if _key(r) != _key(record)] + [record]
-        write_json(store, {"thresholds": [asdict(r) for r in sorted(records, key=_key)]})
+        records = [r for r in read_thresholds(store) if r.key != record.key] + [record]
+        write_json(store, {"thresholds": [asdict(r) for r in sorted(records, key=lambda r: r.key)]})
 
 
 def read_thresholds(store: Path) -> list[ThresholdRecord]:
@@ -181,20 +231,25 @@ def read_thresholds(store: Path) -> list[ThresholdRecord]:
 def _record(store: Path, number: int, entry: Any, remedy: str) -> ThresholdRecord:
     values = {}
     for field in fields(ThresholdRecord):
+        if isinstance(entry, dict) and field.name not in entry and field.default is not MISSING:
+            continue  # recorded since the store's first version: its default says what an old record meant
         value = entry.get(field.name) if isinstance(entry, dict) else None
-        wanted = (int, float) if field.name in _NUMBERS else str
-        if isinstance(value, bool) or not isinstance(value, wanted) or not _finite(value):
+        if not _valid(field.name, value):
             raise BitextmineError(f"{store}: threshold {number} has no valid {field.name!r}; {remedy}")
         values[field.name] = float(value) if field.name in _NUMBERS else value
     return ThresholdRecord(**values)
 
 
-def _finite(value: Any) -> bool:
-    return isinstance(value, str) or math.isfinite(value)
-
-
-def _key(record: ThresholdRecord) -> tuple[str, str, str]:
-    return record.fingerprint, record.margin, record.pair
+def _valid(name: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if name in _NUMBERS:
+        return isinstance(value, int | float) and math.isfinite(value)
+    if name == "k":
+        return isinstance(value, int) and value >= 1
+    if name == "strategy":
+        return value is None or value in STRATEGIES
+    return isinstance(value, str)
 
 
 def _legacy_table(model_dir: Path | None, margin: str) -> dict[str, float]:

@@ -70,6 +70,8 @@ def calibrate(
         fingerprint=encoder.fingerprint,
         model=encoder.loaded.name,
         margin=settings.margin,
+        k=settings.k,
+        strategy=settings.strategy,
         pair=split.pair,
         split=split.split,
     )
@@ -100,6 +102,7 @@ def evaluate_bucc(
             store=store or default_store(),
             fingerprint=encoder.fingerprint,
             margin=settings.margin,
+            k=settings.k,
             pair=split.pair,
             model_dir=encoder.loaded.model_dir,
         )

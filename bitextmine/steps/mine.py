@@ -124,6 +124,7 @@ def resolve_mine_threshold(
             store=options.thresholds or workspace.thresholds_file(),
             fingerprint=src.vectors.model.fingerprint,
             margin=options.margin,
+            k=options.k,
             pair=pair,
             model_dir=legacy if legacy.is_dir() else None,
         )
@@ -152,6 +153,11 @@ def mine(
     `launcher` sends them; `progress` counts queries. Then candidates are scored and selected.
     """
     pair = f"{check_lang(src_lang)}-{check_lang(tgt_lang)}"
+    if src_lang == tgt_lang:  # one corpus against itself: each sentence's best candidate is itself
+        raise BitextmineError(
+            f"mine {src_lang} {tgt_lang}: the source and the target are one corpus, so every sentence "
+            "would pair with itself; mine two languages"
+        )
     reads = [f"{part}-{lang}" for part in ("lang", "index") for lang in (src_lang, tgt_lang)]
     with workspace_locks(workspace, write=[f"mine-{pair}"], read=reads):
         return _mine(workspace, src_lang, tgt_lang, options or MineOptions(), progress, launcher)

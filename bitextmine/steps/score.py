@@ -112,6 +112,7 @@ def _threshold(
         store=options.thresholds or workspace.thresholds_file(),
         fingerprint=encoder.fingerprint,
         margin=options.margin,
+        k=options.k,
         pair=pair,
         model_dir=encoder.loaded.model_dir,
     )

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bitextmine.errors import BitextmineError
+from bitextmine.mining.mined_file import mined_format
 from bitextmine.mining.output import FORMATS
 from bitextmine.text.cleaning import clean_line
 from bitextmine.text.reader import CorpusCounts, Warn, iter_rows, read_lines, warn_user
@@ -32,7 +33,6 @@ from bitextmine.train.mined import (
     is_mined,
     read_mined,
     select_mined,
-    table_format,
 )
 
 ENGLISH = "en"
@@ -99,7 +99,7 @@ def _pairs_in_dir(directory: Path, scores: ScoreUse) -> list[PairSource]:
     tables = [
         p
         for p in sorted(directory.rglob("*"))
-        if p.is_file() and (p.suffix == ".tsv" or (table_format(p) and _pair_in_name(p)))
+        if p.is_file() and (p.suffix == ".tsv" or (mined_format(p) and _pair_in_name(p)))
     ]
     found = [_source_of_file(p, scores) for p in tables]
     for suffix in ENGLISH_SUFFIXES:
@@ -140,7 +140,7 @@ def _nway_english(path: Path) -> Path | None:
 
 
 def _source_of_file(path: Path, scores: ScoreUse) -> PairSource:
-    fmt = table_format(path)
+    fmt = mined_format(path)
     if fmt is not None:
         return _source_of_table(path, fmt, scores)
     if nway := _nway_english(path):

@@ -18,13 +18,20 @@ from bitextmine.search.knn import exact_neighbours
 
 
 def mine_arrays(
-    src: np.ndarray, tgt: np.ndarray, *, k: int = 4, margin: str = "ratio", strategy: str = "max"
+    src: np.ndarray,
+    tgt: np.ndarray,
+    *,
+    k: int = 4,
+    margin: str = "ratio",
+    strategy: str = "max",
+    scratch: Path | None = None,
 ) -> Candidates:
-    """Exact mining of two in-memory sets of unit vectors (BUCC splits, tests)."""
+    """Exact mining of two in-memory sets of unit vectors (BUCC splits, tests). The selection's scratch
+    files go to a new folder in `scratch` (a workspace's: workspace/scratch.py), else in $TMPDIR."""
 
     fwd, bwd = exact_neighbours(src, tgt, k), exact_neighbours(tgt, src, k)
-    with tempfile.TemporaryDirectory(prefix="bitextmine-selection-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="bitextmine-selection-", dir=scratch) as folder:
         selected = select_candidates(
-            lambda: [(0, fwd)], lambda: [(0, bwd)], (len(src), len(tgt)), margin, strategy, Path(scratch)
+            lambda: [(0, fwd)], lambda: [(0, bwd)], (len(src), len(tgt)), margin, strategy, Path(folder)
         )
         return Candidates.from_records(selected)

@@ -241,6 +241,10 @@ def _same_file(output: Path, given: Path) -> bool:
 
 
 def _refuse_workspace_file(path: Path, through: bool, workspace: Workspace, own: Iterable[Path]) -> None:
+    if through and _lexically_inside(path, workspace.root):  # a link planted there is never followed
+        raise BitextmineError(
+            f"{path}: a link or device inside the workspace; its files are never written through one"
+        )
     real = Path(os.path.realpath(path))
     if real in {Path(os.path.realpath(p)) for p in own}:
         return
@@ -249,10 +253,6 @@ def _refuse_workspace_file(path: Path, through: bool, workspace: Workspace, own:
             raise BitextmineError(
                 f"{path}: in {kept}, which the workspace keeps for its own files; give another path"
             )
-    if through and _inside(path, workspace.root):
-        raise BitextmineError(
-            f"{path}: a link or device inside the workspace; its files are never written through one"
-        )
 
 
 def _refuse_missing_folder(path: Path, workspace: Workspace | None) -> None:
@@ -261,16 +261,18 @@ def _refuse_missing_folder(path: Path, workspace: Workspace | None) -> None:
         return
     if folder.exists():
         raise BitextmineError(f"{path}: {folder} is not a folder")
-    if workspace is None or not _inside(path, workspace.root):
+    inside = workspace is not None and (
+        _lexically_inside(path, workspace.root)
+        or Path(os.path.realpath(path)).is_relative_to(os.path.realpath(workspace.root))
+    )
+    if not inside:
         raise BitextmineError(
             f"{path}: no folder {folder}; create it first (folders outside the workspace are not created)"
         )
 
 
-def _inside(path: Path, root: Path) -> bool:
-    return Path(os.path.abspath(path)).is_relative_to(os.path.abspath(root)) or Path(
-        os.path.realpath(path)
-    ).is_relative_to(os.path.realpath(root))
+def _lexically_inside(path: Path, root: Path) -> bool:
+    return Path(os.path.abspath(path)).is_relative_to(os.path.abspath(root))
 
 
 def refuse_linked_folders(root: Path) -> None:

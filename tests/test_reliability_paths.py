@@ -168,6 +168,17 @@ def test_mine_may_write_its_own_pairs_in_another_format(indexed):
     assert (indexed / "mined" / "de-en.tsv").read_text().count("\n") > 0
 
 
+def test_a_link_planted_at_the_pairs_own_name_in_the_workspace_is_not_written_through(indexed, tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    planted = indexed / "mined" / "de-en.tsv"
+    planted.parent.mkdir(exist_ok=True)
+    planted.symlink_to(victim)
+    code, output = run("mine", "de", "en", "-w", str(indexed), "-o", str(planted))
+    _one_line_error(code, output, str(planted), "a link or device inside the workspace")
+    assert victim.read_text() == "precious\n" and planted.is_symlink()
+
+
 def test_a_json_path_in_a_missing_folder_outside_the_workspace_is_refused(indexed, tmp_path):
     """`--json /nonexistent/dir/x.json` silently created /nonexistent/dir."""
     report = tmp_path / "missing" / "dir" / "x.json"

@@ -1,4 +1,5 @@
-"""Atomic file output: write to a temporary name in the same directory, then rename."""
+"""Every file the tool writes: atomically (a temporary name in the same directory, then a rename), and,
+for the paths a user gives (`--json`, `-o`), the rule of `output_target`."""
 
 from __future__ import annotations
 
@@ -8,15 +9,19 @@ import json
 import logging
 import os
 import secrets
+import stat
 import types
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from glob import escape
 from pathlib import Path
-from typing import IO, Any, TypeVar, Union, get_args, get_origin, get_type_hints
+from typing import IO, TYPE_CHECKING, Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from bitextmine.errors import BitextmineError, os_error_message
 from bitextmine.faults import crash_point
+
+if TYPE_CHECKING:
+    from bitextmine.workspace.layout import Workspace
 
 # Temporaries are created exclusively: O_EXCL fails on anything already at the name, a planted symlink
 # included (O_NOFOLLOW too, for systems where O_EXCL alone would follow one).
@@ -134,6 +139,152 @@ def write_json(path: Path, data: Any) -> None:
     with atomic_open(path) as fh:
         json.dump(data, fh, indent=2, ensure_ascii=False)
         fh.write("\n")
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputTarget:
+    """An output path checked by `output_target`: replaced atomically, or, `through`, opened and written
+    as a stream, so that a FIFO, a device or a symlink stays what it is."""
+
+    path: Path
+    through: bool = False
+
+    @contextmanager
+    def open(self, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO[Any]]:
+        if not self.through:
+            with atomic_open(self.path, mode, encoding) as fh:
+                yield fh
+            return
+        try:
+            with open(
+                self.path, mode, encoding=None if "b" in mode else encoding, opener=_open_existing
+            ) as fh:
+                yield fh
+        except OSError as exc:
+            if exc.filename is not None and os.fsdecode(exc.filename) != str(self.path):
+                raise
+            raise WriteError(self.path, exc) from exc
+
+
+def _open_existing(path: str, flags: int) -> int:
+    """Open for writing without creating anything: the target of a link must be there already."""
+    return os.open(path, (flags & ~os.O_CREAT) | getattr(os, "O_CLOEXEC", 0))
+
+
+def output_target(
+    path: Path,
+    *,
+    inputs: Iterable[str | os.PathLike[str] | None] = (),
+    workspace: Workspace | None = None,
+    own: Iterable[Path] = (),
+) -> OutputTarget:
+    """The one rule for a path a user names for output (`--json`, `-o`), checked before any work.
+
+    A regular file or an absent path is replaced atomically; a symlink, FIFO or character device
+    (`/dev/stdout`, `/dev/null`) is written through as a stream. Refused in one line: a folder, socket,
+    block device or dangling link; the same file as one of `inputs` (what the command reads, and its
+    other outputs; None for one not given); inside `workspace`, a link, or anything in the folders and
+    files it keeps for its own (corpora, embeddings, indexes, mined pairs, ...) other than `own`; a
+    path whose folder is missing, unless it lies in `workspace`: folders elsewhere are not created
+    unasked.
+    """
+    path = Path(path)
+    through = _written_through(path)
+    for given in inputs:
+        if given is not None and _same_file(path, Path(given)):
+            raise BitextmineError(
+                f"{path}: the same file as {given}, which this command reads or writes; give another path"
+            )
+    if workspace is not None:
+        _refuse_workspace_file(path, through, workspace, own)
+    _refuse_missing_folder(path, workspace)
+    return OutputTarget(path, through)
+
+
+_NOT_WRITABLE = {stat.S_IFDIR: "a folder", stat.S_IFSOCK: "a socket", stat.S_IFBLK: "a block device"}
+
+
+def _written_through(path: Path) -> bool:
+    """Whether `path` is written through (a link, FIFO, character device) rather than replaced."""
+    try:
+        linked = path.is_symlink()
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        if path.is_symlink():
+            raise BitextmineError(
+                f"{path}: a link to a missing file; nothing is created through one"
+            ) from None
+        return False
+    except OSError as exc:
+        raise WriteError(path, exc) from exc
+    if stat.S_ISREG(mode):
+        return linked
+    if stat.S_ISFIFO(mode) or stat.S_ISCHR(mode):
+        return True
+    kind = _NOT_WRITABLE.get(stat.S_IFMT(mode), "not a regular file")
+    raise BitextmineError(f"{path}: is {kind}; give a file (or a FIFO or character device) to write to")
+
+
+def _same_file(output: Path, given: Path) -> bool:
+    """Whether writing `output` would overwrite the regular file `given` (through links, by identity),
+    or, where `output` is absent, whether both name one path."""
+    try:
+        out_stat = output.stat()
+    except OSError:
+        return os.path.realpath(output) == os.path.realpath(given)
+    try:
+        given_stat = given.stat()
+    except OSError:
+        return False
+    same = (out_stat.st_dev, out_stat.st_ino) == (given_stat.st_dev, given_stat.st_ino)
+    return same and stat.S_ISREG(out_stat.st_mode)
+
+
+def _refuse_workspace_file(path: Path, through: bool, workspace: Workspace, own: Iterable[Path]) -> None:
+    if through and _lexically_inside(path, workspace.root):  # a link planted there is never followed
+        raise BitextmineError(
+            f"{path}: a link or device inside the workspace; its files are never written through one"
+        )
+    real = Path(os.path.realpath(path))
+    if real in {Path(os.path.realpath(p)) for p in own}:
+        return
+    for kept in workspace.own_paths():
+        if real.is_relative_to(os.path.realpath(kept)):
+            raise BitextmineError(
+                f"{path}: in {kept}, which the workspace keeps for its own files; give another path"
+            )
+
+
+def _refuse_missing_folder(path: Path, workspace: Workspace | None) -> None:
+    folder = path.parent
+    if folder.is_dir():
+        return
+    if folder.exists():
+        raise BitextmineError(f"{path}: {folder} is not a folder")
+    inside = workspace is not None and (
+        _lexically_inside(path, workspace.root)
+        or Path(os.path.realpath(path)).is_relative_to(os.path.realpath(workspace.root))
+    )
+    if not inside:
+        raise BitextmineError(
+            f"{path}: no folder {folder}; create it first (folders outside the workspace are not created)"
+        )
+
+
+def _lexically_inside(path: Path, root: Path) -> bool:
+    return Path(os.path.abspath(path)).is_relative_to(os.path.abspath(root))
+
+
+def refuse_linked_folders(root: Path) -> None:
+    """Refuse, in one line, a symlink to a folder anywhere inside the folder `root` (itself may be one):
+    what is written there would land outside it."""
+    for folder, subfolders, _ in os.walk(root):
+        for name in subfolders:
+            if os.path.islink(os.path.join(folder, name)):
+                raise BitextmineError(
+                    f"{os.path.join(folder, name)}: a symlink to a folder inside {root}; nothing is written "
+                    "through one: replace it with a real folder"
+                )
 
 
 def read_json(path: Path, remedy: str = "") -> Any:

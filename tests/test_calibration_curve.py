@@ -16,6 +16,7 @@ from bitextmine.cli.plots import (
 )
 from bitextmine.errors import BitextmineError
 from bitextmine.evaluation.bucc import BuccError, sweep_curve, sweep_threshold
+from bitextmine.files import OutputTarget
 from tests.helpers import curve_arrays, plotted
 
 # sorted scores 1.20 1.10 1.10 1.05 1.00, gold T T F T F, 4 gold pairs in all (as in test_bucc.py):
@@ -107,7 +108,9 @@ def test_the_png_is_written_and_plots_exactly_the_curve(tmp_path):
     result = sweep_threshold(SCORES, IS_GOLD, 4)
     rows = result.curve.rows()
     path = tmp_path / "curve.png"
-    figure = save_calibration_plot(path, rows, chosen_point(rows, result.threshold), "de-en dev")
+    figure = save_calibration_plot(
+        OutputTarget(path), rows, chosen_point(rows, result.threshold), "de-en dev"
+    )
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 5000
     lines = plotted(figure)
     assert lines.pop("chosen") == ([result.threshold] * 3, [75.0, 75.0, 75.0])

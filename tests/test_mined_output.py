@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from bitextmine.errors import BitextmineError
+from bitextmine.files import OutputTarget
 from bitextmine.mining.filters import NO_FILTERS, PairFilter
 from bitextmine.mining.output import write_pairs
 from tests.helpers import read_mined, run, sentences
@@ -145,7 +146,7 @@ def test_parquet_without_pyarrow_is_a_one_line_error(monkeypatch, tmp_path, miss
     with pytest.raises(
         BitextmineError, match=r"^parquet output needs pyarrow: pip install 'bitextmine\[parquet\]'$"
     ):
-        write_pairs(tmp_path / "p.parquet", "parquet", [], ([], []), no_filter, (0.0, 1.0))
+        write_pairs(OutputTarget(tmp_path / "p.parquet"), "parquet", [], ([], []), no_filter, (0.0, 1.0))
     assert not list(tmp_path.iterdir())
 
 

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from bitextmine.cli import app
 from bitextmine.errors import BitextmineError
+from bitextmine.files import OutputTarget
 from bitextmine.mining.filters import NO_FILTERS, PairFilter
 from bitextmine.mining.output import FORMATS, output_format, write_pairs
 from bitextmine.text.reader import Row
@@ -36,7 +37,15 @@ def write_mined(path, pairs=THREE, with_meta=False):
     ]
     chunk = (np.array([p[0] for p in pairs]), *rows)
     keep_all = PairFilter(NO_FILTERS, "de", "en")
-    write_pairs(path, output_format(path), [chunk], (["de.txt"], ["en.txt"]), keep_all, (1.0, 1.5), with_meta)
+    write_pairs(
+        OutputTarget(path),
+        output_format(path),
+        [chunk],
+        (["de.txt"], ["en.txt"]),
+        keep_all,
+        (1.0, 1.5),
+        with_meta,
+    )
     return path
 
 

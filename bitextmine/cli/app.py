@@ -8,6 +8,7 @@ Exit status: 0 done, 1 a user error (a one-line message), 2 a usage error (click
 from __future__ import annotations
 
 import contextlib
+import glob
 import logging
 import os
 import re
@@ -237,6 +238,11 @@ BuccDir = Annotated[
     Path, typer.Option("--bucc", help="Folder with PAIR.SPLIT.{x,en,gold} (BUCC 2018 format).")
 ]
 PairOption = Annotated[str, typer.Option("--pair", help="Language pair, e.g. de-en.")]
+
+
+def bucc_files(bucc: Path, pair: str, split: str) -> list[Path]:
+    """The files of a BUCC split there are (BUCC/PAIR.SPLIT.*): what an output may not overwrite."""
+    return sorted(Path(bucc).glob(f"{glob.escape(pair)}.{glob.escape(split)}.*"))
 
 
 def _json_target(value: Path | None) -> Path | None:

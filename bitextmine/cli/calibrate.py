@@ -20,15 +20,18 @@ from bitextmine.cli.app import (
     ThresholdsOption,
     WorkdirOption,
     app,
+    bucc_files,
     load_encoder,
     out,
     require_model,
     set_threads,
     user_errors,
 )
-from bitextmine.cli.output import ProgressDisplay, emit_json, scores_table
+from bitextmine.cli.output import ProgressDisplay, emit_json, json_target, scores_table
 from bitextmine.cli.plots import CURVES, curve_lines, curve_range, save_calibration_plot
+from bitextmine.files import output_target
 from bitextmine.workspace.layout import DEFAULT_WORKDIR, Workspace
+from bitextmine.workspace.scratch import scratch_folder
 
 if TYPE_CHECKING:
     from bitextmine.steps.calibrate import Calibration
@@ -89,26 +92,31 @@ def calibrate(
 
     set_threads(threads)
     workspace = Workspace(workdir)
+    store = thresholds or workspace.thresholds_file()
     with user_errors():
         check_rule(target_precision, plateau)
+        inputs = [*bucc_files(bucc, pair, split), store]
+        json_out = json_target(json_path, inputs=[*inputs, plot], workspace=workspace)
+        plot_out = None if plot is None else output_target(plot, inputs=inputs, workspace=workspace)
         data = read_bucc(bucc, pair, split)
         encoder = load_encoder(require_model(model), device, precision)
         progress = ProgressDisplay(f"encoding {pair} {split}", data.sentences, rates=True)
-        with progress:
+        with progress, scratch_folder(workspace, "calibrate") as scratch:
             calibration = calibrate_split(
                 data,
                 encoder,
                 MiningSettings(k, margin, strategy),
                 workspace.embedding_cache_dir(),
                 progress.advance,
-                store=thresholds or workspace.thresholds_file(),
+                store=store,
                 target_precision=target_precision,
                 plateau=plateau,
+                scratch=scratch,
             )
         report = calibration_report(calibration)
         title = f"calibrate {pair} {split} ({margin} margin, {strategy})"
-        if plot is not None:
-            save_calibration_plot(plot, report["curve"], report["chosen"], title)
+        if plot_out is not None:
+            save_calibration_plot(plot_out, report["curve"], report["chosen"], title)
     result = calibration.result
     out.print(scores_table(title, result.scores, result.threshold, result.candidates))
     for line in _curve_plot(report):
@@ -122,7 +130,7 @@ def calibrate(
     )
     if plot is not None:
         out.print(f"plot written to {plot}", highlight=False, soft_wrap=True)
-    emit_json(json_path, report)
+    emit_json(json_out, report)
 
 
 def calibration_report(calibration: Calibration) -> dict[str, Any]:

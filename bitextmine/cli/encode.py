@@ -29,7 +29,7 @@ from bitextmine.cli.app import (
     user_errors,
 )
 from bitextmine.cli.launcher_options import NO_FLAGS, LauncherFlags, with_launcher_options
-from bitextmine.cli.output import ProgressDisplay, emit_json, fields_table
+from bitextmine.cli.output import ProgressDisplay, emit_json, fields_table, json_target
 from bitextmine.encoder.batching import DEFAULT_MAX_TOKENS
 from bitextmine.errors import BitextmineError
 from bitextmine.text.lid import DEFAULT_MIN_CONFIDENCE
@@ -266,6 +266,9 @@ def encode(
     )
     if not lid and (lid_lang is not None or lid_min_confidence != DEFAULT_MIN_CONFIDENCE):
         fail(BitextmineError("--lid-lang and --lid-min-confidence apply to --lid: add --lid"))
+    workspace = Workspace(workdir)
+    with user_errors():
+        json_out = json_target(json_path, inputs=[*files, embeddings], workspace=workspace)
     if embeddings is not None:
         given = {
             "--pooling": pooling is not None,
@@ -281,22 +284,20 @@ def encode(
             flags = ", ".join(flag for flag, used in given.items() if used)
             message = f"--embeddings imports vectors in this process, without a model: {flags} cannot apply"
             fail(BitextmineError(message))
-        summary = _import(
-            files, lang, Workspace(workdir), embeddings, model_name, dim, embeddings_dtype, options
-        )
-        emit_json(json_path, asdict(summary))
+        summary = _import(files, lang, workspace, embeddings, model_name, dim, embeddings_dtype, options)
+        emit_json(json_out, asdict(summary))
         return
     model = require_model(model)
     set_threads(threads)
     overrides = {"pooling": pooling, "prefix": prefix, "max_length": max_length}
     reporter = _RichEncodeReporter()
     with user_errors():
-        config = cluster.config("encode", Workspace(workdir).logs_dir("encode"))
+        config = cluster.config("encode", workspace.logs_dir("encode"))
         try:
             summary = encode_files(
                 files,
                 lang,
-                Workspace(workdir),
+                workspace,
                 encoder_spec(model, device, precision, overrides, max_tokens, padded, attention),
                 options,
                 reporter,
@@ -305,7 +306,7 @@ def encode(
         finally:
             reporter.close()
     out.print(_summary_table(summary))
-    emit_json(json_path, asdict(summary))
+    emit_json(json_out, asdict(summary))
 
 
 def _columns(text_column: int | None, meta_column: int | None) -> Columns | None:

@@ -21,6 +21,7 @@ from bitextmine.cli.app import (
     ThresholdsOption,
     WorkdirOption,
     app,
+    bucc_files,
     info,
     load_encoder,
     out,
@@ -29,8 +30,16 @@ from bitextmine.cli.app import (
     user_errors,
 )
 from bitextmine.cli.filter_options import FilterOption, FiltersPresetOption, filter_settings
-from bitextmine.cli.output import ProgressDisplay, fields_table, print_results, results_table, scores_table
+from bitextmine.cli.output import (
+    ProgressDisplay,
+    fields_table,
+    json_target,
+    print_results,
+    results_table,
+    scores_table,
+)
 from bitextmine.workspace.layout import DEFAULT_WORKDIR, Workspace
+from bitextmine.workspace.scratch import scratch_folder
 
 eval_app = typer.Typer(
     help="Benchmarks and analyses: BUCC-format P/R/F1, Tatoeba accuracy, xsim error rate, word "
@@ -89,8 +98,11 @@ def eval_bucc(
     from bitextmine.steps.calibrate import evaluate_bucc
 
     set_threads(threads)
+    workspace = Workspace(workdir)
     with user_errors():
         settings = filter_settings(filters, filter_items)
+        inputs = [*bucc_files(bucc, pair, split), mined, thresholds]
+        json_out = json_target(json_path, inputs=inputs, workspace=workspace)
         data = read_bucc(bucc, pair, split)
         if mined is not None:
             scores = score_mined_file(mined, data)
@@ -98,16 +110,17 @@ def eval_bucc(
         else:
             encoder = load_encoder(require_model(model), device, precision)
             progress = ProgressDisplay(f"encoding {pair} {split}", data.sentences, rates=True)
-            with progress:
+            with progress, scratch_folder(workspace, "eval-bucc") as scratch:
                 evaluation = evaluate_bucc(
                     data,
                     encoder,
                     threshold,
                     MiningSettings(k, margin, strategy),
-                    Workspace(workdir).embedding_cache_dir(),
+                    workspace.embedding_cache_dir(),
                     progress.advance,
-                    store=thresholds or Workspace(workdir).thresholds_file(),
+                    store=thresholds or workspace.thresholds_file(),
                     filters=settings,
+                    scratch=scratch,
                 )
             scores, used, candidates = evaluation.scores, evaluation.threshold, evaluation.candidates
             source, dropped = evaluation.source, evaluation.filtered
@@ -123,7 +136,7 @@ def eval_bucc(
         "gold": scores.gold,
         "filtered": dropped,
     }
-    print_results(scores_table(f"eval bucc {pair} {split}", scores, used, candidates), summary, json_path)
+    print_results(scores_table(f"eval bucc {pair} {split}", scores, used, candidates), summary, json_out)
     if dropped:
         out.print(fields_table("dropped by the filters", [(k, f"{v:,}") for k, v in dropped.items()]))
     if source is not None:
@@ -157,6 +170,7 @@ def eval_tatoeba(
 
     set_threads(threads)
     with user_errors():
+        json_out = json_target(json_path, inputs=data.glob("*"), workspace=Workspace(workdir))
         encode = _encode_fn(require_model(model), device, precision, workdir)
         result = evaluate_tatoeba(
             data,
@@ -167,7 +181,7 @@ def eval_tatoeba(
     rows = [(r.lang, f"{r.pairs:,}", f"{r.xx_to_eng:.1f}", f"{r.eng_to_xx:.1f}") for r in result.rows]
     rows.append(("average", "", f"{result.average_xx_to_eng:.2f}", f"{result.average_eng_to_xx:.2f}"))
     table = results_table("Tatoeba accuracy (%)", ["lang", "pairs", "xx→eng", "eng→xx"], rows)
-    print_results(table, result.to_json(), json_path)
+    print_results(table, result.to_json(), json_out)
 
 
 @eval_app.command("xsim")
@@ -190,6 +204,7 @@ def eval_xsim(
 
     set_threads(threads)
     with user_errors():
+        json_out = json_target(json_path, inputs=data.glob("*"), workspace=Workspace(workdir))
         encode = _encode_fn(require_model(model), device, precision, workdir)
         chosen = [lang for lang in _languages(langs, lambda: flores_languages(data, split)) if lang != target]
         result = evaluate_xsim(
@@ -206,5 +221,5 @@ def eval_xsim(
     rows.append(("average", "", "", f"{result.average:.2f}"))
     title = f"xsim error rate (%), xx→{target}, {margin} margin"
     print_results(
-        results_table(title, ["lang", "sentences", "errors", "error %"], rows), result.to_json(), json_path
+        results_table(title, ["lang", "sentences", "errors", "error %"], rows), result.to_json(), json_out
     )

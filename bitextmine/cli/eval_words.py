@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -21,7 +22,7 @@ from bitextmine.cli.app import (
     user_errors,
 )
 from bitextmine.cli.eval import eval_app
-from bitextmine.cli.output import ProgressDisplay, print_results, results_table
+from bitextmine.cli.output import ProgressDisplay, json_target, print_results, results_table
 
 if TYPE_CHECKING:
     from bitextmine.evaluation.words.hidden_states import HiddenStates
@@ -79,6 +80,8 @@ def eval_words(
     set_threads(threads)
     settings = WordEvalSettings(pairs, sentence_pairs, samplings, k, seed, sentences)
     with user_errors():
+        texts = [f for prefix in parallel for f in prefix.parent.glob(f"{glob.escape(prefix.name)}.*")]
+        json_out = json_target(json_path, inputs=[*texts, dictionary])
         langs = parse_pair(pair)
         src, tgt = [], []
         for prefix in parallel:
@@ -99,7 +102,7 @@ def eval_words(
     out.print(_words_table(result))
     inputs = {"model": model, "parallel": [str(p) for p in parallel], "dictionary": str(dictionary)}
     summary = {**inputs, "keep_identical": keep_identical, **result.to_json()}
-    print_results(_sentences_table(result), summary, json_path)
+    print_results(_sentences_table(result), summary, json_out)
 
 
 def _cell(result: WordEvalResult, metric: str, layer: int, direction: int) -> str:
@@ -186,6 +189,7 @@ def eval_tokens(
     set_threads(threads)
     settings = TokenMatchSettings(query_sentences, tokens_per_sentence, neighbors, seed)
     with user_errors():
+        json_out = json_target(json_path, inputs=flores.glob("*"))
         chosen = (
             flores_languages(flores, split)
             if langs is None
@@ -202,4 +206,4 @@ def eval_tokens(
     )
     columns = [*(f"% {c.replace('_', ' ')}" for c in CATEGORIES), "same language & same token"]
     row = [*(f"{result.percent(c):.2f}" for c in CATEGORIES), f"{result.same_language_same_token:,}"]
-    print_results(results_table(title, columns, [row]), {"model": model, **result.to_json()}, json_path)
+    print_results(results_table(title, columns, [row]), {"model": model, **result.to_json()}, json_out)

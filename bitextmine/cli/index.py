@@ -8,7 +8,7 @@ import typer
 
 from bitextmine.cli.app import JsonOption, WorkdirOption, app, info, out, user_errors
 from bitextmine.cli.launcher_options import NO_FLAGS, LauncherFlags, with_launcher_options
-from bitextmine.cli.output import ProgressDisplay, emit_json
+from bitextmine.cli.output import ProgressDisplay, emit_json, json_target
 from bitextmine.workspace.layout import DEFAULT_WORKDIR, Workspace
 
 
@@ -82,6 +82,7 @@ def index(
 
     workspace = Workspace(workdir)
     with user_errors():
+        json_out = json_target(json_path, workspace=workspace)
         options = IndexOptions(
             factory=factory,
             list_size=list_size,
@@ -100,7 +101,7 @@ def index(
     out.print(_index_line(built, workspace), highlight=False)
     if built.note:
         info(f"note: {built.note}")
-    emit_json(json_path, built.to_json())
+    emit_json(json_out, built.to_json())
 
 
 def _index_line(built, workspace: Workspace) -> str:

@@ -21,7 +21,7 @@ from bitextmine.cli.app import (
 )
 from bitextmine.cli.filter_options import FilterOption, FiltersPresetOption, filter_settings, filtered_table
 from bitextmine.cli.launcher_options import NO_FLAGS, LauncherFlags, with_launcher_options
-from bitextmine.cli.output import ProgressDisplay, emit_json, results_table
+from bitextmine.cli.output import ProgressDisplay, emit_json, json_target, results_table
 from bitextmine.cli.plots import histogram_lines
 from bitextmine.files import read_json
 from bitextmine.workspace.layout import DEFAULT_WORKDIR, Workspace
@@ -100,6 +100,7 @@ def mine(
 
     workspace = Workspace(workdir)
     with user_errors():
+        json_out = json_target(json_path, inputs=[thresholds, output], workspace=workspace)
         config = cluster.config("mine", workspace.logs_dir("mine"))
         options = MineOptions(
             k=k,
@@ -140,9 +141,9 @@ def mine(
         f"({summary.seconds:.1f} s)",
         highlight=False,
     )
-    if json_path is not None:
+    if json_out is not None:
         with user_errors():
-            emit_json(json_path, read_json(summary.stats))
+            emit_json(json_out, read_json(summary.stats))
 
 
 def preview_table(pair: str, preview: list[tuple[float, str, str]]) -> Table:

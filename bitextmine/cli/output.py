@@ -9,7 +9,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.progress import (
     BarColumn,
@@ -24,7 +24,12 @@ from rich.table import Table
 from rich.text import Text
 
 from bitextmine.cli.app import err, info, out, shows, user_errors
-from bitextmine.files import atomic_open
+from bitextmine.files import OutputTarget, output_target
+
+if TYPE_CHECKING:
+    from bitextmine.workspace.layout import Workspace
+
+STDOUT = OutputTarget(Path("-"), through=True)  # `--json -`
 
 LOG_EVERY_SECONDS = 30.0  # how often a progress line is written when stderr is a file, not a terminal
 
@@ -143,24 +148,41 @@ def scores_table(title: str, scores: Any, threshold: float | None, candidates: i
     return results_table(title, ["precision", "recall", "F1", "threshold", "candidates", "gold"], [row])
 
 
-def print_results(table: Table, data: dict[str, Any] | None = None, json_path: Path | None = None) -> None:
-    """The table on stdout and, with `json_path`, `data` as JSON there (see `emit_json`)."""
+def print_results(
+    table: Table, data: dict[str, Any] | None = None, target: OutputTarget | None = None
+) -> None:
+    """The table on stdout and, with a `--json` target, `data` as JSON there (see `emit_json`)."""
     out.print(table)
-    emit_json(json_path, data)
+    emit_json(target, data)
 
 
-def emit_json(json_path: Path | None, data: Any) -> None:
-    """`--json PATH|-`: `data` as JSON in PATH (written atomically) or, for `-`, alone on stdout (the
-    option's callback has sent the printed summary to stderr). Paths become strings."""
+def json_target(
+    json_path: Path | None,
+    *,
+    inputs: Iterable[str | os.PathLike[str] | None] = (),
+    workspace: Workspace | None = None,
+) -> OutputTarget | None:
+    """`--json PATH|-` checked before the command's work (files.output_target's rule; `inputs`: what the
+    command reads and its other outputs, None for those not given)."""
     if json_path is None:
+        return None
+    if str(json_path) == "-":
+        return STDOUT
+    return output_target(json_path, inputs=inputs, workspace=workspace)
+
+
+def emit_json(target: OutputTarget | None, data: Any) -> None:
+    """`data` as JSON in the `--json` target (see `json_target`) or, for `-`, alone on stdout (the
+    option's callback has sent the printed summary to stderr). Paths become strings."""
+    if target is None:
         return
     text = json.dumps(data, indent=2, ensure_ascii=False, default=_json_value) + "\n"
-    if str(json_path) == "-":
+    if target is STDOUT:
         sys.stdout.write(text)
         return
-    with user_errors(), atomic_open(json_path) as fh:
+    with user_errors(), target.open() as fh:
         fh.write(text)
-    info(f"results written to {json_path}")
+    info(f"results written to {target.path}")
 
 
 def _json_value(value: Any) -> Any:

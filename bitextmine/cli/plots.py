@@ -9,11 +9,10 @@ when a plot is asked for and drawn on an Agg canvas, touching neither pyplot nor
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bitextmine.errors import BitextmineError
-from bitextmine.files import atomic_path
+from bitextmine.files import OutputTarget
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -111,10 +110,10 @@ def calibration_figure(curve: Sequence[dict[str, Any]], chosen: dict[str, Any], 
 
 
 def save_calibration_plot(
-    path: Path, curve: Sequence[dict[str, Any]], chosen: dict[str, Any], title: str
+    target: OutputTarget, curve: Sequence[dict[str, Any]], chosen: dict[str, Any], title: str
 ) -> Figure:
-    """`calibration_figure` written to `path` as a PNG (atomically); the figure, for inspection."""
+    """`calibration_figure` written to `target` as a PNG; the figure, for inspection."""
     figure = calibration_figure(curve, chosen, title)
-    with atomic_path(path) as tmp:
-        figure.savefig(tmp, format="png", dpi=120)
+    with target.open("wb") as fh:
+        figure.savefig(fh, format="png", dpi=120)
     return figure

@@ -26,7 +26,8 @@ from bitextmine.cli.app import (
 )
 from bitextmine.cli.filter_options import FilterOption, FiltersPresetOption, filter_settings, filtered_table
 from bitextmine.cli.mine import OutputFormat, preview_table
-from bitextmine.cli.output import ProgressDisplay, emit_json
+from bitextmine.cli.output import ProgressDisplay, emit_json, json_target
+from bitextmine.files import output_target
 from bitextmine.workspace.layout import DEFAULT_WORKDIR, Workspace
 
 Neighbourhood = Literal["bitext", "workspace"]  # steps/score.py's NEIGHBOURHOODS
@@ -82,8 +83,11 @@ def score(
     """
     from bitextmine.text.bitext import read_bitext
 
+    workspace = Workspace(workdir)
     with user_errors():  # before torch loads: a bad option or file fails at once
         settings = filter_settings(filters, filter_items)
+        output_target(output, inputs=[*bitext, thresholds], workspace=workspace)
+        json_out = json_target(json_path, inputs=[*bitext, thresholds, output], workspace=workspace)
         data = read_bitext([str(p) for p in bitext], columns)
     from bitextmine.steps.score import ScoreOptions, score_bitext
 
@@ -101,9 +105,7 @@ def score(
         encoder = load_encoder(require_model(model), device, precision)
         progress = ProgressDisplay(f"encoding {src}-{tgt}", 2 * len(data), rates=True)
         with progress:
-            summary = score_bitext(
-                data, (src, tgt), encoder, output, Workspace(workdir), options, progress.advance
-            )
+            summary = score_bitext(data, (src, tgt), encoder, output, workspace, options, progress.advance)
     out.print(preview_table(summary.pair, summary.written.preview))
     if summary.filtered:
         out.print(
@@ -119,4 +121,4 @@ def score(
         f"{summary.written.path} ({summary.seconds:.1f} s)",
         highlight=False,
     )
-    emit_json(json_path, asdict(summary))
+    emit_json(json_out, asdict(summary))

@@ -13,7 +13,7 @@ import typer
 from rich.live import Live
 
 from bitextmine.cli.app import DeviceOption, JsonOption, app, err, info, out, set_threads, shows, user_errors
-from bitextmine.cli.output import LOG_EVERY_SECONDS, emit_json, fields_table
+from bitextmine.cli.output import LOG_EVERY_SECONDS, emit_json, fields_table, json_target
 from bitextmine.errors import BitextmineError
 from bitextmine.train.objectives.names import OBJECTIVES, parse_objectives
 from bitextmine.train.recipes import RECIPES, recipe_named, with_recipe
@@ -257,6 +257,7 @@ def train(
     reporter = _LiveReporter()
     with user_errors():
         p = _settings(ctx, recipe)
+        json_out = json_target(json_path, inputs=[*p["data"], *Path(p["out_dir"]).glob("*")])
         config = TrainConfig(
             data=p["data"],
             out=p["out_dir"],
@@ -312,4 +313,4 @@ def train(
         f"{summary.seconds / 60:.1f} min; loss {summary.final_loss:.4f}; {evaluation} -> {summary.out}",
         highlight=False,
     )
-    emit_json(json_path, asdict(summary))
+    emit_json(json_out, asdict(summary))

@@ -43,18 +43,22 @@ def mine_split(
     settings: MiningSettings,
     cache_dir: Path | None = None,
     progress: ProgressCallback | None = None,
+    scratch: Path | None = None,
 ) -> SplitCandidates:
-    """Encode both sides of the split and mine its one-to-one candidates (exact search)."""
+    """Encode both sides of the split and mine its one-to-one candidates (exact search; the selection's
+    scratch in `scratch`, as `mine_arrays`)."""
     src = embed(encoder, split.src.sentences, cache_dir, progress)
     tgt = embed(encoder, split.tgt.sentences, cache_dir, progress)
-    return mine_vectors(split, src, tgt, settings)
+    return mine_vectors(split, src, tgt, settings, scratch)
 
 
 def mine_vectors(
-    split: BuccSplit, src: np.ndarray, tgt: np.ndarray, settings: MiningSettings
+    split: BuccSplit, src: np.ndarray, tgt: np.ndarray, settings: MiningSettings, scratch: Path | None = None
 ) -> SplitCandidates:
     """The split's one-to-one candidates from its sides' vectors (row i: sentence i), exact search."""
-    candidates = mine_arrays(src, tgt, k=settings.k, margin=settings.margin, strategy=settings.strategy)
+    candidates = mine_arrays(
+        src, tgt, k=settings.k, margin=settings.margin, strategy=settings.strategy, scratch=scratch
+    )
     gold = split.gold or set()
     is_gold = np.array(
         [

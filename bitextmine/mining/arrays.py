@@ -25,13 +25,15 @@ def mine_arrays(
     margin: str = "ratio",
     strategy: str = "max",
     device: str = "cpu",
+    scratch: Path | None = None,
 ) -> Candidates:
     """Exact mining of two in-memory sets of unit vectors (BUCC splits, tests); the neighbours are
-    searched on `device` (cpu, cuda, cuda:N) by exact matrix products (search/gemm.py)."""
+    searched on `device` (cpu, cuda, cuda:N) by exact matrix products (search/gemm.py). The selection's
+    scratch files go to a new folder in `scratch` (a workspace's: workspace/scratch.py), else in $TMPDIR."""
     plan = GemmPlan.for_device(device)
     fwd, bwd = exact_neighbours(src, tgt, k, plan), exact_neighbours(tgt, src, k, plan)
-    with tempfile.TemporaryDirectory(prefix="bitextmine-selection-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="bitextmine-selection-", dir=scratch) as folder:
         selected = select_candidates(
-            lambda: [(0, fwd)], lambda: [(0, bwd)], (len(src), len(tgt)), margin, strategy, Path(scratch)
+            lambda: [(0, fwd)], lambda: [(0, bwd)], (len(src), len(tgt)), margin, strategy, Path(folder)
         )
         return Candidates.from_records(selected)

@@ -25,7 +25,7 @@ import zstandard
 
 from bitextmine.errors import BitextmineError
 from bitextmine.faults import crash_point
-from bitextmine.files import atomic_open
+from bitextmine.files import OutputTarget
 from bitextmine.mining.filters import PairFilter
 from bitextmine.text.reader import Row
 from bitextmine.workspace.corpus import RowReader
@@ -172,7 +172,7 @@ class MinedOutput:
 
 
 def write_mined(
-    path: Path,
+    target: OutputTarget,
     fmt: str,
     pairs: np.ndarray,
     src: Language,
@@ -181,7 +181,7 @@ def write_mined(
     chunk: int = 500_000,
 ) -> MinedOutput:
     """Write the candidate records (CANDIDATE_DTYPE, by decreasing score) that pass `pair_filter` to
-    `path` in `fmt`, looking sentences up `chunk` pairs at a time."""
+    `target` in `fmt`, looking sentences up `chunk` pairs at a time."""
 
     readers = RowReader(src.corpus_dir, src.corpus), RowReader(tgt.corpus_dir, tgt.corpus)
 
@@ -193,11 +193,11 @@ def write_mined(
     files: InputFiles = [s.path for s in src.corpus.sources], [s.path for s in tgt.corpus.sources]
     span = (float(pairs["score"][-1]), float(pairs["score"][0])) if len(pairs) else (0.0, 1.0)
     with_meta = _has_meta(src) or _has_meta(tgt)
-    return write_pairs(path, fmt, chunks(), files, pair_filter, span, with_meta)
+    return write_pairs(target, fmt, chunks(), files, pair_filter, span, with_meta)
 
 
 def write_pairs(
-    path: Path,
+    target: OutputTarget,
     fmt: str,
     chunks: Iterable[ScoredRows],
     files: InputFiles,
@@ -206,12 +206,12 @@ def write_pairs(
     with_meta: bool = False,
     preview: int = 10,
 ) -> MinedOutput:
-    """Write the pairs of `chunks` that pass `pair_filter` to `path` in `fmt`; the histogram of what was
+    """Write the pairs of `chunks` that pass `pair_filter` to `target` in `fmt`; the histogram of what was
     written spans `span`, and the first `preview` pairs written come back."""
     counts = np.zeros(KEPT_HISTOGRAM_BINS, dtype=np.int64)
     shown: list[tuple[float, str, str]] = []
     kept = 0
-    with atomic_open(path, "wb") as raw:
+    with target.open("wb") as raw:
         writer, stream = _open_writer(raw, fmt, with_meta)
         for scores, src_rows, tgt_rows in chunks:
             mask = pair_filter.keep(scores, [r.text for r in src_rows], [r.text for r in tgt_rows])
@@ -229,10 +229,10 @@ def write_pairs(
             crash_point("mine.write-chunk")
         writer.close()
         if stream is not raw:
-            stream.close()  # the compressor's end of stream; atomic_open closes `raw`
+            stream.close()  # the compressor's end of stream; target.open closes `raw`
     edges = np.histogram_bin_edges(np.zeros(0), bins=KEPT_HISTOGRAM_BINS, range=span)
     histogram = {"edges": [round(float(e), 6) for e in edges], "counts": counts.tolist()}
-    return MinedOutput(path, fmt, kept, shown, histogram)
+    return MinedOutput(target.path, fmt, kept, shown, histogram)
 
 
 def _has_meta(language: Language) -> bool:

@@ -55,15 +55,17 @@ def calibrate(
     store: Path | None = None,
     target_precision: float | None = None,
     plateau: float | None = None,
+    scratch: Path | None = None,
 ) -> Calibration:
     """Encode and mine the split exactly and find the threshold with the best F1, the lowest whose
     precision is at least `target_precision`, or the middle of those within `plateau` F1 points of the
     best; record it in the threshold `store` (default: the default workspace's) under the encoder's
-    fingerprint, margin and the pair, for `threshold="auto"`."""
+    fingerprint, margin and the pair, for `threshold="auto"`. The mining's scratch goes to `scratch`
+    (a workspace's scratch folder), else to $TMPDIR."""
     settings = settings or MiningSettings()
     store = store or default_store()
     check_rule(target_precision, plateau)  # before the encoding, not after it
-    mined = mine_split(split, encoder, settings, cache_dir, progress)
+    mined = mine_split(split, encoder, settings, cache_dir, progress, scratch)
     result = calibrate_threshold(mined, target_precision, plateau)
     record = ThresholdRecord.from_sweep(
         result,
@@ -89,10 +91,12 @@ def evaluate_bucc(
     *,
     store: Path | None = None,
     filters: FilterSettings = NO_FILTERS,
+    scratch: Path | None = None,
 ) -> BuccEvaluation:
     """P/R/F1 of the split mined with `encoder`, keeping pairs scoring >= `threshold`: a number, "auto"
     or "auto:PAIR" (calibrated for this pair or for PAIR, from the threshold `store`, default the
-    default workspace's, else the model dir's old bitextmine.json) or "oracle" (the best on this split)."""
+    default workspace's, else the model dir's old bitextmine.json) or "oracle" (the best on this split).
+    The mining's scratch goes to `scratch`, as in `calibrate`."""
     settings = settings or MiningSettings()
     pair_filter = PairFilter(filters, *parse_pair(split.pair))
     oracle = threshold == "oracle"
@@ -106,7 +110,7 @@ def evaluate_bucc(
             pair=split.pair,
             model_dir=encoder.loaded.model_dir,
         )
-    mined = mine_split(split, encoder, settings, cache_dir, progress)
+    mined = mine_split(split, encoder, settings, cache_dir, progress, scratch)
     if oracle:
         best = calibrate_threshold(mined).threshold
         choice = ThresholdChoice(best, split.pair, f"the best on {split.pair} {split.split} (oracle)")

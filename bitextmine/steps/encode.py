@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -126,6 +127,22 @@ def prepare_corpus(
     return manifest, True
 
 
+def _refuse_rebuilt_inputs(paths: Sequence[str | Path], lang: str, workspace: Workspace) -> None:
+    """Refuse, before anything is removed, an input in the folders that encoding `lang` rebuilds (its
+    text shards, corpus parts and embeddings): they would be deleted before being read."""
+    rebuilt = [workspace.corpus_dir(lang), workspace.corpus_parts_dir(lang), workspace.embedding_dir(lang)]
+    for path in paths:
+        if str(path) == STDIN:
+            continue
+        real = os.path.realpath(path)
+        for folder in rebuilt:
+            if Path(real).is_relative_to(os.path.realpath(folder)):
+                raise BitextmineError(
+                    f"{path}: in {folder}, which encoding '{lang}' rebuilds; copy the file out of the "
+                    "workspace and encode the copy"
+                )
+
+
 def encode(
     paths: Sequence[str | Path],
     lang: str,
@@ -140,6 +157,7 @@ def encode(
     (each job loads the encoder from `model`: a model dir or hub id, or an EncoderSpec)."""
     spec = model if isinstance(model, EncoderSpec) else EncoderSpec(model)
     paths = [str(path) for path in paths]
+    _refuse_rebuilt_inputs(paths, lang, workspace)
     with workspace_locks(workspace, write=[f"lang-{check_lang(lang)}"]):
         try:
             return _encode(
@@ -222,6 +240,7 @@ def import_embeddings(
         raise BitextmineError(
             f"{vectors}: --embeddings needs --model-name, the model that made these vectors"
         )
+    _refuse_rebuilt_inputs([*paths, vectors], lang, workspace)
     with workspace_locks(workspace, write=[f"lang-{check_lang(lang)}"]):
         source = open_vectors(vectors, dim, dtype)
         return _import(

@@ -17,12 +17,12 @@ import numpy as np
 from bitextmine.encoder.encoder import pick_device
 from bitextmine.errors import BitextmineError
 from bitextmine.evaluation.thresholds import ThresholdChoice, resolve_threshold
-from bitextmine.files import atomic_open, write_json
+from bitextmine.files import OutputTarget, atomic_open, output_target, write_json
 from bitextmine.launch.config import LauncherConfig
 from bitextmine.launch.jobs import Job, Progress, run_jobs
 from bitextmine.mining.filters import NO_FILTERS, FilterSettings, PairFilter
 from bitextmine.mining.margin import check_margin
-from bitextmine.mining.output import MinedOutput, output_format, score_histogram, write_mined
+from bitextmine.mining.output import FORMATS, MinedOutput, output_format, score_histogram, write_mined
 from bitextmine.mining.selection import NeighbourBlocks, check_strategy, select_candidates
 from bitextmine.search.faiss_index import EXACT, IndexInfo, load_index, load_index_info
 from bitextmine.search.gemm import GemmPlan, gemm_neighbours
@@ -65,11 +65,15 @@ class MineOptions:
         if self.output is not None or self.format is not None:
             output_format(Path(self.output or "mined.tsv.zst"), self.format)
 
-    def output_path(self, workspace: Workspace, src: str, tgt: str) -> tuple[Path, str]:
-        if self.output is not None:
-            return Path(self.output), output_format(Path(self.output), self.format)
-        fmt = self.format or "tsv.zst"
-        return workspace.mined_file(src, tgt, fmt), fmt
+    def output_target(self, workspace: Workspace, src: str, tgt: str) -> tuple[OutputTarget, str]:
+        """Where the pairs go, in which format: `output` checked by files.output_target (it may be the
+        pair's own file in WORK/mined, in any format, but no other file of the workspace)."""
+        if self.output is None:
+            fmt = self.format or "tsv.zst"
+            return OutputTarget(workspace.mined_file(src, tgt, fmt)), fmt
+        own = [workspace.mined_file(src, tgt, fmt) for fmt in FORMATS]
+        target = output_target(self.output, inputs=[self.thresholds], workspace=workspace, own=own)
+        return target, output_format(Path(self.output), self.format)
 
     def to_json(self) -> dict[str, Any]:
         paths = {"output": self.output, "thresholds": self.thresholds}
@@ -173,6 +177,7 @@ def _mine(
 ) -> MineSummary:
     started = time.perf_counter()
     pair = f"{src_lang}-{tgt_lang}"
+    target, fmt = options.output_target(workspace, src_lang, tgt_lang)
     src, tgt = open_language(workspace, src_lang), open_language(workspace, tgt_lang)
     _check_same_model(src, tgt, options.force)
     threshold = resolve_mine_threshold(options, workspace, src, pair)
@@ -191,8 +196,7 @@ def _mine(
     fwd, bwd = _neighbour_blocks(work, "fwd", sizes), _neighbour_blocks(work, "bwd", sizes[::-1])
     candidates = select_candidates(fwd, bwd, sizes, options.margin, options.strategy, scratch)
     above = len(candidates) if threshold is None else _count_at_least(candidates["score"], threshold.value)
-    path, fmt = options.output_path(workspace, src_lang, tgt_lang)
-    written = write_mined(path, fmt, candidates[:above], src, tgt, pair_filter)
+    written = write_mined(target, fmt, candidates[:above], src, tgt, pair_filter)
     counts = {
         "src_sentences": sizes[0],
         "tgt_sentences": sizes[1],

@@ -19,6 +19,7 @@ from bitextmine.encoder.cache import embed
 from bitextmine.encoder.encoder import ProgressCallback, SentenceEncoder
 from bitextmine.errors import BitextmineError
 from bitextmine.evaluation.thresholds import ThresholdChoice, resolve_threshold
+from bitextmine.files import output_target
 from bitextmine.mining.filters import NO_FILTERS, FilterSettings, PairFilter
 from bitextmine.mining.margin import check_margin, margin_scores
 from bitextmine.mining.output import MinedOutput, ScoredRows, output_format, write_pairs
@@ -81,6 +82,8 @@ def score_bitext(
     options = options or ScoreOptions()
     pair = f"{langs[0]}-{langs[1]}"
     fmt = output_format(output, options.format)
+    inputs = [bitext.src_file, bitext.tgt_file, options.thresholds]
+    target = output_target(output, inputs=inputs, workspace=workspace)
     pair_filter = PairFilter(options.filters, *langs)
     threshold = _threshold(options, workspace, encoder, pair)
     src = embed(encoder, bitext.src, workspace.embedding_cache_dir(), progress)
@@ -96,7 +99,7 @@ def score_bitext(
     keep = np.ones(len(scores), bool) if threshold is None else scores >= threshold.value
     files = [bitext.src_file], [bitext.tgt_file]
     span = (float(scores.min()), float(scores.max()))
-    written = write_pairs(output, fmt, _rows(bitext, scores, keep), files, pair_filter, span)
+    written = write_pairs(target, fmt, _rows(bitext, scores, keep), files, pair_filter, span)
     seconds = time.perf_counter() - started
     above = int(np.count_nonzero(keep))
     return ScoreSummary(

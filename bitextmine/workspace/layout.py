@@ -11,6 +11,7 @@ This is the one place that knows the layout; everything else asks it for paths:
     WORK/thresholds.json   calibrated thresholds by model, margin and pair (evaluation/thresholds.py)
     WORK/locks/            advisory locks (workspace/locks.py)
     WORK/logs/STEP/        logs of jobs run through a cluster launcher
+    WORK/scratch/          scratch folders of running commands (workspace/scratch.py)
 """
 
 from __future__ import annotations
@@ -72,3 +73,11 @@ class Workspace:
 
     def logs_dir(self, step: str) -> Path:
         return self.root / "logs" / step
+
+    def scratch_dir(self) -> Path:
+        return self.root / "scratch"
+
+    def own_paths(self) -> list[Path]:
+        """Every folder and file above: a path a user names for output may not lie in one of them."""
+        folders = ["corpora", "corpus-parts", "emb", "index", "mined", "cache", "locks", "logs", "scratch"]
+        return [self.root / name for name in folders] + [self.thresholds_file()]

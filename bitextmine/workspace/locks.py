@@ -10,8 +10,10 @@ one the same way on its OUT folder (`file_lock`).
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
+import stat
 import sys
 import time
 from collections.abc import Iterator
@@ -19,12 +21,18 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from bitextmine.errors import BitextmineError
+from bitextmine.files import refuse_linked_folders
 from bitextmine.workspace.layout import Workspace
+
+# a lock file is opened where it is: a symlink planted at its name is refused, never followed
+_OPEN_LOCK = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 @contextmanager
 def workspace_locks(workspace: Workspace, *, write: list[str], read: list[str] = ()) -> Iterator[None]:
-    """Hold exclusive locks named `write` and shared locks named `read` (e.g. "lang-de") in WORK/locks."""
+    """Hold exclusive locks named `write` and shared locks named `read` (e.g. "lang-de") in WORK/locks,
+    once no folder of the workspace is a symlink (what a step writes would land outside it)."""
+    refuse_linked_folders(workspace.root)
     lock_dir = workspace.locks_dir()
     lock_dir.mkdir(parents=True, exist_ok=True)
     with ExitStack() as stack:
@@ -39,7 +47,7 @@ def workspace_locks(workspace: Workspace, *, write: list[str], read: list[str] =
 def file_lock(path: Path, *, exclusive: bool, what: str = "this part of the workspace") -> Iterator[None]:
     """Hold an flock on `path` (created if missing), or fail at once: `PATH: in use by pid N, since
     TIME: COMMAND; cannot write WHAT until that run ends` (an exclusive holder notes its pid there)."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = _open_lock(path)
     try:
         try:
             fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
@@ -50,6 +58,27 @@ def file_lock(path: Path, *, exclusive: bool, what: str = "this part of the work
         yield
     finally:
         os.close(fd)
+
+
+def _open_lock(path: Path) -> int:
+    """The lock file's descriptor; a symlink, FIFO or device at its name is a one-line error."""
+    try:
+        fd = os.open(path, _OPEN_LOCK, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _not_a_lock_file(path) from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise _not_a_lock_file(path)
+    return fd
+
+
+def _not_a_lock_file(path: Path) -> BitextmineError:
+    return BitextmineError(
+        f"{path}: not a regular file (a symlink, FIFO or device); a lock is never taken through one: "
+        "remove it"
+    )
 
 
 def _record_holder(fd: int) -> None:

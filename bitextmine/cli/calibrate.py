@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -77,7 +78,8 @@ def calibrate(
 ) -> None:
     """Learn the margin threshold on a BUCC-format split and store it in the threshold store.
 
-    Reads BUCC/PAIR.SPLIT.{x,en,gold}, encodes both sides (cached in WORK/cache/embeddings), mines
+    Reads BUCC/PAIR.SPLIT.{x,en,gold}, encodes both sides (cached in WORK/cache/embeddings; a sentence
+    that `encode` already stored in WORK with the same model and precision is not encoded again), mines
     one-to-one candidates exactly and tries a threshold at every midpoint between consecutive candidate
     scores. Keeps the best F1 (or, with --target-precision, the lowest threshold reaching it; with
     --plateau, the middle of the thresholds within POINTS F1 of the best) and
@@ -112,6 +114,7 @@ def calibrate(
                 target_precision=target_precision,
                 plateau=plateau,
                 scratch=scratch,
+                reuse=workspace,
             )
         report = calibration_report(calibration)
         title = f"calibrate {pair} {split} ({margin} margin, {strategy})"
@@ -128,14 +131,16 @@ def calibrate(
         highlight=False,
         soft_wrap=True,
     )
+    out.print(calibration.sources.describe(), highlight=False, soft_wrap=True)
     if plot is not None:
         out.print(f"plot written to {plot}", highlight=False, soft_wrap=True)
     emit_json(json_out, report)
 
 
 def calibration_report(calibration: Calibration) -> dict[str, Any]:
-    """What `calibrate --json` writes: the settings, the stored record, the chosen point and the curve
-    (every threshold tried, decreasing, with precision, recall and F1 in percent, kept and true pairs)."""
+    """What `calibrate --json` writes: the settings, the stored record, where the sentence vectors came
+    from, the chosen point and the curve (every threshold tried, decreasing, with precision, recall and
+    F1 in percent, kept and true pairs)."""
     result = calibration.result
     chosen = {"threshold": result.threshold, **result.scores.as_percent()}
     chosen |= {"kept": result.scores.predicted, "true_positives": result.scores.true_positives}
@@ -151,6 +156,7 @@ def calibration_report(calibration: Calibration) -> dict[str, Any]:
         "candidates": result.candidates,
         "gold": result.scores.gold,
         "stored_in": str(calibration.stored_in),
+        "vectors": asdict(calibration.sources),
         "chosen": chosen,
         "curve": result.curve.rows(),
     }

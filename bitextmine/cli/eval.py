@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
 
@@ -106,7 +107,7 @@ def eval_bucc(
         data = read_bucc(bucc, pair, split)
         if mined is not None:
             scores = score_mined_file(mined, data)
-            used, candidates, source, dropped = None, scores.predicted, None, {}
+            used, candidates, source, dropped, vectors = None, scores.predicted, None, {}, None
         else:
             encoder = load_encoder(require_model(model), device, precision)
             progress = ProgressDisplay(f"encoding {pair} {split}", data.sentences, rates=True)
@@ -121,9 +122,10 @@ def eval_bucc(
                     store=thresholds or workspace.thresholds_file(),
                     filters=settings,
                     scratch=scratch,
+                    reuse=Workspace(workdir),
                 )
             scores, used, candidates = evaluation.scores, evaluation.threshold, evaluation.candidates
-            source, dropped = evaluation.source, evaluation.filtered
+            source, dropped, vectors = evaluation.source, evaluation.filtered, evaluation.sources
     summary = {
         "pair": pair,
         "split": split,
@@ -135,12 +137,15 @@ def eval_bucc(
         "predicted": scores.predicted,
         "gold": scores.gold,
         "filtered": dropped,
+        "vectors": None if vectors is None else asdict(vectors),
     }
     print_results(scores_table(f"eval bucc {pair} {split}", scores, used, candidates), summary, json_out)
     if dropped:
         out.print(fields_table("dropped by the filters", [(k, f"{v:,}") for k, v in dropped.items()]))
     if source is not None:
         out.print(f"threshold {used:.6f}: {source}", highlight=False, soft_wrap=True)
+    if vectors is not None:
+        out.print(vectors.describe(), highlight=False, soft_wrap=True)
 
 
 def _encode_fn(model: str, device: str, precision: str, workdir: Path) -> Callable:

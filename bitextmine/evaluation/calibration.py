@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
-from bitextmine.encoder.cache import embed
+from bitextmine.encoder.cache import VectorSources, embed_reusing
 from bitextmine.encoder.encoder import ProgressCallback, SentenceEncoder
 from bitextmine.evaluation.bucc import BuccError, BuccSplit, Scores, SweepResult, score_pairs, sweep_threshold
 from bitextmine.mining.arrays import mine_arrays
@@ -17,6 +18,9 @@ from bitextmine.mining.mined_file import mined_format, mined_records
 from bitextmine.mining.selection import Candidates, check_strategy
 from bitextmine.text.cleaning import clean_line
 from bitextmine.text.reader import Warn, warn_user
+from bitextmine.text.reader import read_lines
+from bitextmine.workspace.held import held_vectors
+from bitextmine.workspace.layout import Workspace
 
 
 @dataclass
@@ -35,6 +39,7 @@ class SplitCandidates:
     split: BuccSplit
     candidates: Candidates  # rows index split.src / split.tgt
     is_gold: np.ndarray
+    sources: VectorSources | None = None  # where the vectors came from (None: given to mine_vectors)
 
 
 def mine_split(
@@ -44,12 +49,20 @@ def mine_split(
     cache_dir: Path | None = None,
     progress: ProgressCallback | None = None,
     scratch: Path | None = None,
+    *,
+    reuse: Workspace | None = None,
 ) -> SplitCandidates:
-    """Encode both sides of the split and mine its one-to-one candidates (exact search; the selection's
-    scratch in `scratch`, as `mine_arrays`)."""
-    src = embed(encoder, split.src.sentences, cache_dir, progress)
-    tgt = embed(encoder, split.tgt.sentences, cache_dir, progress)
-    return mine_vectors(split, src, tgt, settings, scratch)
+    """Encode both sides of the split and mine its one-to-one candidates (exact search); the vectors that
+    the `reuse` workspace holds for a side's sentences (in that side's language) are not encoded again.
+    The selection's scratch goes to `scratch`, as in `mine_arrays`."""
+    sides = []
+    for side in (split.src, split.tgt):
+        held = partial(held_vectors, reuse, side.lang, encoder) if reuse is not None else None
+        sides.append(embed_reusing(encoder, side.sentences, cache_dir, progress, held))
+    src, tgt = sides
+    mined = mine_vectors(split, src.vectors, tgt.vectors, settings, scratch)
+    mined.sources = src.sources + tgt.sources
+    return mined
 
 
 def mine_vectors(

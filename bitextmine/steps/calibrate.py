@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from bitextmine.encoder.cache import VectorSources
 from bitextmine.encoder.encoder import ProgressCallback, SentenceEncoder
 from bitextmine.evaluation.bucc import BuccSplit, Scores, SweepResult, check_rule
 from bitextmine.evaluation.calibration import MiningSettings, calibrate_threshold, mine_split, scores_at
@@ -29,6 +30,7 @@ class Calibration:
     result: SweepResult  # the threshold, the P/R/F1 it gives on the split, the whole curve, the rule
     record: ThresholdRecord  # what was stored: the threshold with its model, split, scores and rule
     stored_in: Path  # the threshold store
+    sources: VectorSources  # how many sentence vectors were encoded, reused, read from the cache
 
 
 @dataclass
@@ -38,6 +40,7 @@ class BuccEvaluation:
     candidates: int  # one-to-one candidates before the threshold
     source: str  # where the threshold came from, for people
     filtered: dict[str, int]  # pairs each filter dropped among those reaching the threshold
+    sources: VectorSources  # how many sentence vectors were encoded, reused, read from the cache
 
 
 def default_store() -> Path:
@@ -56,16 +59,18 @@ def calibrate(
     target_precision: float | None = None,
     plateau: float | None = None,
     scratch: Path | None = None,
+    reuse: Workspace | None = None,
 ) -> Calibration:
     """Encode and mine the split exactly and find the threshold with the best F1, the lowest whose
     precision is at least `target_precision`, or the middle of those within `plateau` F1 points of the
     best; record it in the threshold `store` (default: the default workspace's) under the encoder's
-    fingerprint, margin and the pair, for `threshold="auto"`. The mining's scratch goes to `scratch`
-    (a workspace's scratch folder), else to $TMPDIR."""
+    fingerprint, margin and the pair, for `threshold="auto"`. Sentences whose vectors the `reuse`
+    workspace holds (same encoder and precision, see workspace/held.py) are not encoded again. The
+    mining's scratch goes to `scratch` (a workspace's scratch folder), else to $TMPDIR."""
     settings = settings or MiningSettings()
     store = store or default_store()
     check_rule(target_precision, plateau)  # before the encoding, not after it
-    mined = mine_split(split, encoder, settings, cache_dir, progress, scratch)
+    mined = mine_split(split, encoder, settings, cache_dir, progress, reuse=reuse, scratch=scratch)
     result = calibrate_threshold(mined, target_precision, plateau)
     record = ThresholdRecord.from_sweep(
         result,
@@ -78,7 +83,7 @@ def calibrate(
         split=split.split,
     )
     store_threshold(store, record)
-    return Calibration(split.pair, split.split, settings, result, record, store)
+    return Calibration(split.pair, split.split, settings, result, record, store, mined.sources)
 
 
 def evaluate_bucc(
@@ -92,11 +97,13 @@ def evaluate_bucc(
     store: Path | None = None,
     filters: FilterSettings = NO_FILTERS,
     scratch: Path | None = None,
+    reuse: Workspace | None = None,
 ) -> BuccEvaluation:
     """P/R/F1 of the split mined with `encoder`, keeping pairs scoring >= `threshold`: a number, "auto"
     or "auto:PAIR" (calibrated for this pair or for PAIR, from the threshold `store`, default the
     default workspace's, else the model dir's old bitextmine.json) or "oracle" (the best on this split).
-    The mining's scratch goes to `scratch`, as in `calibrate`."""
+    The mining's scratch goes to `scratch`, as in `calibrate`.
+    Sentences whose vectors the `reuse` workspace holds are not encoded again."""
     settings = settings or MiningSettings()
     pair_filter = PairFilter(filters, *parse_pair(split.pair))
     oracle = threshold == "oracle"
@@ -110,9 +117,11 @@ def evaluate_bucc(
             pair=split.pair,
             model_dir=encoder.loaded.model_dir,
         )
-    mined = mine_split(split, encoder, settings, cache_dir, progress, scratch)
+    mined = mine_split(split, encoder, settings, cache_dir, progress, reuse=reuse, scratch=scratch)
     if oracle:
         best = calibrate_threshold(mined).threshold
         choice = ThresholdChoice(best, split.pair, f"the best on {split.pair} {split.split} (oracle)")
     scores = scores_at(mined, choice.value, pair_filter)
-    return BuccEvaluation(scores, choice.value, len(mined.candidates), choice.source, pair_filter.counts())
+    return BuccEvaluation(
+        scores, choice.value, len(mined.candidates), choice.source, pair_filter.counts(), mined.sources
+    )

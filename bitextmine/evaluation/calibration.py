@@ -18,7 +18,6 @@ from bitextmine.mining.mined_file import mined_format, mined_records
 from bitextmine.mining.selection import Candidates, check_strategy
 from bitextmine.text.cleaning import clean_line
 from bitextmine.text.reader import Warn, warn_user
-from bitextmine.text.reader import read_lines
 from bitextmine.workspace.held import held_vectors
 from bitextmine.workspace.layout import Workspace
 

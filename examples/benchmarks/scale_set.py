@@ -21,8 +21,9 @@ LANGS = ("de", "en")
 
 
 def read_zst_lines(path: Path) -> list[str]:
+    """The file's lines, split at \n alone (U+2028 and U+0085, which str.splitlines splits at, occur)."""
     with open(path, "rb") as fh, zstandard.ZstdDecompressor().stream_reader(fh) as reader:
-        return io.TextIOWrapper(reader, encoding="utf-8").read().split("\n")[:-1]  # not splitlines: U+2028 and U+0085 occur in sentences
+        return io.TextIOWrapper(reader, encoding="utf-8").read().split("\n")[:-1]
 
 
 @dataclass

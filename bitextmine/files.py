@@ -15,13 +15,19 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from glob import escape
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, TypeVar, Union, get_args, get_origin, get_type_hints
+from typing import IO, Any, Protocol, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from bitextmine.errors import BitextmineError, os_error_message
 from bitextmine.faults import crash_point
 
-if TYPE_CHECKING:
-    from bitextmine.workspace.layout import Workspace
+
+class WorkspaceFiles(Protocol):
+    """What the output-path rule needs of a workspace (workspace/layout.py's `Workspace`)."""
+
+    root: Path
+
+    def own_paths(self) -> Iterable[Path]: ...
+
 
 # Temporaries are created exclusively: O_EXCL fails on anything already at the name, a planted symlink
 # included (O_NOFOLLOW too, for systems where O_EXCL alone would follow one).
@@ -175,7 +181,7 @@ def output_target(
     path: Path,
     *,
     inputs: Iterable[str | os.PathLike[str] | None] = (),
-    workspace: Workspace | None = None,
+    workspace: WorkspaceFiles | None = None,
     own: Iterable[Path] = (),
 ) -> OutputTarget:
     """The one rule for a path a user names for output (`--json`, `-o`), checked before any work.
@@ -240,7 +246,7 @@ def _same_file(output: Path, given: Path) -> bool:
     return same and stat.S_ISREG(out_stat.st_mode)
 
 
-def _refuse_workspace_file(path: Path, through: bool, workspace: Workspace, own: Iterable[Path]) -> None:
+def _refuse_workspace_file(path: Path, through: bool, workspace: WorkspaceFiles, own: Iterable[Path]) -> None:
     if through and _lexically_inside(path, workspace.root):  # a link planted there is never followed
         raise BitextmineError(
             f"{path}: a link or device inside the workspace; its files are never written through one"
@@ -255,7 +261,7 @@ def _refuse_workspace_file(path: Path, through: bool, workspace: Workspace, own:
             )
 
 
-def _refuse_missing_folder(path: Path, workspace: Workspace | None) -> None:
+def _refuse_missing_folder(path: Path, workspace: WorkspaceFiles | None) -> None:
     folder = path.parent
     if folder.is_dir():
         return

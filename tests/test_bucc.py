@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from bitextmine.errors import BitextmineError, BitextmineWarning
 from bitextmine.evaluation.bucc import BuccError, Scores, read_bucc, score_pairs, sweep_threshold
 from bitextmine.evaluation.calibration import score_mined_file
+from bitextmine.files import OutputTarget
 from bitextmine.mining.filters import NO_FILTERS, PairFilter
 from bitextmine.mining.output import FORMATS, output_format, write_pairs
 from bitextmine.text.reader import Row
@@ -212,7 +213,8 @@ def write_mined_file(path: Path, pairs: list[tuple[float, str, str]]) -> Path:
     rows = [[Row(0, i + 1, pair[side]) for i, pair in enumerate(pairs)] for side in (1, 2)]
     chunk = (np.array([pair[0] for pair in pairs]), *rows)
     keep_all = PairFilter(NO_FILTERS, "de", "en")
-    write_pairs(path, output_format(path), [chunk], (["de.txt"], ["en.txt"]), keep_all, (1.0, 2.0))
+    target = OutputTarget(path)
+    write_pairs(target, output_format(path), [chunk], (["de.txt"], ["en.txt"]), keep_all, (1.0, 2.0))
     return path
 
 

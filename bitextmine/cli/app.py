@@ -316,7 +316,6 @@ def encoder_spec(
     attention: str = "auto",
 ):
     """How the CLI's options load the encoder (an EncoderSpec: shard jobs elsewhere load it too)."""
-    from bitextmine.encoder.batching import DEFAULT_MAX_TOKENS
     from bitextmine.encoder.spec import EncoderSpec
 
     return EncoderSpec(
@@ -324,7 +323,7 @@ def encoder_spec(
         device,
         precision,
         tuple((overrides or {}).items()),
-        max_tokens or DEFAULT_MAX_TOKENS,
+        max_tokens,
         False if padded else None,
         attention,
     )

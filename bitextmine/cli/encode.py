@@ -30,7 +30,6 @@ from bitextmine.cli.app import (
 )
 from bitextmine.cli.launcher_options import NO_FLAGS, LauncherFlags, with_launcher_options
 from bitextmine.cli.output import ProgressDisplay, emit_json, fields_table, json_target
-from bitextmine.encoder.batching import DEFAULT_MAX_TOKENS
 from bitextmine.errors import BitextmineError
 from bitextmine.text.lid import DEFAULT_MIN_CONFIDENCE
 from bitextmine.text.reader import Columns
@@ -116,8 +115,9 @@ def encode(
     workdir: WorkdirOption = DEFAULT_WORKDIR,
     model: ModelOption = None,
     max_tokens: Annotated[
-        int, typer.Option(help="Token budget of one packed batch.", min=1)
-    ] = DEFAULT_MAX_TOKENS,
+        int | None,
+        typer.Option(help="Token budget of one packed batch \\[default: 4096 on CPU, 32768 on CUDA].", min=1),
+    ] = None,
     shard_size: Annotated[
         int, typer.Option(help="Sentences per shard (the unit of resume).", min=1)
     ] = 100_000,

@@ -19,7 +19,10 @@ def index(
     workdir: WorkdirOption = DEFAULT_WORKDIR,
     factory: Annotated[
         str | None,
-        typer.Option(help="FAISS factory string, e.g. 'IVF4096,Flat' \\[default: chosen by size]."),
+        typer.Option(
+            help="FAISS factory string, e.g. 'IVF4096,Flat'; 'Flat' is exact search by matrix products "
+            "\\[default: Flat where mining takes at most --exact-budget, else IVF by size]."
+        ),
     ] = None,
     list_size: Annotated[
         int | None,
@@ -63,19 +66,30 @@ def index(
             min=1e-9,
         ),
     ] = None,
+    exact_budget: Annotated[
+        float | None,
+        typer.Option(
+            help="Seconds of exact mining (both directions, against the other language), as measured here "
+            "on a sample, up to which the index is exact \\[default: 3600].",
+            min=0.0,
+        ),
+    ] = None,
     json_path: JsonOption = None,
     cluster: LauncherFlags = NO_FLAGS,
 ) -> None:
-    """Build a FAISS inner-product index over LANG's embedding shards.
+    """Build the inner-product index of LANG's embedding shards: exact, or FAISS IVF.
 
-    Reads WORK/emb/LANG/ and writes WORK/index/LANG.faiss plus WORK/index/LANG.json (factory, nprobe,
-    count, model fingerprint, recall@4 against exact search, search speed). Small sets get an exact
-    Flat index, larger ones IVF-Flat (or Flat when that searches faster at the recall needed), the
-    largest OPQ+IVF+PQ with exact re-ranking. Recall is measured with another encoded language's
-    vectors, as mining searches, and IVF nprobe is tuned on them. An unsharded index is populated in
-    parts of 1M rows saved as they complete, so a rerun after a kill resumes from the trained index and
-    the parts done. --json gets WORK/index/LANG.json's content.
+    Reads WORK/emb/LANG/ and writes WORK/index/LANG.json (factory, nprobe, count, model fingerprint,
+    recall@4 against exact search, search speed) and, for IVF, WORK/index/LANG.faiss. Exact search
+    (Flat: `mine` multiplies the float16 shards in bf16 or fp16 and re-ranks in float32, no file) is
+    chosen while its measured time for mining stays within --exact-budget; above it IVF-Flat (or Flat
+    when that searches faster at the recall needed), the largest OPQ+IVF+PQ with exact re-ranking.
+    Recall is measured with another encoded language's vectors, as mining searches, and IVF nprobe is
+    tuned on them. An unsharded IVF index is populated in parts of 1M rows saved as they complete, so a
+    rerun after a kill resumes from the trained index and the parts done. --json gets
+    WORK/index/LANG.json's content.
     """
+    from bitextmine.search.cost import EXACT_BUDGET_SECONDS
     from bitextmine.steps.index import IndexOptions
     from bitextmine.steps.index import index as index_language
     from bitextmine.workspace.language import open_language
@@ -93,6 +107,7 @@ def index(
             gpu=gpu,
             seed=seed,
             max_memory_gb=max_memory,
+            exact_budget=EXACT_BUDGET_SECONDS if exact_budget is None else exact_budget,
         )
         config = cluster.config("index", workspace.logs_dir("index"))
         progress = ProgressDisplay(f"indexing {lang}", len(open_language(workspace, lang).vectors))

@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from bitextmine.cli.app import (
+    DeviceOption,
     JsonOption,
     MarginOption,
     ModelOption,
@@ -46,6 +47,7 @@ def mine(
         ),
     ] = None,
     nprobe: Annotated[int | None, typer.Option(help="Override the indexes' stored nprobe.", min=1)] = None,
+    device: DeviceOption = "auto",
     max_codes: Annotated[
         int | None,
         typer.Option(
@@ -109,6 +111,7 @@ def mine(
             threshold=threshold,
             thresholds=thresholds,
             nprobe=nprobe,
+            device=device,
             max_codes=max_codes,
             model=model,
             job_rows=job_rows,

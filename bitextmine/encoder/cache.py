@@ -1,5 +1,5 @@
 """Encode a list of sentences once per model and precision: vectors cached by fingerprint and text, and
-taken from a workspace's encoded corpora where it holds them (workspace/held.py)."""
+taken from a workspace's encoded corpora where it holds them (encoder/held.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from bitextmine.encoder.encoder import ProgressCallback, SentenceEncoder
 from bitextmine.files import atomic_open
 
 if TYPE_CHECKING:
-    from bitextmine.workspace.held import HeldVectors
+    from bitextmine.encoder.held import HeldVectors
 
 HeldLookup = Callable[[Sequence[str]], "HeldVectors"]  # the vectors a workspace holds for these sentences
 

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from bitextmine.encoder.attention import select_attention, without_cudnn_attention
-from bitextmine.encoder.batching import DEFAULT_MAX_TOKENS, token_budget_batches
+from bitextmine.encoder.batching import default_max_tokens, token_budget_batches
 from bitextmine.encoder.head import SentenceHead, load_head
 from bitextmine.encoder.loading import LoadedModel, load_model, lowercase_inputs, model_fingerprint
 from bitextmine.encoder.packed import PackedBertForward, head_dim_of, supports_packing
@@ -74,7 +74,7 @@ class SentenceEncoder:
         loaded: LoadedModel,
         settings: EncoderSettings,
         *,
-        max_tokens: int = DEFAULT_MAX_TOKENS,
+        max_tokens: int | None = None,
         packed: bool | None = None,
         attention: str = "auto",
         precision: str = "fp32",
@@ -84,8 +84,8 @@ class SentenceEncoder:
         self.settings = settings
         if settings.lowercase:
             lowercase_inputs(loaded.tokenizer, loaded.model_dir)
-        self.max_tokens = max_tokens
         self.device = next(loaded.model.parameters()).device
+        self.max_tokens = max_tokens or default_max_tokens(self.device.type)
         if head is None:  # the settings' pooling and normalisation alone (the model being trained)
             head = SentenceHead(
                 loaded.model.config.hidden_size, settings.pooling, normalize=settings.normalize
@@ -111,7 +111,7 @@ class SentenceEncoder:
         *,
         device: str = "auto",
         overrides: dict | None = None,
-        max_tokens: int = DEFAULT_MAX_TOKENS,
+        max_tokens: int | None = None,
         packed: bool | None = None,
         attention: str = "auto",
         precision: str = "fp32",
@@ -221,7 +221,7 @@ def load_encoder(
     *,
     device: str = "auto",
     precision: str = "auto",
-    max_tokens: int = DEFAULT_MAX_TOKENS,
+    max_tokens: int | None = None,
     **settings: object,
 ) -> SentenceEncoder:
     """A sentence encoder from a model dir or hub id, as `bitextmine encode` loads it: `precision` auto is

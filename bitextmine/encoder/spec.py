@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from bitextmine.encoder.batching import DEFAULT_MAX_TOKENS
 from bitextmine.encoder.encoder import SentenceEncoder
 
 
@@ -16,7 +15,7 @@ class EncoderSpec:
     device: str = "auto"
     precision: str = "auto"  # bf16 where the device runs it natively, else fp32
     overrides: tuple[tuple[str, object], ...] = ()
-    max_tokens: int = DEFAULT_MAX_TOKENS
+    max_tokens: int | None = None  # None: default_max_tokens of the device
     packed: bool | None = None
     attention: str = "auto"  # the packed attention backend (encoder/attention.py)
 

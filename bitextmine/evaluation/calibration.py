@@ -10,6 +10,7 @@ import numpy as np
 
 from bitextmine.encoder.cache import VectorSources, embed_reusing
 from bitextmine.encoder.encoder import ProgressCallback, SentenceEncoder
+from bitextmine.encoder.held import held_vectors
 from bitextmine.evaluation.bucc import BuccError, BuccSplit, Scores, SweepResult, score_pairs, sweep_threshold
 from bitextmine.mining.arrays import mine_arrays
 from bitextmine.mining.filters import PairFilter
@@ -18,7 +19,6 @@ from bitextmine.mining.mined_file import mined_format, mined_records
 from bitextmine.mining.selection import Candidates, check_strategy
 from bitextmine.text.cleaning import clean_line
 from bitextmine.text.reader import Warn, warn_user
-from bitextmine.workspace.held import held_vectors
 from bitextmine.workspace.layout import Workspace
 
 

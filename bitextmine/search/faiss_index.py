@@ -28,7 +28,7 @@ import numpy as np
 
 from bitextmine.errors import BitextmineError
 from bitextmine.files import json_record, read_json, remove_temporaries, write_json
-from bitextmine.search.gemm import GemmPlan, gemm_neighbours
+from bitextmine.search.cost import EXACT_BUDGET_SECONDS, ExactCost
 from bitextmine.search.ivf_scan import search
 from bitextmine.search.knn import rerank
 from bitextmine.search.sharded import (
@@ -126,8 +126,17 @@ class IndexInfo:
         return json_record(cls, data)
 
 
-def choose_factory(n: int, dim: int, list_size: int | None = None) -> str:
+def choose_factory(
+    n: int,
+    dim: int,
+    list_size: int | None = None,
+    exact_seconds: float | None = None,
+    budget: float = EXACT_BUDGET_SECONDS,
+) -> str:
     """The index for `n` vectors of `dim` dimensions: exact, IVF-Flat, or OPQ+IVF-PQ (see FLAT_MAX).
+
+    Exact where mining exactly takes at most `budget` seconds by the measured `exact_seconds`
+    (search/cost.py); without a measurement, up to FLAT_MAX vectors.
 
     With `list_size`, always IVF: n / list_size lists, so that the lists a query scans at a given nprobe
     keep their length whatever n (with the default list count, which grows like sqrt(n), the list
@@ -136,8 +145,8 @@ def choose_factory(n: int, dim: int, list_size: int | None = None) -> str:
     if list_size is not None:
         nlist = max(1, min(round(n / list_size), n // POINTS_PER_LIST))
         return _with_storage(n, dim, _coarse(nlist))
-    if n <= FLAT_MAX:
-        return "Flat"
+    if (n <= FLAT_MAX) if exact_seconds is None else (exact_seconds <= budget):
+        return EXACT
     nlist = min(_lists(n, 4 if n <= IVF_FLAT_MAX else 16), _affordable_lists(dim))
     return _with_storage(n, dim, _coarse(nlist))
 
@@ -669,15 +678,9 @@ def _ivf(index: faiss.Index | ShardedIndex) -> faiss.IndexIVF | None:
     return faiss.try_extract_index_ivf(index.template if isinstance(index, ShardedIndex) else index)
 
 
-def exact_index_info(
-    vectors: ShardedVectors, lang: str, queries: tuple[str, np.ndarray] | None, plan: GemmPlan
-) -> IndexInfo:
+def exact_index_info(vectors: ShardedVectors, lang: str, source: str, cost: ExactCost) -> IndexInfo:
     """The record of an exact index (nothing to build: `mine` multiplies the embedding shards), with the
-    time that search takes for `queries` (the other language's vectors, else 1000 of its own rows)."""
-    source, sample = queries or ("self", vectors.take(np.arange(min(1000, len(vectors)))))
-    started = time.perf_counter()
-    gemm_neighbours(lambda: [(0, sample)], len(sample), vectors, 4, plan)
-    per_1000 = round(1e6 * (time.perf_counter() - started) / max(len(sample), 1), 1)
+    measured cost of that search (`source`: the language whose vectors were timed, or "self")."""
     return IndexInfo(
         lang=lang,
         factory=EXACT,
@@ -687,15 +690,15 @@ def exact_index_info(
         fingerprint=vectors.model.fingerprint,
         train_rows=0,
         recall_k=4,
-        recall_queries=len(sample),
+        recall_queries=0,
         recall=1.0,
         build_seconds=0.0,
         gpu=False,
         vectors=vectors.digest(),
         recall_source=source,
-        search_ms_per_1000=per_1000,
-        exact_ms_per_1000=per_1000,
-        note=f"exact search by matrix products over the embedding shards ({plan.describe()})",
+        search_ms_per_1000=cost.ms_per_1000_queries,
+        exact_ms_per_1000=cost.ms_per_1000_queries,
+        note=f"exact search by matrix products over the embedding shards: {cost.describe()}",
     )
 
 

@@ -65,7 +65,7 @@ def calibrate(
     precision is at least `target_precision`, or the middle of those within `plateau` F1 points of the
     best; record it in the threshold `store` (default: the default workspace's) under the encoder's
     fingerprint, margin and the pair, for `threshold="auto"`. Sentences whose vectors the `reuse`
-    workspace holds (same encoder and precision, see workspace/held.py) are not encoded again. The
+    workspace holds (same encoder and precision, see encoder/held.py) are not encoded again. The
     mining's scratch goes to `scratch` (a workspace's scratch folder), else to $TMPDIR."""
     settings = settings or MiningSettings()
     store = store or default_store()

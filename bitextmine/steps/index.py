@@ -9,6 +9,7 @@ import numpy as np
 from bitextmine.errors import BitextmineError
 from bitextmine.launch.config import LauncherConfig
 from bitextmine.launch.jobs import Job, Progress, run_jobs
+from bitextmine.search.cost import EXACT_BUDGET_SECONDS, SAMPLE_QUERIES, ExactCost, measure_exact_cost
 from bitextmine.search.faiss_index import (
     CHECKPOINT_ROWS,
     EXACT,
@@ -66,7 +67,7 @@ def _same_model(workspace: Workspace, lang: str, vectors: ShardedVectors) -> boo
 
 @dataclass(frozen=True)
 class IndexOptions:
-    factory: str | None = None  # a FAISS factory string; None: chosen by size (`choose_factory`)
+    factory: str | None = None  # a FAISS factory string; None: exact or IVF by the measured cost
     list_size: int | None = None  # IVF with N / list_size lists (not with `factory`)
     nprobe: int | None = None  # None: tuned to reach `target_recall`
     queries_from: str | None = None  # the language that measures recall; "self"; None: en, else another
@@ -76,6 +77,7 @@ class IndexOptions:
     seed: int = 0
     max_memory_gb: float | None = None  # one shard's size in RAM; None: one index
     checkpoint_rows: int = CHECKPOINT_ROWS  # rows a part of an unsharded build (what a kill may lose)
+    exact_budget: float = EXACT_BUDGET_SECONDS  # exact search up to this many seconds of mining (cost.py)
 
     def __post_init__(self) -> None:
         if self.factory is not None and self.list_size is not None:
@@ -109,10 +111,14 @@ def index(
         factory = options.factory
         if options.list_size is not None:
             factory = choose_factory(len(vectors), vectors.dim, options.list_size)
-        chosen = factory or choose_factory(len(vectors), vectors.dim)
-        if chosen == EXACT and options.max_memory_gb is None:
-            plan = GemmPlan.for_device("cuda" if options.gpu else "cpu")
-            return save_index(None, exact_index_info(vectors, lang, queries, plan), workspace.index_dir())
+        cost = _exact_cost(workspace, vectors, queries, options) if factory in (None, EXACT) else None
+        chosen = factory or choose_factory(
+            len(vectors), vectors.dim, exact_seconds=cost.mining_seconds, budget=options.exact_budget
+        )
+        if chosen == EXACT:
+            source = queries[0] if queries else "self"
+            info = exact_index_info(vectors, lang, source, cost)
+            return save_index(None, info, workspace.index_dir())
         max_bytes = options.max_memory_gb and options.max_memory_gb * 1e9
         ranges = plan_ranges(len(vectors), chosen, vectors.dim, max_bytes)
         tuning = dict(
@@ -140,6 +146,22 @@ def index(
             index, info = finish(build, **tuning)
         info = save_index(index, info, workspace.index_dir())  # with the files' checksums
     return info
+
+
+def _exact_cost(
+    workspace: Workspace,
+    vectors: ShardedVectors,
+    queries: tuple[str, np.ndarray] | None,
+    options: IndexOptions,
+) -> ExactCost:
+    """Exact search timed with the other language's vectors (else the language's own) against this one,
+    scaled to mining it against the other language (else against itself)."""
+    if queries is None:
+        sample, other_rows = vectors.take(np.arange(min(SAMPLE_QUERIES, len(vectors)))), None
+    else:
+        sample, other_rows = queries[1], len(open_language(workspace, queries[0]).vectors)
+    plan = GemmPlan.for_device("cuda" if options.gpu else "cpu")
+    return measure_exact_cost(vectors, sample, other_rows, plan)
 
 
 def populate_jobs(build: ShardedBuild) -> list[Job]:

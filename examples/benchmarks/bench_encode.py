@@ -54,6 +54,8 @@ from benchlib import (
     table,
 )
 
+from bitextmine.encoder.batching import default_max_tokens
+
 VARIANTS = ("packed", "padded", "sorted", "st", "bf16", "int8", "bf16-sdpa", "sorted-bf16")
 ONLY_ON = {"int8": "cpu", "bf16-sdpa": "cuda", "sorted-bf16": "cuda"}
 PRECISION_OF = {"packed": "fp32", "bf16": "bf16", "int8": "int8"}
@@ -61,7 +63,6 @@ PRECISION_VARIANT = {precision: variant for variant, precision in PRECISION_OF.i
 F1_PAIRS = ("de-en", "zh-en")
 F1_TOLERANCE = 0.3  # F1 points a faster precision may lose against fp32
 DEFAULT_BATCH = {"cpu": 64, "cuda": 256}
-DEFAULT_MAX_TOKENS = {"cpu": 4096, "cuda": 16384}
 
 
 def result_stem(device: str) -> str:
@@ -198,7 +199,7 @@ def main() -> None:
     parser.add_argument("--scratch", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.batch = args.batch or DEFAULT_BATCH[args.device]
-    args.max_tokens = args.max_tokens or DEFAULT_MAX_TOKENS[args.device]
+    args.max_tokens = args.max_tokens or default_max_tokens(args.device)
     store = RESULTS / f"{result_stem(args.device)}.json"
     if args.report_only:
         store.with_suffix(".md").write_text(report(load_rows(store)))

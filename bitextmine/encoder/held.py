@@ -14,18 +14,15 @@ from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from bitextmine.encoder.encoder import SentenceEncoder
 from bitextmine.errors import BitextmineError
 from bitextmine.workspace.corpus import MANIFEST_NAME, TextShard, load_manifest, read_text_shard
 from bitextmine.workspace.embeddings import MANIFEST, EmbeddingStore
 from bitextmine.workspace.layout import Workspace
 from bitextmine.workspace.locks import workspace_locks
-
-if TYPE_CHECKING:
-    from bitextmine.encoder.encoder import SentenceEncoder
 
 
 @dataclass

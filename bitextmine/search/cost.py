@@ -1,0 +1,80 @@
+"""What exact mining would cost: measured, so that `index` chooses exact search or IVF by time, not size.
+
+Exact search (search/gemm.py) costs the same for every pair of vectors: the time of `queries` against a
+sample of the base, scaled to both directions of the whole mining (each language's sentences against
+the other's), is its cost on this machine and device. Up to `EXACT_BUDGET_SECONDS` of search, exact is
+chosen: it needs no training, no recall tuning and loses no pair; above it, IVF.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from bitextmine.search.gemm import GemmPlan, VectorSource, gemm_neighbours
+
+EXACT_BUDGET_SECONDS = 3600.0
+SAMPLE_BASE_ROWS = 262_144  # base rows timed: the rate no longer depends on the size beyond a few blocks
+SAMPLE_QUERIES = 1000
+
+
+@dataclass(frozen=True)
+class ExactCost:
+    """The measured rate of exact search and the time it gives for mining `rows` x `other_rows`."""
+
+    products_per_second: float
+    rows: int
+    other_rows: int
+    plan: str
+
+    @property
+    def mining_seconds(self) -> float:
+        """Both directions: each side's sentences searched against the other's."""
+        return 2 * self.rows * self.other_rows / self.products_per_second
+
+    @property
+    def ms_per_1000_queries(self) -> float:
+        """Searching 1000 queries against this language's `rows`."""
+        return round(1e6 * self.rows / self.products_per_second, 1)
+
+    def describe(self) -> str:
+        return (
+            f"exact mining of {self.rows:,} x {self.other_rows:,} estimated at "
+            f"{self.mining_seconds:,.0f} s ({self.products_per_second:.3g} products/s, {self.plan})"
+        )
+
+
+def measure_exact_cost(
+    base: VectorSource, queries: np.ndarray, other_rows: int | None, plan: GemmPlan
+) -> ExactCost:
+    """Time `queries` (at most SAMPLE_QUERIES) against at most SAMPLE_BASE_ROWS rows of `base`, once
+    warmed up; `other_rows` is the other language's size (None: the same as `base`'s)."""
+    queries = queries[:SAMPLE_QUERIES]
+    sample = _Head(base, min(len(base), SAMPLE_BASE_ROWS))
+    gemm_neighbours(lambda: [(0, queries[:16])], min(16, len(queries)), sample, 4, plan)  # warm-up
+    started = time.perf_counter()
+    gemm_neighbours(lambda: [(0, queries)], len(queries), sample, 4, plan)
+    seconds = max(time.perf_counter() - started, 1e-9)
+    rate = len(queries) * len(sample) / seconds
+    return ExactCost(rate, len(base), len(base) if other_rows is None else other_rows, plan.describe())
+
+
+class _Head:
+    """The first `rows` rows of a vector source."""
+
+    def __init__(self, source: VectorSource, rows: int) -> None:
+        self.source, self.rows = source, rows
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def blocks(self, block_rows: int):
+        for start, block in self.source.blocks(block_rows):
+            if start >= self.rows:
+                return
+            yield start, block[: self.rows - start]
+
+    def take(self, rows: np.ndarray) -> np.ndarray:
+        return self.source.take(rows)

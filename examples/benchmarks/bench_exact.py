@@ -1,0 +1,135 @@
+"""Exact mining of one pair of vector sets, whole process against whole process: bitextmine's matrix-product
+search (search/gemm.py) against the logic of LASER's `source/mine_bitexts.py --mode mine` (FAISS
+`IndexFlatIP` k-NN both ways in float32, ratio margin, k = 4, the `max` retrieval with its one-to-one pass).
+
+    python bench_exact.py vectors --size 100000 --out DIR   # DIR/{src,tgt}.npy: the scale set's first rows
+    python bench_exact.py laser DIR OUT.tsv                 # one process: load, search, score, select, write
+    python bench_exact.py bitextmine DIR OUT.tsv            # the same through bitextmine.mine_arrays
+    python bench_exact.py compare A.tsv B.tsv               # identical pairs? (scores to 1e-6)
+
+Each run writes `score<TAB>src row<TAB>tgt row` for every one-to-one pair, best first. The two mining
+commands are timed as whole processes, alternating (see the results' `command` field).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+
+def laser_mine(x: np.ndarray, y: np.ndarray, k: int = 4) -> list[tuple[float, int, int]]:
+    """mine_bitexts.py's mine mode, retrieval `max`, margin `ratio`, no threshold, as LASER writes it:
+    FAISS flat search each way, the candidates scored one by one in Python, one-to-one by score."""
+    import faiss
+
+    def knn(queries: np.ndarray, base: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        index = faiss.IndexFlatIP(base.shape[1])
+        index.add(base)
+        return index.search(queries, min(k, len(base)))
+
+    faiss.normalize_L2(x)
+    faiss.normalize_L2(y)
+    x2y_sim, x2y_ind = knn(x, y)
+    y2x_sim, y2x_ind = knn(y, x)
+    x2y_mean, y2x_mean = x2y_sim.mean(axis=1), y2x_sim.mean(axis=1)
+
+    def scores(a, b, candidates, fwd_mean, bwd_mean):
+        out = np.zeros(candidates.shape)
+        for i in range(out.shape[0]):
+            for j in range(out.shape[1]):
+                c = candidates[i, j]
+                out[i, j] = a[i].dot(b[c]) / ((fwd_mean[i] + bwd_mean[c]) / 2)
+        return out
+
+    fwd_scores = scores(x, y, x2y_ind, x2y_mean, y2x_mean)
+    bwd_scores = scores(y, x, y2x_ind, y2x_mean, x2y_mean)
+    fwd_best = x2y_ind[np.arange(len(x)), fwd_scores.argmax(axis=1)]
+    bwd_best = y2x_ind[np.arange(len(y)), bwd_scores.argmax(axis=1)]
+    pairs = np.stack(
+        (np.concatenate((np.arange(len(x)), bwd_best)), np.concatenate((fwd_best, np.arange(len(y))))), axis=1
+    )
+    best = np.concatenate((fwd_scores.max(axis=1), bwd_scores.max(axis=1)))
+    seen_src, seen_tgt, kept = set(), set(), []
+    for i in np.argsort(-best):
+        src, tgt = pairs[i]
+        if src not in seen_src and tgt not in seen_tgt:
+            seen_src.add(src)
+            seen_tgt.add(tgt)
+            kept.append((float(best[i]), int(src), int(tgt)))
+    return kept
+
+
+def bitextmine_mine(x: np.ndarray, y: np.ndarray) -> list[tuple[float, int, int]]:
+    import bitextmine
+
+    mined = bitextmine.mine_arrays(x, y)
+    return list(zip(mined.score.tolist(), mined.src.tolist(), mined.tgt.tolist(), strict=True))
+
+
+def write_pairs(pairs: list[tuple[float, int, int]], path: Path) -> None:
+    with open(path, "w") as fh:
+        fh.writelines(f"{score!r}\t{src}\t{tgt}\n" for score, src, tgt in pairs)
+
+
+def read_pairs(path: Path) -> dict[tuple[int, int], float]:
+    with open(path) as fh:
+        rows = [line.rstrip("\n").split("\t") for line in fh]
+    return {(int(src), int(tgt)): float(score) for score, src, tgt in rows}
+
+
+def compare(a: Path, b: Path) -> int:
+    first, second = read_pairs(a), read_pairs(b)
+    only = set(first) ^ set(second)
+    worst = max((abs(first[p] - second[p]) for p in set(first) & set(second)), default=0.0)
+    print(f"{len(first):,} and {len(second):,} pairs, {len(only):,} in one only, scores within {worst:.2e}")
+    return 0 if not only and worst <= 1e-6 else 1
+
+
+def save_vectors(size: int, out: Path) -> None:
+    """The first `size` vectors of each side of the scale workspace (`bench_scale.py`'s encoding)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_scale import ENCODED
+
+    from bitextmine.workspace.embeddings import EmbeddingStore
+
+    out.mkdir(parents=True, exist_ok=True)
+    for side, lang in (("src", "de"), ("tgt", "en")):
+        vectors = EmbeddingStore(ENCODED / "emb" / lang, lang).vectors()
+        if len(vectors) < size:
+            raise SystemExit(f"{lang}: {len(vectors):,} vectors encoded, {size:,} needed")
+        rows = vectors.take(np.arange(size)).astype(np.float32)
+        rows /= np.linalg.norm(
+            rows, axis=1, keepdims=True
+        )  # unit in float32: LASER's normalize_L2 keeps them
+        np.save(out / f"{side}.npy", rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    vectors = sub.add_parser("vectors")
+    vectors.add_argument("--size", type=int, default=100_000)
+    vectors.add_argument("--out", type=Path, required=True)
+    for name in ("laser", "bitextmine"):
+        miner = sub.add_parser(name)
+        miner.add_argument("vectors", type=Path)
+        miner.add_argument("out", type=Path)
+    comparison = sub.add_parser("compare")
+    comparison.add_argument("a", type=Path)
+    comparison.add_argument("b", type=Path)
+    args = parser.parse_args()
+    if args.command == "vectors":
+        save_vectors(args.size, args.out)
+    elif args.command == "compare":
+        sys.exit(compare(args.a, args.b))
+    else:
+        x, y = (np.load(args.vectors / f"{side}.npy") for side in ("src", "tgt"))
+        mine = laser_mine if args.command == "laser" else bitextmine_mine
+        write_pairs(mine(x, y), args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,254 @@
+"""Mining real text at scale: shared/data/scale/de-en (1,050,592 sentences a side, 50,592 hidden pairs).
+
+    python bench_scale.py encode                  # tier-ordered text, then `bitextmine encode` of both sides
+    python bench_scale.py run --sizes 100000,...  # per size: import, index, mine, F1; IVF agreement
+    python bench_scale.py report                  # results/bench_scale_real.md from its JSON
+
+Encoding is the long stage (hours on 2 cores) and resumes where it stopped: both sides are encoded once,
+in tier order (scale_set.py), so the subsample of size N is the first N rows of each side. Each size
+then gets a workspace of its own into which the first N vectors are imported (`encode --embeddings`),
+and every stage runs as its own `bitextmine` process, timed with its peak RSS.
+
+The threshold is `calibrate`'s best-F1 threshold on the shared de-en dev split, with the same model;
+imported vectors carry no model fingerprint, so it is passed to `mine` as a number. Precision, recall
+and F1 count the mined pairs at or above it against the subsample's hidden pairs. For each IVF setting
+in IVF_SETTINGS, the row gives the share of exact mining's pairs (above the threshold) that it keeps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchlib import MODEL, REPO, RESULTS, SHARED, load_rows, save_results, stamped, table
+from scale_set import LANGS, write_tier_files
+
+WORK = Path(os.environ.get("SCALE_WORK", REPO / "bitextmine-work" / "scale"))
+ENCODED = WORK / "enc"
+SCALE = SHARED / "data" / "scale" / "de-en"
+SIZES = [100_000, 300_000, 1_050_592]
+RESULT = RESULTS / "bench_scale_real.json"
+BITEXTMINE = [sys.executable, "-m", "bitextmine"]
+# IVF settings whose pairs are compared with exact mining's: lists of ~1,000 vectors, probes.
+IVF_SETTINGS = [("list-size 1000, nprobe 16", ["--list-size", "1000", "--nprobe", "16"])]
+
+
+def run_command(args: list[str]) -> dict:
+    """Run `bitextmine ARGS` as its own process: wall seconds and peak RSS (GB), or exit on failure."""
+    started = time.perf_counter()
+    process = subprocess.Popen([*BITEXTMINE, "-q", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    output = process.stdout.read().decode(errors="replace")
+    _, status, usage = os.wait4(process.pid, 0)
+    if status != 0:
+        raise SystemExit(f"bitextmine {' '.join(args)} failed:\n{output}")
+    return {
+        "seconds": round(time.perf_counter() - started, 1),
+        "peak_rss_gb": round(usage.ru_maxrss / 1e6, 2),
+    }
+
+
+def encode() -> None:
+    files = write_tier_files(SCALE, SIZES, WORK / "input")
+    for lang in LANGS:
+        run_command(
+            [
+                "encode",
+                str(files[lang]),
+                "--lang",
+                lang,
+                "--shard-size",
+                "50000",
+                "--precision",
+                "bf16",
+                "--model",
+                str(MODEL),
+                "--workdir",
+                str(ENCODED),
+            ]
+        )
+
+
+def dev_threshold() -> float:
+    """calibrate's best-F1 threshold on the shared de-en dev split (stored in WORK/dev)."""
+    out = WORK / "dev-calibration.json"
+    if not out.exists():
+        run_command(
+            [
+                "calibrate",
+                "--bucc",
+                str(SHARED / "data" / "bucc-like" / "de-en"),
+                "--pair",
+                "de-en",
+                "--split",
+                "dev",
+                "--model",
+                str(MODEL),
+                "--workdir",
+                str(WORK / "dev"),
+                "--json",
+                str(out),
+            ]
+        )
+    return float(json.loads(out.read_text())["threshold"])
+
+
+def size_workspace(size: int, name: str) -> tuple[Path, dict]:
+    """WORK/NAME: the first `size` sentences and vectors of each side imported; the import's figures."""
+    from bitextmine.workspace.embeddings import EmbeddingStore
+
+    root = WORK / name
+    figures = {}
+    for lang in LANGS:
+        text, npy = root / "input" / f"{lang}.txt", root / "input" / f"{lang}.npy"
+        if not npy.exists():
+            npy.parent.mkdir(parents=True, exist_ok=True)
+            vectors = EmbeddingStore(ENCODED / "emb" / lang, lang).vectors()
+            if len(vectors) < size:
+                raise SystemExit(f"{lang}: {len(vectors):,} of {size:,} vectors encoded: run `encode` on")
+            with open(WORK / "input" / f"{lang}.txt", encoding="utf-8", newline="\n") as fh:
+                text.write_text("".join(next(fh) for _ in range(size)), encoding="utf-8")
+            np.save(npy, vectors.take(np.arange(size)).astype(np.float16))
+        figures[lang] = run_command(
+            [
+                "encode",
+                str(text),
+                "--lang",
+                lang,
+                "--embeddings",
+                str(npy),
+                "--model-name",
+                "e5-small-q4",
+                "--workdir",
+                str(root / "ws"),
+            ]
+        )
+    return root / "ws", figures
+
+
+def mine_in(workspace: Path, threshold: float, index_args: list[str]) -> dict:
+    figures = {
+        f"index_{lang}": run_command(["index", lang, "--workdir", str(workspace), *index_args])
+        for lang in LANGS
+    }
+    figures["factory"] = json.loads((workspace / "index" / "de.json").read_text())["factory"]
+    out = workspace / "mined" / "de-en.tsv"
+    figures["mine"] = run_command(
+        ["mine", "de", "en", "--threshold", repr(threshold), "--workdir", str(workspace), "-o", str(out)]
+    )
+    figures["pairs"] = mined_ids(out)
+    return figures
+
+
+def mined_ids(path: Path) -> list[tuple[int, int]]:
+    """(de line, en line), 1-based, of each mined pair (ids are PATH:LINE)."""
+    pairs = []
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            src_id, tgt_id = line.rstrip("\n").split("\t")[3:5]
+            pairs.append((int(src_id.rsplit(":", 1)[1]), int(tgt_id.rsplit(":", 1)[1])))
+    return pairs
+
+
+def scores(pairs: list[tuple[int, int]], size: int) -> dict:
+    ids = {lang: (WORK / "input" / f"{lang}.ids").read_text().split("\n")[:size] for lang in LANGS}
+    gold = set()
+    for line in (WORK / "input" / "gold.tsv").read_text().splitlines():
+        de, en = line.split("\t")
+        gold.add((de, en))
+    in_sample = {(de, en) for de, en in gold if de in set(ids["de"]) and en in set(ids["en"])}
+    found = {(ids["de"][a - 1], ids["en"][b - 1]) for a, b in pairs}
+    right = len(found & in_sample)
+    precision, recall = right / max(len(found), 1), right / max(len(in_sample), 1)
+    f1 = 2 * precision * recall / max(precision + recall, 1e-12)
+    return {
+        "gold": len(in_sample),
+        "mined": len(found),
+        "precision": round(100 * precision, 2),
+        "recall": round(100 * recall, 2),
+        "f1": round(100 * f1, 2),
+    }
+
+
+def run(sizes: list[int]) -> None:
+    threshold = dev_threshold()
+    rows = load_rows(RESULT)
+    for size in sizes:
+        workspace, imported = size_workspace(size, f"size-{size}")
+        exact = mine_in(workspace, threshold, [])
+        exact_pairs = set(exact.pop("pairs"))
+        row = {
+            "size": size,
+            "threshold": threshold,
+            "import": imported,
+            "exact": exact,
+            **scores(sorted(exact_pairs), size),
+            "ivf": {},
+        }
+        for label, args in IVF_SETTINGS:
+            ivf_workspace, _ = size_workspace(size, f"size-{size}-ivf")
+            figures = mine_in(ivf_workspace, threshold, args)
+            kept = set(figures.pop("pairs"))
+            figures["share_of_exact_pairs"] = round(len(kept & exact_pairs) / max(len(exact_pairs), 1), 4)
+            row["ivf"][label] = figures
+        rows = [r for r in rows if r["size"] != size] + [stamped(row)]
+        save_results(RESULT, rows, report(rows))
+        print(json.dumps(row), flush=True)
+
+
+def report(rows: list[dict]) -> str:
+    lines = [
+        "# Mining real text at scale (de-en, shared/data/scale)",
+        "",
+        "Produced by `make bench-scale-real` (examples/benchmarks/bench_scale.py). Each stage is one "
+        "`bitextmine` process; time in seconds, peak RSS in GB. F1 against the subsample's hidden pairs "
+        "with calibrate's dev-split threshold.",
+        "",
+    ]
+    body = []
+    for r in sorted(rows, key=lambda r: r["size"]):
+        e = r["exact"]
+        stages = [e["index_de"], e["index_en"], e["mine"]]
+        ivf = "; ".join(
+            f"{label}: {f['share_of_exact_pairs']:.2%} of exact's pairs, mine {f['mine']['seconds']:.0f} s"
+            for label, f in r["ivf"].items()
+        )
+        body.append(
+            f"{r['size']:,} | {e['factory']} | {e['index_de']['seconds'] + e['index_en']['seconds']:.0f} | "
+            f"{e['mine']['seconds']:.0f} | {max(s['peak_rss_gb'] for s in stages):.2f} | {r['precision']} | "
+            f"{r['recall']} | {r['f1']} | {ivf} | {r['date']}, {r['machine']}, {r['commit']}"
+        )
+    lines += table(
+        "sentences a side | index | index s | mine s | peak RSS GB | P | R | F1 | IVF | run",
+        "rlrrrrrrll",
+        body,
+    )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("encode")
+    runner = sub.add_parser("run")
+    runner.add_argument("--sizes", default=",".join(map(str, SIZES)))
+    sub.add_parser("report")
+    args = parser.parse_args()
+    if args.command == "encode":
+        encode()
+    elif args.command == "run":
+        run([int(s) for s in args.sizes.split(",")])
+    else:
+        rows = load_rows(RESULT)
+        save_results(RESULT, rows, report(rows))
+
+
+if __name__ == "__main__":
+    main()

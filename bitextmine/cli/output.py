@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -24,7 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from bitextmine.cli.app import err, info, out, shows, user_errors
-from bitextmine.files import atomic_open
+from bitextmine.files import atomic_open, json_text
 
 LOG_EVERY_SECONDS = 30.0  # how often a progress line is written when stderr is a file, not a terminal
 
@@ -154,13 +153,16 @@ def emit_json(json_path: Path | None, data: Any) -> None:
     option's callback has sent the printed summary to stderr). Paths become strings."""
     if json_path is None:
         return
-    text = json.dumps(data, indent=2, ensure_ascii=False, default=_json_value) + "\n"
     if str(json_path) == "-":
-        sys.stdout.write(text)
+        sys.stdout.write(_json_text(data, sys.stdout.encoding or "utf-8"))
         return
     with user_errors(), atomic_open(json_path) as fh:
-        fh.write(text)
+        fh.write(_json_text(data))
     info(f"results written to {json_path}")
+
+
+def _json_text(data: Any, encoding: str = "utf-8") -> str:
+    return json_text(data, encoding, indent=2, default=_json_value) + "\n"
 
 
 def _json_value(value: Any) -> Any:

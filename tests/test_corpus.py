@@ -26,7 +26,7 @@ from bitextmine.errors import BitextmineError
 from bitextmine.text import reader as corpus
 from bitextmine.text.cleaning import clean_line
 from bitextmine.text.dedup import Deduplicator
-from bitextmine.text.reader import CorpusCounts, CorpusError, Row, iter_rows, open_binary
+from bitextmine.text.reader import Columns, CorpusCounts, CorpusError, Row, iter_rows, open_binary, read_lines
 from bitextmine.workspace.corpus import (
     CorpusManifest,
     SourceInfo,
@@ -171,6 +171,45 @@ def test_nul_byte_in_discarded_part_of_long_line(tmp_path: Path) -> None:
     path.write_bytes(b"ok\n" + b"x" * 1000 + b"\x00\n")
     with pytest.raises(CorpusError, match=starting(f"{path}:2: binary data")):
         rows_of(path, max_chars=10)
+
+
+class Endless(io.RawIOBase):
+    """A stream of one byte value without end (/dev/zero for NUL) that fails a reader still reading after
+    `limit` bytes (rather than leaving it to read for ever)."""
+
+    def __init__(self, byte: bytes, limit: int = 64 << 20) -> None:
+        super().__init__()
+        self.byte, self.limit, self.read_bytes = byte, limit, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        assert self.read_bytes < self.limit, f"read {self.read_bytes:,} bytes of a line without end"
+        buffer[:] = self.byte * len(buffer)
+        self.read_bytes += len(buffer)
+        return len(buffer)
+
+
+@pytest.mark.parametrize("columns", [None, Columns(2)], ids=["lines", "columns"])
+def test_an_endless_line_of_nuls_is_an_error_at_its_first_bytes(monkeypatch, columns) -> None:
+    zeros = Endless(b"\0")
+    monkeypatch.setattr(sys, "stdin", types.SimpleNamespace(buffer=zeros))
+    with pytest.raises(CorpusError, match=starting("<stdin>:1: binary data")):
+        rows_of("-", columns=columns)
+    assert zeros.read_bytes <= 2 * corpus._DISCARD_CHUNK
+
+
+def test_whole_lines_are_read_in_bounded_pieces_up_to_a_bound(monkeypatch) -> None:
+    zeros = Endless(b"\0")
+    monkeypatch.setattr(sys, "stdin", types.SimpleNamespace(buffer=zeros))
+    with pytest.raises(CorpusError, match=starting("<stdin>:1: binary data")):
+        list(read_lines("-"))
+    assert zeros.read_bytes <= 2 * corpus._DISCARD_CHUNK
+    monkeypatch.setattr(corpus, "MAX_LINE_BYTES", 4 * corpus._DISCARD_CHUNK)
+    monkeypatch.setattr(sys, "stdin", types.SimpleNamespace(buffer=Endless(b"x")))
+    with pytest.raises(CorpusError, match=exactly("<stdin>:1: a line longer than 4 MiB; not a text file")):
+        list(read_lines("-"))
 
 
 COMPRESS = {"zstd": lambda data: zstd(data, write_checksum=True), "gzip": gzip.compress, "xz": lzma.compress}

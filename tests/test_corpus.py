@@ -26,9 +26,11 @@ from bitextmine.errors import BitextmineError
 from bitextmine.text import reader as corpus
 from bitextmine.text.cleaning import clean_line
 from bitextmine.text.dedup import Deduplicator
+from bitextmine.text.lid import DEFAULT_MIN_CONFIDENCE, model_id
 from bitextmine.text.reader import Columns, CorpusCounts, CorpusError, Row, iter_rows, open_binary, read_lines
 from bitextmine.workspace.corpus import (
     CorpusManifest,
+    LidFilter,
     SourceInfo,
     TextShard,
     build_corpus,
@@ -284,6 +286,15 @@ def test_missing_directory_and_unreadable(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setattr(corpus, "open", deny, raising=False)
     with pytest.raises(CorpusError, match=exactly(f"{missing}: permission denied")):
         open_binary(str(missing))
+
+
+def test_a_corpus_that_lid_drops_whole_is_an_error_saying_so(tmp_path: Path) -> None:
+    english = tmp_path / "en.txt"
+    english.write_text("The weather is lovely today.\n\nWhere is the train station?\n")
+    lid = LidFilter("de", DEFAULT_MIN_CONFIDENCE, model_id())
+    expected = f"no sentences in {english}: every line was dropped (1 empty, 2 in another language (--lid))"
+    with pytest.raises(CorpusError, match=exactly(expected)):
+        build_corpus([str(english)], "de", tmp_path / "out", shard_size=10, dedup=False, lid=lid)
 
 
 def test_empty_file_warns_and_all_empty_is_an_error(tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ from rich.markup import escape
 from typer.core import TyperGroup
 
 from bitextmine.errors import BitextmineError, BitextmineWarning, is_out_of_memory, os_error_message
-from bitextmine.mining.margin import MARGINS
+from bitextmine.mining.margin import MARGINS, MAX_K
 from bitextmine.mining.selection import STRATEGIES
 from bitextmine.workspace.layout import DEFAULT_WORKDIR
 
@@ -292,6 +292,9 @@ MarginOption = Annotated[
         help="ratio (LASER's), distance (cos minus the neighbourhood mean), csls (2 cos minus both "
         "neighbourhood means) or absolute (cosine)."
     ),
+]
+KOption = Annotated[
+    int, typer.Option("--k", "-k", min=1, max=MAX_K, help="Neighbours per sentence for the margin.")
 ]
 StrategyOption = Annotated[
     Literal[STRATEGIES],

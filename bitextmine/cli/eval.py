@@ -12,6 +12,7 @@ from bitextmine.cli.app import (
     BuccDir,
     DeviceOption,
     JsonOption,
+    KOption,
     MarginOption,
     ModelOption,
     PairOption,
@@ -62,7 +63,7 @@ def eval_bucc(
     mined: Annotated[
         Path | None, typer.Option(help="Score this `mine` output file instead (sentences matched by text).")
     ] = None,
-    k: Annotated[int, typer.Option("--k", "-k", min=1, help="Neighbours per sentence for the margin.")] = 4,
+    k: KOption = 4,
     margin: MarginOption = "ratio",
     strategy: StrategyOption = "max",
     filters: FiltersPresetOption = "none",
@@ -175,7 +176,7 @@ def eval_xsim(
     target: Annotated[str, typer.Option(help="Target language code.")] = "eng",
     split: Annotated[str, typer.Option(help="File suffix of the split.")] = "dev",
     margin: MarginOption = "ratio",
-    k: Annotated[int, typer.Option("--k", "-k", min=1, help="Neighbours per sentence for the margin.")] = 4,
+    k: KOption = 4,
     workdir: WorkdirOption = DEFAULT_WORKDIR,
     device: DeviceOption = "auto",
     precision: PrecisionOption = "auto",

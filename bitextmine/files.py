@@ -8,6 +8,7 @@ import errno
 import json
 import logging
 import os
+import re
 import secrets
 import stat
 import types
@@ -143,8 +144,26 @@ def remove_temporaries(folder: Path, names: str = "*") -> None:
 def write_json(path: Path, data: Any) -> None:
     """Write `data` as indented JSON, atomically."""
     with atomic_open(path) as fh:
-        json.dump(data, fh, indent=2, ensure_ascii=False)
-        fh.write("\n")
+        fh.write(json_text(data, indent=2) + "\n")
+
+
+def json_text(data: Any, encoding: str = "utf-8", **options: Any) -> str:
+    """`json.dumps(data, **options)` that `encoding` can encode: characters it cannot (the surrogates that
+    stand for the bytes of a path that is not UTF-8, anything beyond ASCII for an ASCII terminal) are
+    written as JSON escapes, which read back as the same string."""
+    text = json.dumps(data, ensure_ascii=False, **options)
+    return _NON_ASCII.sub(lambda m: _escaped(m.group(), encoding), text)
+
+
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+
+
+def _escaped(char: str, encoding: str) -> str:
+    try:
+        char.encode(encoding)
+        return char
+    except UnicodeEncodeError:
+        return json.dumps(char)[1:-1]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -43,6 +43,33 @@ def test_a_mistyped_choice_is_a_usage_error_listing_the_valid_values(tmp_path, m
     assert list(tmp_path.iterdir()) == []  # nothing ran
 
 
+K_OUT_OF_RANGE = [
+    ("2147483648", "less than or equal to 4096"),
+    ("1" + "0" * 20, "less than or equal to 4096"),
+]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["mine", "de", "en"],
+        ["score", "x.tsv", "--src", "de", "--tgt", "en", "-o", "out.tsv"],
+        ["calibrate", "--bucc", "b", "--pair", "de-en"],
+        ["eval", "bucc", "--bucc", "b", "--pair", "de-en"],
+        ["eval", "words", "--pair", "de-en", "--parallel", "p", "--dict", "d"],
+    ],
+    ids=lambda command: " ".join(command[:2]),
+)
+@pytest.mark.parametrize(("k", "message"), [*K_OUT_OF_RANGE, ("0", "greater than or equal to 1")])
+def test_k_out_of_its_range_is_a_usage_error_before_any_work(tmp_path, monkeypatch, command, k, message):
+    monkeypatch.setenv("BITEXTMINE_WORKDIR", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, [*command, "--k", k])
+    assert result.exit_code == 2 and "'--k'" in result.output, result.output
+    assert message in " ".join(result.output.replace("│", " ").split()), result.output
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_the_cli_precisions_are_the_encoders():
     (choices,) = typing.get_args(PrecisionOption)[:1]
     assert typing.get_args(choices) == ("auto", *PRECISIONS)

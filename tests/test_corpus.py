@@ -26,9 +26,11 @@ from bitextmine.errors import BitextmineError
 from bitextmine.text import reader as corpus
 from bitextmine.text.cleaning import clean_line
 from bitextmine.text.dedup import Deduplicator
-from bitextmine.text.reader import CorpusCounts, CorpusError, Row, iter_rows, open_binary
+from bitextmine.text.lid import DEFAULT_MIN_CONFIDENCE, model_id
+from bitextmine.text.reader import Columns, CorpusCounts, CorpusError, Row, iter_rows, open_binary, read_lines
 from bitextmine.workspace.corpus import (
     CorpusManifest,
+    LidFilter,
     SourceInfo,
     TextShard,
     build_corpus,
@@ -173,6 +175,45 @@ def test_nul_byte_in_discarded_part_of_long_line(tmp_path: Path) -> None:
         rows_of(path, max_chars=10)
 
 
+class Endless(io.RawIOBase):
+    """A stream of one byte value without end (/dev/zero for NUL) that fails a reader still reading after
+    `limit` bytes (rather than leaving it to read for ever)."""
+
+    def __init__(self, byte: bytes, limit: int = 64 << 20) -> None:
+        super().__init__()
+        self.byte, self.limit, self.read_bytes = byte, limit, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        assert self.read_bytes < self.limit, f"read {self.read_bytes:,} bytes of a line without end"
+        buffer[:] = self.byte * len(buffer)
+        self.read_bytes += len(buffer)
+        return len(buffer)
+
+
+@pytest.mark.parametrize("columns", [None, Columns(2)], ids=["lines", "columns"])
+def test_an_endless_line_of_nuls_is_an_error_at_its_first_bytes(monkeypatch, columns) -> None:
+    zeros = Endless(b"\0")
+    monkeypatch.setattr(sys, "stdin", types.SimpleNamespace(buffer=zeros))
+    with pytest.raises(CorpusError, match=starting("<stdin>:1: binary data")):
+        rows_of("-", columns=columns)
+    assert zeros.read_bytes <= 2 * corpus._DISCARD_CHUNK
+
+
+def test_whole_lines_are_read_in_bounded_pieces_up_to_a_bound(monkeypatch) -> None:
+    zeros = Endless(b"\0")
+    monkeypatch.setattr(sys, "stdin", types.SimpleNamespace(buffer=zeros))
+    with pytest.raises(CorpusError, match=starting("<stdin>:1: binary data")):
+        list(read_lines("-"))
+    assert zeros.read_bytes <= 2 * corpus._DISCARD_CHUNK
+    monkeypatch.setattr(corpus, "MAX_LINE_BYTES", 4 * corpus._DISCARD_CHUNK)
+    monkeypatch.setattr(sys, "stdin", types.SimpleNamespace(buffer=Endless(b"x")))
+    with pytest.raises(CorpusError, match=exactly("<stdin>:1: a line longer than 4 MiB; not a text file")):
+        list(read_lines("-"))
+
+
 COMPRESS = {"zstd": lambda data: zstd(data, write_checksum=True), "gzip": gzip.compress, "xz": lzma.compress}
 
 
@@ -245,6 +286,15 @@ def test_missing_directory_and_unreadable(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setattr(corpus, "open", deny, raising=False)
     with pytest.raises(CorpusError, match=exactly(f"{missing}: permission denied")):
         open_binary(str(missing))
+
+
+def test_a_corpus_that_lid_drops_whole_is_an_error_saying_so(tmp_path: Path) -> None:
+    english = tmp_path / "en.txt"
+    english.write_text("The weather is lovely today.\n\nWhere is the train station?\n")
+    lid = LidFilter("de", DEFAULT_MIN_CONFIDENCE, model_id())
+    expected = f"no sentences in {english}: every line was dropped (1 empty, 2 in another language (--lid))"
+    with pytest.raises(CorpusError, match=exactly(expected)):
+        build_corpus([str(english)], "de", tmp_path / "out", shard_size=10, dedup=False, lid=lid)
 
 
 def test_empty_file_warns_and_all_empty_is_an_error(tmp_path: Path) -> None:

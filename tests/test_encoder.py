@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -114,6 +115,15 @@ def test_bad_settings_and_models_are_one_line_errors(tmp_path):
         SentenceEncoder.load(str(tmp_path / "missing"), device="cpu")
     with pytest.raises(BitextmineError, match=r"no config\.json"):
         SentenceEncoder.load(str(tmp_path), device="cpu")
+
+
+def test_a_weights_file_cut_short_is_a_one_line_error_naming_it(tiny_model_dir, tmp_path):
+    model_dir = shutil.copytree(tiny_model_dir("bert"), tmp_path / "model")
+    weights = model_dir / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    with pytest.raises(BitextmineError, match="cannot read the weights") as error:
+        SentenceEncoder.load(str(model_dir), device="cpu")
+    assert str(error.value).startswith(f"{weights}: ") and "\n" not in str(error.value)
 
 
 def test_unavailable_device_and_unreachable_hub_id_are_clear_errors(monkeypatch):

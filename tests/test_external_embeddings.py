@@ -136,6 +136,15 @@ def test_bad_vectors_are_a_one_line_error_naming_the_file(tmp_path, name, vector
     _one_line_error(code, output, *message)
 
 
+@pytest.mark.parametrize(("name", "extra"), [("v.npz", ["--dim", "4"]), ("v.npy", [])])
+def test_an_npz_archive_is_refused_whatever_its_name(tmp_path, name, extra):
+    text = _write_lines(tmp_path / "de.txt", ["one", "two", "three"])
+    with open(tmp_path / name, "wb") as fh:
+        np.savez(fh, vectors=np.ones((3, 4), np.float32))
+    code, output = _import(text, "de", tmp_path / "w", tmp_path / name, "--model-name", "m", *extra)
+    _one_line_error(code, output, f"{name}: an .npz archive, not one array")
+
+
 def test_model_name_is_required_and_one_input_file_only(tmp_path):
     text = _write_lines(tmp_path / "de.txt", ["one", "two", "three"])
     np.save(tmp_path / "de.npy", np.ones((3, 4), np.float32))

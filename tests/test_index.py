@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from dataclasses import replace
 
 import faiss
@@ -14,6 +17,7 @@ from bitextmine.search.faiss_index import (
     RERANK_FETCH,
     IndexInfo,
     build_index,
+    check_training_sample,
     choose_factory,
     default_nprobe,
     finish_sharded_build,
@@ -28,7 +32,7 @@ from bitextmine.search.ivf_scan import search
 from bitextmine.search.knn import rerank
 from bitextmine.search.sharded import bytes_per_vector, plan_ranges
 from bitextmine.steps.index import populate_jobs
-from tests.helpers import clustered_unit, random_unit, store_vectors, unit
+from tests.helpers import clustered_unit, random_unit, run, store_vectors, unit
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
@@ -431,3 +435,47 @@ def test_imbalance_of_hand_filled_lists():
     assert list_imbalance(index) == 1.0  # 2 x (2^2 + 2^2) / 4^2
     index.add(np.array([[0.8, 0.2], [0.7, 0.3]], np.float32))
     assert list_imbalance(index) == pytest.approx(2 * (4**2 + 2**2) / 6**2, abs=1e-3)
+
+
+@pytest.mark.parametrize(("field", "value"), [("nprobe", 0), ("nprobe", -3), ("fetch", 0)])
+def test_an_index_record_with_a_search_setting_below_1_is_refused_naming_it(tmp_path, field, value):
+    vectors = store_vectors(tmp_path / "emb", clustered_unit(500, 16))
+    save_index(*build_index(vectors, "de", factory="IVF8,Flat", recall_queries=50), tmp_path / "index")
+    record = tmp_path / "index" / "de.json"
+    record.write_text(json.dumps({**json.loads(record.read_text()), field: value}))
+    with pytest.raises(BitextmineError, match=f"{field} is {value}, not at least 1") as err:
+        load_index(tmp_path / "index", "de", vectors)
+    assert str(err.value).startswith(f"{record}: ") and "\n" not in str(err.value)
+
+
+def test_an_opq_rotation_on_fewer_training_rows_than_dimensions_is_refused():
+    with pytest.raises(BitextmineError, match="OPQ rotation needs at least 384 training rows") as err:
+        check_training_sample("OPQ16,IVF4,PQ16", 300, 384)
+    assert "not 300" in str(err.value) and "\n" not in str(err.value)
+    check_training_sample("OPQ16,IVF4,PQ16", 384, 384)
+    check_training_sample("IVF4,PQ16", 300, 384)  # PQ alone trains (FAISS warns below 9,984 rows)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("factory", "message"),
+    [
+        ("HNSW0", "every size in it must be at least 1"),
+        ("IVF0,Flat", "every size in it must be at least 1"),
+        ("PQ16x0", "every size in it must be at least 1"),
+        ("IVF4_HNSW1,Flat", "an HNSW graph needs at least 2 links"),
+        ("OPQ16,IVF4,PQ16", "OPQ rotation needs at least 384 training rows"),
+    ],
+)
+def test_factories_that_crash_faiss_are_refused_in_one_line(tmp_path, factory, message):
+    """In a child process: without the checks FAISS aborts or crashes it (status 134, 136, 139)."""
+    np.save(tmp_path / "v.npy", random_unit(300, 384).astype(np.float32))
+    (tmp_path / "de.txt").write_text("".join(f"line {i}\n" for i in range(300)))
+    work = str(tmp_path / "w")
+    imported = ["--embeddings", str(tmp_path / "v.npy"), "--model-name", "m"]
+    code, output = run("encode", str(tmp_path / "de.txt"), "-l", "de", "-w", work, *imported)
+    assert code == 0, output
+    command = [sys.executable, "-m", "bitextmine", "index", "de", "-w", work, "--factory", factory]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == 1 and len(errors) == 1 and message in errors[0], done.stderr

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
+from safetensors.torch import save_file
 from sentence_transformers import SentenceTransformer
 
 import bitextmine
@@ -132,6 +134,20 @@ def write_modules(model_dir: Path, *types: str) -> None:
 
 
 ST = "sentence_transformers.models."
+
+
+def test_dense_weights_cut_short_are_a_one_line_error_naming_the_file(tiny_model_dir, tmp_path):
+    model_dir = shutil.copytree(tiny_model_dir("bert"), tmp_path / "model")
+    write_modules(model_dir, ST + "Transformer", ST + "Pooling", ST + "Dense")
+    dense = model_dir / "2_M"
+    dense.mkdir()
+    (dense / "config.json").write_text(json.dumps({"in_features": HIDDEN, "out_features": 8}))
+    weights = dense / "model.safetensors"
+    save_file({"linear.weight": torch.zeros(8, HIDDEN), "linear.bias": torch.zeros(8)}, weights)
+    weights.write_bytes(weights.read_bytes()[:-8])
+    with pytest.raises(BitextmineError, match="cannot read the weights") as error:
+        SentenceEncoder.load(str(model_dir), device="cpu")
+    assert str(error.value).startswith(f"{weights}: ") and "\n" not in str(error.value)
 
 
 @pytest.mark.parametrize(

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import io
 import logging
 import os
 import re
+import sys
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -25,7 +27,7 @@ from rich.markup import escape
 from typer.core import TyperGroup
 
 from bitextmine.errors import BitextmineError, BitextmineWarning, is_out_of_memory, os_error_message
-from bitextmine.mining.margin import MARGINS
+from bitextmine.mining.margin import MARGINS, MAX_K
 from bitextmine.mining.selection import STRATEGIES
 from bitextmine.workspace.layout import DEFAULT_WORKDIR
 
@@ -92,9 +94,18 @@ def _options(
     if quiet and verbose:
         raise typer.BadParameter("--quiet and --verbose exclude each other")
     _invoked["command"] = context.invoked_subcommand or ""
+    _print_what_cannot_be_encoded()
     level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO
     context.call_on_close(_show_records(level))
     context.call_on_close(_summary_to_stdout)  # `--json -` sends it to stderr for one command only
+
+
+def _print_what_cannot_be_encoded() -> None:
+    """Text that stdout's encoding cannot represent (an ASCII terminal, PYTHONIOENCODING=ascii, a path
+    that is not UTF-8) is printed as backslash escapes, as Python prints it on stderr, not an error."""
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper) and stream.errors == "strict":
+            stream.reconfigure(errors="backslashreplace")
 
 
 class _ConsoleHandler(logging.Handler):
@@ -141,8 +152,19 @@ def info(message: str) -> None:
     logging.getLogger(f"{LOGGER}.cli").info(message)
 
 
+def _workdir(value: Path) -> Path:
+    try:
+        str(value).encode()
+    except UnicodeEncodeError:  # a name that is not UTF-8 holds its bytes as surrogates
+        raise typer.BadParameter(f"{value}: not a UTF-8 name, and FAISS cannot open files below it") from None
+    return value
+
+
 WorkdirOption = Annotated[
-    Path, typer.Option("--workdir", "-w", envvar="BITEXTMINE_WORKDIR", help="Workspace directory.")
+    Path,
+    typer.Option(
+        "--workdir", "-w", envvar="BITEXTMINE_WORKDIR", help="Workspace directory.", callback=_workdir
+    ),
 ]
 ModelOption = Annotated[
     str | None,
@@ -276,6 +298,9 @@ MarginOption = Annotated[
         help="ratio (LASER's), distance (cos minus the neighbourhood mean), csls (2 cos minus both "
         "neighbourhood means) or absolute (cosine)."
     ),
+]
+KOption = Annotated[
+    int, typer.Option("--k", "-k", min=1, max=MAX_K, help="Neighbours per sentence for the margin.")
 ]
 StrategyOption = Annotated[
     Literal[STRATEGIES],

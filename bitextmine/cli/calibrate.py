@@ -12,6 +12,7 @@ from bitextmine.cli.app import (
     BuccDir,
     DeviceOption,
     JsonOption,
+    KOption,
     MarginOption,
     ModelOption,
     PairOption,
@@ -69,7 +70,7 @@ def calibrate(
             metavar="FILE.png", help="Draw P, R and F1 against the threshold (needs the plot extra)."
         ),
     ] = None,
-    k: Annotated[int, typer.Option("--k", "-k", min=1, help="Neighbours per sentence for the margin.")] = 4,
+    k: KOption = 4,
     margin: MarginOption = "ratio",
     strategy: StrategyOption = "max",
     device: DeviceOption = "auto",

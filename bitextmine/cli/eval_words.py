@@ -23,6 +23,7 @@ from bitextmine.cli.app import (
 )
 from bitextmine.cli.eval import eval_app
 from bitextmine.cli.output import ProgressDisplay, json_target, print_results, results_table
+from bitextmine.mining.margin import MAX_K
 
 if TYPE_CHECKING:
     from bitextmine.evaluation.words.hidden_states import HiddenStates
@@ -52,7 +53,7 @@ def eval_words(
     pairs: Annotated[int, typer.Option(min=1, help="Word pairs per sampling (N), distinct types.")] = 5000,
     sentence_pairs: Annotated[int, typer.Option(min=1, help="Sentence pairs per sampling.")] = 5000,
     samplings: SamplingsOption = 10,
-    k: Annotated[int, typer.Option("--k", "-k", min=1, help="CSLS neighbourhood size.")] = 10,
+    k: Annotated[int, typer.Option("--k", "-k", min=1, max=MAX_K, help="CSLS neighbourhood size.")] = 10,
     sentences: Annotated[
         int, typer.Option(min=1, help="Parallel lines drawn at random as the pool (all when fewer).")
     ] = 10000,

@@ -11,6 +11,7 @@ from rich.table import Table
 from bitextmine.cli.app import (
     DeviceOption,
     JsonOption,
+    KOption,
     MarginOption,
     ModelOption,
     StrategyOption,
@@ -36,7 +37,7 @@ def mine(
     src: Annotated[str, typer.Argument(help="Source language (e.g. de).")],
     tgt: Annotated[str, typer.Argument(help="Target language (e.g. en).")],
     workdir: WorkdirOption = DEFAULT_WORKDIR,
-    k: Annotated[int, typer.Option("--k", "-k", help="Neighbours per sentence for the margin.", min=1)] = 4,
+    k: KOption = 4,
     margin: MarginOption = "ratio",
     strategy: StrategyOption = "max",
     threshold: Annotated[

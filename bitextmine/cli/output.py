@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -24,7 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from bitextmine.cli.app import err, info, out, shows, user_errors
-from bitextmine.files import OutputTarget, output_target
+from bitextmine.files import OutputTarget, json_text, output_target
 
 if TYPE_CHECKING:
     from bitextmine.workspace.layout import Workspace
@@ -176,13 +175,16 @@ def emit_json(target: OutputTarget | None, data: Any) -> None:
     option's callback has sent the printed summary to stderr). Paths become strings."""
     if target is None:
         return
-    text = json.dumps(data, indent=2, ensure_ascii=False, default=_json_value) + "\n"
     if target is STDOUT:
-        sys.stdout.write(text)
+        sys.stdout.write(_json_text(data, sys.stdout.encoding or "utf-8"))
         return
     with user_errors(), target.open() as fh:
-        fh.write(text)
+        fh.write(_json_text(data))
     info(f"results written to {target.path}")
+
+
+def _json_text(data: Any, encoding: str = "utf-8") -> str:
+    return json_text(data, encoding, indent=2, default=_json_value) + "\n"
 
 
 def _json_value(value: Any) -> Any:

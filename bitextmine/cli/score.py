@@ -11,6 +11,7 @@ import typer
 from bitextmine.cli.app import (
     DeviceOption,
     JsonOption,
+    KOption,
     MarginOption,
     ModelOption,
     PrecisionOption,
@@ -53,7 +54,7 @@ def score(
             "workspace: the encoded and indexed SRC and TGT corpora of --workdir (scores as `mine` gives)."
         ),
     ] = "bitext",
-    k: Annotated[int, typer.Option("--k", "-k", help="Neighbours per sentence for the margin.", min=1)] = 4,
+    k: KOption = 4,
     margin: MarginOption = "ratio",
     threshold: Annotated[
         str | None,

@@ -157,9 +157,15 @@ def load_dense(module: StModule, in_features: int) -> nn.Sequential:
 
 def _weights(module_dir: Path) -> dict[str, torch.Tensor]:
     if (path := module_dir / "model.safetensors").is_file():
+        from safetensors import SafetensorError
         from safetensors.torch import load_file
 
-        return load_file(path)
+        from bitextmine.encoder.loading import unreadable_weights
+
+        try:
+            return load_file(path)
+        except SafetensorError as exc:
+            raise unreadable_weights(path, exc) from None
     if (path := module_dir / "pytorch_model.bin").is_file():
         return torch.load(path, map_location="cpu", weights_only=True)
     raise BitextmineError(f"{module_dir}: no model.safetensors or pytorch_model.bin for the Dense layer")

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError, safe_open
 from tokenizers import normalizers
 from transformers import AutoModel, AutoTokenizer, PreTrainedTokenizerBase
 from transformers.utils import logging as transformers_logging
@@ -59,7 +60,25 @@ def load_model(name_or_path: str, device: torch.device) -> LoadedModel:
         model = AutoModel.from_pretrained(model_dir, dtype=torch.float32)
     except (OSError, ValueError) as exc:
         raise BitextmineError(f"{model_dir}: cannot load model ({str(exc).splitlines()[0]})") from None
+    except SafetensorError as exc:
+        damaged = next((f for f in sorted(model_dir.glob("*.safetensors")) if not _readable(f)), model_dir)
+        raise unreadable_weights(damaged, exc) from None
     return LoadedModel(model.to(device).eval(), tokenizer, model_dir, name_or_path)
+
+
+def unreadable_weights(path: Path, exc: SafetensorError) -> BitextmineError:
+    """The one-line error for a safetensors file that cannot be read (cut short by a download, damaged)."""
+    return BitextmineError(f"{path}: cannot read the weights ({exc}); download the model again")
+
+
+def _readable(path: Path) -> bool:
+    """Whether a safetensors file's header can be read: it lists every tensor's bytes, so a file cut short
+    fails here."""
+    try:
+        with safe_open(path, framework="pt"):
+            return True
+    except SafetensorError:
+        return False
 
 
 def lowercase_inputs(tokenizer: PreTrainedTokenizerBase, model_dir: Path) -> None:

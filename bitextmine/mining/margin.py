@@ -16,6 +16,9 @@ import numpy as np
 from bitextmine.errors import BitextmineError
 
 MARGINS = ("ratio", "distance", "csls", "absolute")
+# The most neighbours a margin averages (the CLI's --k): LASER uses 4 and the literature at most a few
+# dozen; a search keeps k neighbours of every query row, so a far larger k only exhausts memory.
+MAX_K = 4096
 
 
 def check_margin(margin: str) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,14 +69,19 @@ class MinedChunk:
                 "score": round(score, 6),
                 "src": s.text,
                 "tgt": t.text,
-                "src_file": self.src_files[s.source],
+                "src_file": _printable(self.src_files[s.source]),
                 "src_line": s.line,
-                "tgt_file": self.tgt_files[t.source],
+                "tgt_file": _printable(self.tgt_files[t.source]),
                 "tgt_line": t.line,
             }
             if with_meta:
                 record["src_meta"], record["tgt_meta"] = s.meta, t.meta
             yield record
+
+
+def _printable(path: str) -> str:
+    """`path` as valid UTF-8 in every format: the bytes of a name that is not UTF-8 as `\\xNN`."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 class _Writer(Protocol):

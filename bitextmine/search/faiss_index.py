@@ -232,7 +232,13 @@ def training_rows(factory: str, n: int, dim: int) -> int:
 
 def check_training_sample(factory: str, n: int, dim: int) -> None:
     """Refuse, in one line, an IVF index whose capped training sample gives fewer than POINTS_PER_LIST
-    rows a list although the vectors would give them (fewer vectors are FAISS's own error or warning)."""
+    rows a list although the vectors would give them (fewer vectors are FAISS's own error or warning),
+    and an OPQ rotation trained on fewer rows than dimensions (FAISS crashes on 256 to dim - 1 rows)."""
+    if re.match(r"OPQ\d", factory) and training_rows(factory, n, dim) < dim:
+        raise BitextmineError(
+            f"cannot train FAISS index '{factory}': its OPQ rotation needs at least {dim:,} training rows "
+            f"(one a dimension), not {training_rows(factory, n, dim):,}; use a factory without OPQ"
+        )
     nlist = _nlist(factory)
     if nlist is None or training_rows(factory, n, dim) >= min(n, nlist * POINTS_PER_LIST):
         return
@@ -602,10 +608,20 @@ def _populate(
 
 
 def _new_index(factory: str, dim: int) -> faiss.Index:
+    _check_sizes(factory)
     try:
         return faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
     except RuntimeError as exc:
         raise BitextmineError(f"invalid FAISS factory '{factory}': {_faiss_message(exc)}") from None
+
+
+def _check_sizes(factory: str) -> None:
+    """Refuse the sizes that FAISS (1.15) accepts in a factory string and then aborts or crashes the
+    process on, instead of raising: a 0 anywhere (HNSW0, IVF0, PQ16x0, RR0) and an HNSW graph of 1 link."""
+    if re.search(r"(?<!\d)0+(?!\d)", factory):
+        raise BitextmineError(f"invalid FAISS factory '{factory}': every size in it must be at least 1")
+    if any(int(links) < 2 for links in re.findall(r"HNSW(\d+)", factory)):
+        raise BitextmineError(f"invalid FAISS factory '{factory}': an HNSW graph needs at least 2 links")
 
 
 def _faiss_message(exc: Exception) -> str:
@@ -790,6 +806,9 @@ def _read_info(path: Path, lang: str) -> IndexInfo:
             raise TypeError("checksums is not an object")
         if not _shards_in_order(info.shards, info.count):
             raise TypeError(f"its shards do not cover rows 0 to {info.count} in order")
+        for name in ("nprobe", "fetch"):
+            if getattr(info, name) is not None and getattr(info, name) < 1:
+                raise TypeError(f"{name} is {getattr(info, name)}, not at least 1")
         names = [shard["file"] for shard in info.shards] + list(info.checksums)
     except (KeyError, TypeError) as exc:
         raise BitextmineError(

@@ -33,6 +33,7 @@ _GZIP_MAGIC = b"\x1f\x8b"
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _XZ_MAGIC = b"\xfd7zXZ\x00"
 _DISCARD_CHUNK = 1 << 20  # bytes read at a time while skipping the over-long part of a line
+MAX_LINE_BYTES = 1 << 26  # a line of a file read whole lines at a time (`read_lines`): 64 MiB
 _DECOMPRESS_ERRORS = (EOFError, OSError, zlib.error, lzma.LZMAError, zstandard.ZstdError)
 
 
@@ -418,9 +419,10 @@ def _read_pieces(
     characters; the rest of the line is only scanned for its end, TABs and NUL bytes.
     """
     text, meta = _Field(max_chars, clean=True), _Field(max_chars, clean=False)
-    column, nul, chunk = 1, False, head
+    column, chunk = 1, head
     while True:
-        nul = nul or b"\0" in chunk
+        if b"\0" in chunk:  # at once: the rest of a binary "line" may never end (/dev/zero)
+            return _Line(None, None, False, True)
         done = not chunk or chunk.endswith(b"\n")
         if columns is None:
             text.feed(chunk)
@@ -437,8 +439,8 @@ def _read_pieces(
     sentence, meta_value = text.value(), meta.value()  # before `invalid`: the last bytes are decoded here
     invalid = text.invalid or meta.invalid
     if columns is not None and column < columns.needed:
-        return _Line(None, None, invalid, nul)
-    return _Line(sentence, meta_value if columns is not None and columns.meta else None, invalid, nul)
+        return _Line(None, None, invalid, False)
+    return _Line(sentence, meta_value if columns is not None and columns.meta else None, invalid, False)
 
 
 class _Field:
@@ -477,13 +479,13 @@ def read_lines(path: str | os.PathLike[str], warn: Warn = warn_user) -> Iterator
     try:
         while True:
             try:
-                raw = fh.readline()
+                raw = _whole_line(fh.readline, name, lineno + 1)
             except _DECOMPRESS_ERRORS as e:
                 raise _read_error(name, kind, lineno, e) from e
             if not raw:
                 break
             lineno += 1
-            text, replaced = _decode(raw, name, lineno)
+            text, replaced = _decode_bytes(raw)
             if replaced:
                 invalid, first_invalid = invalid + 1, first_invalid or lineno
             yield lineno, text.removesuffix("\n").removesuffix("\r")
@@ -502,11 +504,20 @@ def read_all_lines(path: str | os.PathLike[str], warn: Warn = warn_user) -> list
     return lines
 
 
-def _decode(raw: bytes, name: str, lineno: int) -> tuple[str, bool]:
-    """The line's text and whether invalid UTF-8 in it was replaced; a NUL byte is an error."""
-    if b"\0" in raw:
-        raise _nul_error(name, lineno)
-    return _decode_bytes(raw)
+def _whole_line(readline: Callable[[int], bytes], name: str, lineno: int) -> bytes:
+    """The next line, read in pieces of bounded size: a NUL byte is an error as soon as it is read, and
+    so is a line longer than MAX_LINE_BYTES (what `read_lines` reads is held a whole line at a time)."""
+    pieces = [readline(_DISCARD_CHUNK)]
+    while True:
+        if b"\0" in pieces[-1]:
+            raise _nul_error(name, lineno)
+        if len(pieces[-1]) < _DISCARD_CHUNK or pieces[-1].endswith(b"\n"):
+            return b"".join(pieces)
+        if len(pieces) * _DISCARD_CHUNK >= MAX_LINE_BYTES:
+            raise CorpusError(
+                f"{name}:{lineno}: a line longer than {MAX_LINE_BYTES >> 20} MiB; not a text file"
+            )
+        pieces.append(readline(_DISCARD_CHUNK))
 
 
 def _decode_bytes(raw: bytes) -> tuple[str, bool]:

@@ -378,14 +378,27 @@ def write_corpus(
     try:
         shards = write_text_shards(rows, out_dir, plan.shard_size, on_shard)
         if not shards:
-            names = ", ".join(display_name(p) for p in paths)
-            raise CorpusError(f"no sentences in {names}: every line is empty")
+            raise CorpusError(_no_sentences(paths, counts))
         manifest = replace(plan, shards=shards, counts=counts, complete=True)
         write_json(out_dir / MANIFEST_NAME, manifest.to_json())
     except BaseException:
         _remove_stale(out_dir)  # bad input or a failed write leaves no shards of a half-read corpus
         raise
     return manifest
+
+
+def _no_sentences(paths: Sequence[str], counts: CorpusCounts) -> str:
+    """Why a corpus has no sentences: every line empty, or which filters dropped the others."""
+    names = ", ".join(display_name(p) for p in paths)
+    dropped = {
+        "empty": counts.empty,
+        "in another language (--lid)": counts.wrong_language,
+        "without the columns asked for": counts.missing_columns,
+    }
+    if counts.lines == counts.empty:
+        return f"no sentences in {names}: every line is empty"
+    reasons = ", ".join(f"{n:,} {why}" for why, n in dropped.items() if n)
+    return f"no sentences in {names}: every line was dropped ({reasons})"
 
 
 def load_manifest(out_dir: Path) -> CorpusManifest | None:

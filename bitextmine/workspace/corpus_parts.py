@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from bitextmine.errors import BitextmineError
-from bitextmine.files import atomic_open, json_record, remove_temporaries
+from bitextmine.files import atomic_open, json_record, json_text, remove_temporaries
 from bitextmine.launch.config import LauncherConfig
 from bitextmine.launch.jobs import Job, Progress, run_jobs
 from bitextmine.text.dedup import Deduplicator
@@ -165,7 +165,7 @@ def _record(sifted: Sifted) -> str:
 
 
 def _json_line(data: Any) -> bytes:
-    return (json.dumps(data, ensure_ascii=False) + "\n").encode()
+    return (json_text(data) + "\n").encode()
 
 
 def merge_parts(

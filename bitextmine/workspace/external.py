@@ -75,12 +75,22 @@ def open_vectors(path: str | Path, dim: int | None = None, dtype: str | None = N
         raise BitextmineError(f"{path}: no such vectors file")
     if dtype is not None and dtype not in DTYPES:
         raise BitextmineError(f"{path}: vectors dtype must be float32 or float16, not {dtype!r}")
+    if _is_zip(path):
+        raise BitextmineError(
+            f"{path}: an .npz archive, not one array; save the vectors with numpy.save (.npy) or as raw rows"
+        )
     vectors = (
         _open_npy(path, dim, dtype) if path.suffix == ".npy" else _open_raw(path, dim, dtype or "float32")
     )
     if len(vectors) == 0 or vectors.shape[1] == 0:
         raise BitextmineError(f"{path}: no vectors in the file")
     return VectorsFile(path, vectors)
+
+
+def _is_zip(path: Path) -> bool:
+    """Whether the file is a zip archive, as numpy.savez writes (whatever its name)."""
+    with open(path, "rb") as fh:
+        return fh.read(4) in (b"PK\x03\x04", b"PK\x05\x06")  # numpy.load's test: a member, or empty
 
 
 def _open_npy(path: Path, dim: int | None, dtype: str | None) -> np.ndarray:

@@ -83,7 +83,8 @@ def _not_a_lock_file(path: Path) -> BitextmineError:
 
 def _record_holder(fd: int) -> None:
     command = " ".join(["bitextmine", *sys.argv[1:]])[:300]
-    note = f"pid {os.getpid()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}: {command}\n".encode()
+    note = f"pid {os.getpid()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}: {command}\n"
+    note = note.encode(errors="surrogateescape")  # arguments that are not UTF-8 keep their own bytes
     os.ftruncate(fd, 0)
     os.pwrite(fd, note, 0)
 

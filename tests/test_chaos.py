@@ -92,7 +92,7 @@ def _steps(root: Path, model: str) -> list[tuple[str, list[str]]]:
         steps.append((f"encode-{lang}", [*encode, "--threads", "1"]))
     return [
         *steps,
-        ("index-de", ["index", "de", "--max-memory", "0.000005"]),  # 32-d Flat: 6 shards of 40 rows
+        ("index-de", ["index", "de", "--max-memory", "0.000005", "--factory", "IVF1,Flat"]),  # FAISS shards
         ("index-en", ["index", "en"]),
         ("mine", ["mine", "de", "en", "--job-rows", "40"]),
     ]

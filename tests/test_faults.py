@@ -61,7 +61,7 @@ def pipeline(tmp_path_factory, tiny_model_dir):
             )
         )
     steps += [
-        ("index-de", ["index", "de", "--max-memory", "0.000002"]),  # 32-d Flat: 3 shards of 20 rows
+        ("index-de", ["index", "de", "--max-memory", "0.000002", "--factory", "IVF1,Flat"]),  # FAISS shards
         ("index-en", ["index", "en"]),
         ("mine", ["mine", "de", "en", "--job-rows", "16"]),
     ]

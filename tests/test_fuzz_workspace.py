@@ -63,7 +63,10 @@ class Pristine:
             ["encode", str(path), "-l", lang, "-m", str(self.model), "--shard-size", "7"]
             for lang, path in self.inputs.items()
         ]
-        indexes = [["index", "de", "--max-memory", "0.000002"], ["index", "en"]]  # de: 2 index shards
+        indexes = [
+            ["index", "de", "--max-memory", "0.000002", "--factory", "IVF1,Flat"],
+            ["index", "en"],
+        ]  # 2 shards
         return [mine, *encodes, *indexes, mine]
 
 

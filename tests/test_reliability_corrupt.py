@@ -71,6 +71,15 @@ def _copy(pristine, tmp_path: Path) -> Path:
     return work
 
 
+IVF = ("--factory", "IVF1,Flat")  # a FAISS file (exact indexes have none), searched exactly: one list
+
+
+def _faiss_indexed(work: Path) -> Path:
+    code, output = run("index", "de", "-w", str(work), *IVF)
+    assert code == 0, output
+    return work
+
+
 def _one_line_error(args: list[str], *fragments: str) -> str:
     code, output = run(*args)
     errors = [line for line in output.splitlines() if line.startswith("error:")]
@@ -100,21 +109,20 @@ def test_a_damaged_embedding_shard_is_one_line_and_a_plain_encode_mends_it(prist
 
 @pytest.mark.parametrize("damage", ["cut short", "bytes flipped in the lists", "emptied"])
 def test_a_damaged_index_file_is_one_line_and_a_new_index_mends_it(pristine, tmp_path, damage):
-    work = _copy(pristine, tmp_path)
+    work = _faiss_indexed(_copy(pristine, tmp_path))
     index = work / "index" / "de.faiss"
     {"cut short": _cut, "bytes flipped in the lists": _flip(-100), "emptied": _empty}[damage](index)
     _one_line_error(
         ["mine", "de", "en", "-w", str(work)], f"{index}: damaged FAISS index", "bitextmine index de"
     )
     index.unlink()
-    code, output = run("index", "de", "-w", str(work))
-    assert code == 0, output
+    _faiss_indexed(work)
     assert _mine(work) == pristine[1]
 
 
 def test_a_damaged_shard_of_a_sharded_index_is_named(pristine, tmp_path):
     work = _copy(pristine, tmp_path)
-    code, output = run("index", "de", "-w", str(work), "--max-memory", "0.000002")
+    code, output = run("index", "de", "-w", str(work), "--max-memory", "0.000002", *IVF)
     assert code == 0, output
     info = json.loads((work / "index" / "de.json").read_text())
     shard = work / "index" / info["shards"][1]["file"]
@@ -124,7 +132,7 @@ def test_a_damaged_shard_of_a_sharded_index_is_named(pristine, tmp_path):
 
 def test_an_index_recorded_without_checksums_that_faiss_cannot_read_is_one_line(pristine, tmp_path):
     """Indexes saved before checksums were recorded: FAISS's own read error, named and without C++."""
-    work = _copy(pristine, tmp_path)
+    work = _faiss_indexed(_copy(pristine, tmp_path))
     record = work / "index" / "de.json"
     record.write_text(
         json.dumps({k: v for k, v in json.loads(record.read_text()).items() if k != "checksums"})
@@ -136,7 +144,7 @@ def test_an_index_recorded_without_checksums_that_faiss_cannot_read_is_one_line(
 
 
 def test_checksums_naming_files_outside_the_index_dir_are_refused(pristine, tmp_path):
-    work = _copy(pristine, tmp_path)
+    work = _faiss_indexed(_copy(pristine, tmp_path))
     record = work / "index" / "de.json"
     data = json.loads(record.read_text())
     record.write_text(json.dumps({**data, "checksums": {"../../secret": "0" * 64}}))

@@ -298,6 +298,7 @@ def build_index(
     seed: int = 0,
     chunk_rows: int = 100_000,
     progress: Callable[[int], None] | None = None,
+    auto: bool = False,
     **tuning: Any,
 ) -> tuple[faiss.Index, IndexInfo]:
     """Train on a sample, add every row chunk by chunk (progress(rows) after each), measure recall@k.
@@ -309,7 +310,7 @@ def build_index(
     An automatically chosen IVF-Flat that searches no faster than exact search is replaced by Flat.
     """
     n, dim = len(vectors), vectors.dim
-    auto = factory is None
+    auto = auto or factory is None
     factory = factory or choose_factory(n, dim)
     check_training_sample(factory, n, dim)
     rng = np.random.default_rng(seed)
@@ -420,13 +421,15 @@ def start_sharded_build(
     factory: str | None = None,
     seed: int = 0,
     gpu: bool = False,
+    auto: bool = False,
 ) -> ShardedBuild:
     """Train one template (on the GPUs with `gpu`; read back if an earlier run of the same plan saved it)
-    for shards over `ranges` of rows, to be written to `index_dir`."""
+    for shards over `ranges` of rows, to be written to `index_dir`. `auto`: `factory` is the library's
+    choice (so is no factory), which `_finish` may replace by exact search."""
     if gpu:
         _check_gpu()
     n, dim = len(vectors), vectors.dim
-    auto = factory is None
+    auto = auto or factory is None
     factory = factory or choose_factory(n, dim)
     check_training_sample(factory, n, dim)
     rng = np.random.default_rng(seed)
@@ -714,7 +717,7 @@ def exact_index_info(vectors: ShardedVectors, lang: str, source: str, cost: Exac
         recall_source=source,
         search_ms_per_1000=cost.ms_per_1000_queries,
         exact_ms_per_1000=cost.ms_per_1000_queries,
-        note=f"exact search by matrix products over the embedding shards: {cost.describe()}",
+        note=f"exact search by matrix products over the embedding shards ({cost.plan})",
     )
 
 

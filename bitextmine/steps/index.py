@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -119,6 +119,7 @@ def index(
             source = queries[0] if queries else "self"
             info = exact_index_info(vectors, lang, source, cost)
             return save_index(None, info, workspace.index_dir())
+        auto = options.factory is None and options.list_size is None
         max_bytes = options.max_memory_gb and options.max_memory_gb * 1e9
         ranges = plan_ranges(len(vectors), chosen, vectors.dim, max_bytes)
         tuning = dict(
@@ -127,7 +128,14 @@ def index(
         sharded = len(ranges) > 1 or (launcher is not None and launcher.launcher != "local")
         if options.gpu and not sharded:
             index, info = build_index(
-                vectors, lang, factory=factory, gpu=True, seed=options.seed, progress=progress, **tuning
+                vectors,
+                lang,
+                factory=chosen,
+                gpu=True,
+                seed=options.seed,
+                progress=progress,
+                auto=auto,
+                **tuning,
             )
         else:
             if not sharded:
@@ -137,13 +145,18 @@ def index(
                 lang,
                 workspace.index_dir(),
                 ranges,
-                factory=factory,
+                factory=chosen,
                 seed=options.seed,
                 gpu=options.gpu,
+                auto=auto,
             )
             run_jobs(populate_jobs(build), launcher, "index", progress)
             finish = finish_sharded_build if sharded else finish_merged_build
             index, info = finish(build, **tuning)
+        if info.factory == EXACT:  # an IVF-Flat slower than exact search (`_finish`): no file needed
+            cost = cost or _exact_cost(workspace, vectors, queries, options)
+            exact = exact_index_info(vectors, lang, queries[0] if queries else "self", cost)
+            index, info = None, replace(exact, note=f"{info.note}; {exact.note}")
         info = save_index(index, info, workspace.index_dir())  # with the files' checksums
     return info
 

@@ -1,0 +1,50 @@
+"""Exact or IVF by the measured cost of exact mining (search/cost.py), and exact indexes without files."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from bitextmine.search.cost import ExactCost, measure_exact_cost
+from bitextmine.search.faiss_index import EXACT, choose_factory
+from bitextmine.search.gemm import ArrayVectors, GemmPlan
+from tests.helpers import random_unit, run
+
+
+def test_the_cost_scales_the_measured_rate_to_both_directions():
+    cost = ExactCost(products_per_second=1e9, rows=1_000_000, other_rows=500_000, plan="bf16")
+    assert cost.mining_seconds == 2 * 1_000_000 * 500_000 / 1e9
+    assert cost.ms_per_1000_queries == 1e6 * 1_000_000 / 1e9
+
+
+def test_a_measured_rate_is_positive_and_counts_the_timed_products():
+    base = ArrayVectors(random_unit(3000, 32, seed=1))
+    cost = measure_exact_cost(base, random_unit(200, 32, seed=2), 7000, GemmPlan.for_device("cpu"))
+    assert cost.products_per_second > 0 and (cost.rows, cost.other_rows) == (3000, 7000)
+
+
+def test_exact_is_chosen_by_the_measured_time_not_the_size():
+    assert choose_factory(10**7, 384, exact_seconds=100.0, budget=3600.0) == EXACT
+    assert choose_factory(10_000, 384, exact_seconds=4000.0, budget=3600.0).startswith("IVF")
+    assert choose_factory(10_000, 384) == EXACT  # no measurement: by size, as before
+
+
+def test_index_writes_no_faiss_file_for_exact_search_and_ivf_above_the_budget(indexed_workspace):
+    work, _ = indexed_workspace
+    info = json.loads((work / "index" / "de.json").read_text())
+    assert info["factory"] == EXACT and info["recall_source"] == "en" and info["search_ms_per_1000"] > 0
+    assert not (work / "index" / "de.faiss").exists()
+    code, output = run("mine", "de", "en", "-w", str(work))
+    assert code == 0, output
+    code, output = run("index", "de", "-w", str(work), "--exact-budget", "0")
+    assert code == 0, output
+    info = json.loads((work / "index" / "de.json").read_text())
+    if info["factory"] == EXACT:  # IVF was built, searched slower than exact search and was dropped
+        assert "slower than exact search" in info["note"] and not (work / "index" / "de.faiss").exists()
+    else:
+        assert info["factory"].startswith("IVF") and (work / "index" / "de.faiss").exists()
+    assert np.isfinite(info["recall"])
+    code, output = run("index", "de", "-w", str(work), "--exact-budget", "0", "--factory", "IVF1,Flat")
+    assert code == 0, output
+    assert (work / "index" / "de.faiss").exists()

@@ -9,7 +9,7 @@ MODEL  ?= $(SHARED)/models/multilingual-e5-small-q4
 BUCC   ?= $(SHARED)/data/bucc-like
 WORK   ?= bitextmine-work/demo
 
-.PHONY: install test test-fast test-slurm demo bench bench-encode bench-mine bench-train bench-train-ablation bench-ivf bench-ivf-bases bench-ivf-scale bench-ivf-scale-tuned bench-ivf-list-scan bench-ivf-balance bench-ivf-scan-budget bench-ivf-coarse-search bench-ivf-report bench-scale bench-list-scan bench-scan-budget bench-coarse-search bench-analysis bench-lid bench-filters bench-thresholds lint format clean
+.PHONY: install test test-fast test-slurm demo bench bench-encode bench-mine bench-train bench-train-ablation bench-ivf bench-ivf-bases bench-ivf-scale bench-ivf-scale-tuned bench-ivf-list-scan bench-ivf-balance bench-ivf-scan-budget bench-ivf-coarse-search bench-ivf-report bench-scale bench-list-scan bench-scan-budget bench-coarse-search bench-analysis bench-lid bench-filters bench-thresholds bench-exact bench-scale-real-encode bench-scale-real gpu-check-data gpu-check-dry-run lint format clean
 
 install: $(VENV)/.installed
 
@@ -157,6 +157,49 @@ ABLATION_STEPS ?= 30
 ABLATION_SEEDS ?= 0,1,2
 bench-train-ablation: install
 	$(BIN)/python examples/benchmarks/bench_train.py --ablation mexma --steps $(ABLATION_STEPS) --seeds $(ABLATION_SEEDS)
+
+# Exact mining, whole process against whole process: LASER's mine_bitexts.py logic (FAISS IndexFlatIP,
+# ratio margin, k=4) against bitextmine.mine_arrays on the first EXACT_SIZE vectors a side of the scale
+# encoding (bench-scale-real-encode), then whether their pairs are identical. Time them with any paired
+# timer, e.g. /usr/bin/time -v on each command in turn.
+EXACT_SIZE ?= 100000
+EXACT_DIR  ?= bitextmine-work/exact
+bench-exact: install
+	$(BIN)/python examples/benchmarks/bench_exact.py vectors --size $(EXACT_SIZE) --out $(EXACT_DIR)
+	$(BIN)/python examples/benchmarks/bench_exact.py laser $(EXACT_DIR) $(EXACT_DIR)/laser.tsv
+	$(BIN)/python examples/benchmarks/bench_exact.py bitextmine $(EXACT_DIR) $(EXACT_DIR)/bitextmine.tsv
+	$(BIN)/python examples/benchmarks/bench_exact.py compare $(EXACT_DIR)/laser.tsv $(EXACT_DIR)/bitextmine.tsv
+
+# Real text at scale (shared/data/scale/de-en): encode both sides once in tier order (hours on 2 cores; a
+# rerun resumes), then index, mine and score at SCALE_SIZES sentences a side. SCALE_WORK keeps it all.
+SCALE_WORK  ?= bitextmine-work/scale
+SCALE_SIZES ?= 100000,300000,1050592
+bench-scale-real-encode: install
+	SCALE_WORK=$(SCALE_WORK) $(BIN)/python examples/benchmarks/bench_scale.py encode
+
+bench-scale-real: install
+	SCALE_WORK=$(SCALE_WORK) $(BIN)/python examples/benchmarks/bench_scale.py run --sizes $(SCALE_SIZES)
+
+# What examples/benchmarks/gpu_check.sh needs on a GPU machine without network: .whl/ (faiss-cpu,
+# zstandard, py3langid, xformers for Python 3.12) and .gpu-data/ (the shared model's config and tokenizer,
+# 200k scale sentences). Then, there: bash examples/benchmarks/gpu_check.sh (8 minutes on one H100).
+GPU_WHEELS ?= faiss-cpu==1.15.1 zstandard==0.25.0 py3langid==0.4.0 xformers==0.0.35
+gpu-check-data: install
+	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	  --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
+	  --platform manylinux2014_x86_64 -d .whl $(GPU_WHEELS)
+	mkdir -p .gpu-data/model-shape
+	cd $(MODEL) && cp -r 1_Pooling config.json config_sentence_transformers.json modules.json \
+	  sentence_bert_config.json special_tokens_map.json tokenizer.json tokenizer_config.json \
+	  $(CURDIR)/.gpu-data/model-shape/
+	chmod -R u+w .gpu-data
+	for lang in de en; do zstd -dc $(SHARED)/data/scale/de-en/de-en.scale.$$lang.zst | head -100000 | cut -f2; done \
+	  | zstd -19 -q -f -o .gpu-data/sentences.txt.zst
+
+# The GPU check at toy sizes on the CPU (what the test suite runs too), ~1 min.
+gpu-check-dry-run: install
+	cd examples/benchmarks && ../../$(BIN)/python gpu_check.py --model-shape $(MODEL) \
+	  --sentences $(SHARED)/data/tatoeba/tatoeba.deu-eng.deu --out /tmp/gpu-check-dry-run --dry-run
 
 lint: install
 	$(BIN)/ruff check .

@@ -116,15 +116,19 @@ def test_fewer_base_rows_than_k_pad_with_nan_and_minus_one():
     assert exact_neighbours(queries, base, 5).ids.shape == (5, 3)
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_products_stay_within_the_error_bound(dtype):
-    queries = torch.from_numpy(as_stored(clustered_unit(400, 384, seed=10)))
+    queries = torch.from_numpy(as_stored(clustered_unit(400, 384, seed=10)) * 1.001)  # not float16 values
     base = torch.from_numpy(as_stored(clustered_unit(400, 384, seed=11)))
-    exact = queries.double() @ base.double().T
     products = (queries.to(dtype) @ base.to(dtype).T).double()
-    bound = error_bound(dtype, 384, inputs_exact=False)
-    assert (products - exact).abs().max() <= bound
-    assert bound < (0.02 if dtype == torch.bfloat16 else 1e-4)  # tight enough to certify most queries
+    cosines = (queries.double() @ base.double().T).float().double()  # the re-ranked float32 cosine
+    q_error = torch.linalg.vector_norm(queries.to(dtype).double() - queries.double(), dim=1)
+    b_error = float(torch.linalg.vector_norm(base.to(dtype).double() - base.double(), dim=1).max())
+    q_norm = torch.linalg.vector_norm(queries.double(), dim=1)
+    b_norm = float(torch.linalg.vector_norm(base.double(), dim=1).max())
+    bound = error_bound(dtype, 384, q_norm, q_error, b_norm, b_error)
+    assert ((products - cosines).abs() <= bound[:, None]).all()
+    assert float(bound.max()) < {torch.bfloat16: 0.01, torch.float16: 0.002, torch.float32: 1e-4}[dtype]
 
 
 def _faiss_mined(src: np.ndarray, tgt: np.ndarray, scratch: Path, k: int = 4) -> Candidates:

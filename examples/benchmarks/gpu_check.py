@@ -59,13 +59,20 @@ MAX_TOKENS = (4096, 32768)  # tokens a packed batch: the default, and a GPU-size
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model-shape", type=Path, required=True, help="a model dir without weights")
-    parser.add_argument("--sentences", type=Path, required=True, help="one sentence a line (.zst or text)")
+    parser.add_argument("--report", action="store_true", help="rewrite gpu_check.md from --out's JSON")
+    parser.add_argument("--model-shape", type=Path, help="a model dir without weights")
+    parser.add_argument("--sentences", type=Path, help="one sentence a line (.zst or text)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--dry-run", action="store_true", help="toy sizes on the CPU")
     parser.add_argument("--big-seconds", type=float, help="mine-10m's search time [default: 90]")
     parser.add_argument("--sections", default="attention,encode,mine-1m,mine-10m", help="comma-separated")
     args = parser.parse_args()
+    if args.report:
+        rows = json.loads((args.out / "gpu_check.json").read_text())
+        (args.out / "gpu_check.md").write_text(report(rows))
+        return
+    if args.model_shape is None or args.sentences is None:
+        parser.error("--model-shape and --sentences are needed to run the check")
     size = {name: pair[1 if args.dry_run else 0] for name, pair in SIZES.items()}
     size["big_seconds"] = args.big_seconds or size["big_seconds"]
     device = "cpu" if args.dry_run else "cuda"
@@ -285,7 +292,29 @@ def big_row(rows: int, budget_seconds: float, dim: int, device: str) -> dict:
 def save(rows: list[dict], out: Path, dry_run: bool) -> None:
     out.mkdir(parents=True, exist_ok=True)
     stem = "gpu_check_dry_run" if dry_run else "gpu_check"
-    (out / f"{stem}.json").write_text(json.dumps([stamped(r) for r in rows], indent=1) + "\n")
+    rows = [stamped(r) for r in rows]
+    (out / f"{stem}.json").write_text(json.dumps(rows, indent=1) + "\n")
+    (out / f"{stem}.md").write_text(report(rows))
+
+
+def report(rows: list[dict]) -> str:
+    """One line a section: what it measured, on which machine and commit."""
+    lines = [
+        "# The GPU path (gpu_check.py)",
+        "",
+        "Produced by `examples/benchmarks/gpu_check.sh` on a GPU "
+        "machine; the model has the shared model's shape and random weights (see the script).",
+        "",
+    ]
+    for row in rows:
+        figures = {
+            k: v for k, v in row.items() if k not in ("section", "date", "machine", "software", "commit")
+        }
+        lines.append(
+            f"- **{row['section']}** ({row['date']}, {row['machine']}, {row['commit']}): "
+            f"`{json.dumps(figures)}`"
+        )
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

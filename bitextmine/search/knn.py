@@ -65,7 +65,9 @@ def _rerank(
 ) -> tuple[np.ndarray, np.ndarray]:
     valid = ids >= 0
     cos = np.full(ids.shape, -np.inf, dtype=np.float32)
-    cos[valid] = np.einsum("nd,nd->n", queries[np.nonzero(valid)[0]], take(ids[valid]))
+    # summed in float64 and rounded, as search/gemm.py re-ranks: one cosine whichever index found the row
+    rows = take(ids[valid]).astype(np.float64)
+    cos[valid] = np.einsum("nd,nd->n", queries[np.nonzero(valid)[0]].astype(np.float64), rows)
     order = np.argsort(-cos, axis=1, kind="stable")[:, :k]
     cos, ids = np.take_along_axis(cos, order, 1), np.take_along_axis(ids, order, 1)
     cos[ids < 0] = np.nan

@@ -97,7 +97,7 @@ def dev_threshold() -> float:
                 str(out),
             ]
         )
-    return float(json.loads(out.read_text())["threshold"])
+    return float(json.loads(out.read_text())["chosen"]["threshold"])
 
 
 def size_workspace(size: int, name: str) -> tuple[Path, dict]:

@@ -91,6 +91,14 @@ def test_long_base_blocks_take_the_grouped_top_k_and_stay_exact():
     np.testing.assert_array_equal(found.ids, reference(queries, base, 4)[1])
 
 
+def test_a_base_streamed_block_by_block_gives_the_same_neighbours():
+    base, queries = as_stored(clustered_unit(3000, 48, seed=19)), as_stored(clustered_unit(300, 48, seed=20))
+    streamed = plan("bf16", query_rows=128, base_rows=512)
+    streamed = GemmPlan(streamed.device, streamed.dtype, 128, 512, 4, resident_bytes=0)
+    found = search(queries, base, 4, streamed)
+    np.testing.assert_array_equal(found.ids, reference(queries, base, 4)[1])
+
+
 def test_ties_go_to_the_smaller_row_in_every_block():
     base = as_stored(random_unit(500, 32, seed=5))
     base[[7, 130, 260, 499]] = base[260]  # four identical rows in four base blocks

@@ -165,14 +165,15 @@ def _exact_top_k(
     width = min(k, len(base))
     fetch = min(k + plan.extra, len(base))
     q = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32)).to(plan.device)
-    cut, ids = products.top(q, fetch)
-    cos, ids = products.rerank(q, ids, width)
-    doubtful = _uncertified(cos, cut, products.bound(q))
+    cut, values, ids = products.top(q, fetch)
+    eps = products.bound(q)  # after a pass over the base: its norms are known
+    cos, ids = products.rerank(q, values, ids, width, eps)
+    doubtful = _uncertified(cos, cut, eps)
     while len(doubtful):  # four times the candidates, until all rows are (then nothing is discarded)
         fetch = min(4 * fetch, len(base))
-        cut, more = products.top(q[doubtful], fetch)
-        cos[doubtful], ids[doubtful] = products.rerank(q[doubtful], more, width)
-        doubtful = doubtful[_uncertified(cos[doubtful], cut, products.bound(q[doubtful]))]
+        cut, values, more = products.top(q[doubtful], fetch)
+        cos[doubtful], ids[doubtful] = products.rerank(q[doubtful], values, more, width, eps[doubtful])
+        doubtful = doubtful[_uncertified(cos[doubtful], cut, eps[doubtful])]
     return _pad(cos.cpu().numpy(), ids.cpu().numpy(), k)
 
 
@@ -218,25 +219,25 @@ class _BaseProducts:
             return ((a, self.resident[a : a + rows]) for a in range(0, len(self.resident), rows))
         return self._converted()
 
-    def top(self, q32: torch.Tensor, fetch: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(the best discarded product, -inf if none; the ids of the `fetch` best products) per query."""
+    def top(self, q32: torch.Tensor, fetch: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per query: the best discarded product (-inf if none), then the `fetch` best products, best
+        first, and their rows."""
         q = q32.to(self.plan.dtype)
         keep = fetch + 1
-        best_v = torch.empty((len(q), 0), dtype=torch.float32, device=q.device)
-        best_i = torch.empty((len(q), 0), dtype=torch.int64, device=q.device)
+        best = _Best(len(q), q.device)
         with _full_precision_sums():
             for start, block in self._blocks():
-                values, ids = self.best(q @ block.T, keep)
-                best_v = torch.cat([best_v, values.float()], dim=1)
-                best_i = torch.cat([best_i, ids + start], dim=1)
-                if best_v.shape[1] > keep:
-                    best_v, order = torch.topk(best_v, keep, dim=1)
-                    best_i = torch.gather(best_i, 1, order)
-        if best_v.shape[1] > fetch:
-            cut = best_v[:, fetch].double()
+                products = q @ block.T
+                if best.width < keep:
+                    values, ids = self.best(products, keep)
+                else:  # only products above each row's keep-th best so far can enter: usually few
+                    values, ids = _above(products, best.values[:, keep - 1])
+                best.merge(values.float(), ids + start, keep)
+        if best.width > fetch:
+            cut = best.values[:, fetch].double()
         else:
             cut = torch.full((len(q),), -torch.inf, dtype=torch.float64, device=q.device)
-        return cut, best_i[:, :fetch]
+        return cut, best.values[:, :fetch], best.ids[:, :fetch]
 
     def best(self, products: torch.Tensor, keep: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The `keep` best products of each row: by group maxima on CUDA (`block_top`, 1.48x faster than
@@ -246,22 +247,30 @@ class _BaseProducts:
             return block_top(products, keep)
         return torch.topk(products, min(keep, products.shape[1]), dim=1)
 
-    def rerank(self, q32: torch.Tensor, ids: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def rerank(
+        self, q32: torch.Tensor, values: torch.Tensor, ids: torch.Tensor, k: int, eps: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The k candidates of each query with the highest float32 cosine, best first, ties broken by
-        the smaller row."""
-        ids, _ = torch.sort(ids, dim=1)
+        the smaller row. Only candidates whose product is within 2 eps of the k-th best product can
+        reach the top k (each cosine is within eps of its product): the others are not gathered."""
+        reachable = values >= (values[:, k - 1].double() - 2 * eps)[:, None]
+        rows, columns = torch.nonzero(reachable, as_tuple=True)
+        wanted = ids[rows, columns]
         # Summed in float64 and rounded: the same float32 cosine on every device and kernel (float32 sums
         # in another order differ in the last bit, which would reorder tied margin scores across devices).
-        cos = torch.einsum("nd,nfd->nf", q32.double(), self._exact_rows(ids).double()).float()
+        exact = (q32[rows].double() * self._exact_rows(wanted).double()).sum(dim=1).float()
+        cos = torch.full(ids.shape, -torch.inf, dtype=torch.float32, device=ids.device)
+        cos[rows, columns] = exact
+        ids, by_row = torch.sort(torch.where(reachable, ids, torch.iinfo(torch.int64).max), dim=1)
+        cos = torch.gather(cos, 1, by_row)
         order = torch.sort(-cos, dim=1, stable=True).indices[:, :k]
         return torch.gather(cos, 1, order), torch.gather(ids, 1, order)
 
     def _exact_rows(self, ids: torch.Tensor) -> torch.Tensor:
-        """float32 [n, f, dim] base rows: from the resident copy where it holds them exactly."""
+        """float32 [len(ids), dim] base rows: from the resident copy where it holds them exactly."""
         if self.resident is not None and self.max_error == 0.0:
             return self.resident[ids].float()
-        rows = self.base.take(ids.reshape(-1).cpu().numpy())
-        return torch.from_numpy(rows).to(ids.device).reshape(*ids.shape, -1)
+        return torch.from_numpy(self.base.take(ids.cpu().numpy())).to(ids.device)
 
     def bound(self, q32: torch.Tensor) -> torch.Tensor:
         """Each query's error bound (`error_bound`) against every base row."""
@@ -269,6 +278,40 @@ class _BaseProducts:
         moved = torch.linalg.vector_norm(q32.to(self.plan.dtype).double() - q64, dim=1)
         norm = torch.linalg.vector_norm(q64, dim=1)
         return error_bound(self.plan.dtype, q32.shape[1], norm, moved, self.max_norm, self.max_error)
+
+
+class _Best:
+    """Each query's best products so far and their rows, best first (at most `keep` once merged)."""
+
+    def __init__(self, rows: int, device: torch.device) -> None:
+        self.values = torch.empty((rows, 0), dtype=torch.float32, device=device)
+        self.ids = torch.empty((rows, 0), dtype=torch.int64, device=device)
+
+    @property
+    def width(self) -> int:
+        return self.values.shape[1]
+
+    def merge(self, values: torch.Tensor, ids: torch.Tensor, keep: int) -> None:
+        values, ids = torch.cat([self.values, values], dim=1), torch.cat([self.ids, ids], dim=1)
+        if values.shape[1] > keep or self.width == 0:
+            values, order = torch.topk(values, min(keep, values.shape[1]), dim=1)
+            ids = torch.gather(ids, 1, order)
+        self.values, self.ids = values, ids
+
+
+def _above(products: torch.Tensor, floor: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The products of each row above its `floor` (a value in the products' precision), as rows padded
+    with -inf (column ids 0 there): one comparison pass instead of a top-k over the whole block."""
+    rows, columns = torch.nonzero(products > floor[:, None].to(products.dtype), as_tuple=True)
+    counts = torch.bincount(rows, minlength=len(products))
+    width = int(counts.max()) if len(rows) else 0
+    values = torch.full((len(products), width), -torch.inf, dtype=products.dtype, device=products.device)
+    ids = torch.zeros((len(products), width), dtype=torch.int64, device=products.device)
+    if width:
+        position = torch.arange(len(rows), device=rows.device) - (torch.cumsum(counts, 0) - counts)[rows]
+        values[rows, position] = products[rows, columns]
+        ids[rows, position] = columns
+    return values, ids
 
 
 def block_top(products: torch.Tensor, keep: int, group: int = GROUP) -> tuple[torch.Tensor, torch.Tensor]:

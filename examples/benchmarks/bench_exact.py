@@ -5,7 +5,8 @@ search (search/gemm.py) against the logic of LASER's `source/mine_bitexts.py --m
     python bench_exact.py vectors --size 100000 --out DIR   # DIR/{src,tgt}.npy: the scale set's first rows
     python bench_exact.py laser DIR OUT.tsv                 # one process: load, search, score, select, write
     python bench_exact.py bitextmine DIR OUT.tsv            # the same through bitextmine.mine_arrays
-    python bench_exact.py compare A.tsv B.tsv               # identical pairs? (scores to 1e-6)
+    python bench_exact.py compare A.tsv B.tsv [--threshold T]  # identical pairs (at or above T)?
+    python bench_exact.py time DIR --runs 2 --threshold T   # both miners in turn; results/bench_exact.*
 
 Each run writes `score<TAB>src row<TAB>tgt row` for every one-to-one pair, best first. The two mining
 commands are timed as whole processes, alternating (see the results' `command` field).
@@ -14,7 +15,10 @@ commands are timed as whole processes, alternating (see the results' `command` f
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -80,12 +84,92 @@ def read_pairs(path: Path) -> dict[tuple[int, int], float]:
     return {(int(src), int(tgt)): float(score) for score, src, tgt in rows}
 
 
-def compare(a: Path, b: Path) -> int:
-    first, second = read_pairs(a), read_pairs(b)
-    only = set(first) ^ set(second)
+def agreement(a: Path, b: Path, threshold: float = -np.inf) -> dict:
+    """How two pair files agree on the pairs scoring at least `threshold`."""
+    first, second = ({p: s for p, s in read_pairs(f).items() if s >= threshold} for f in (a, b))
     worst = max((abs(first[p] - second[p]) for p in set(first) & set(second)), default=0.0)
-    print(f"{len(first):,} and {len(second):,} pairs, {len(only):,} in one only, scores within {worst:.2e}")
-    return 0 if not only and worst <= 1e-6 else 1
+    return {
+        "pairs": [len(first), len(second)],
+        "in_one_only": len(set(first) ^ set(second)),
+        "score_diff": worst,
+    }
+
+
+def compare(a: Path, b: Path, threshold: float) -> int:
+    found = agreement(a, b, threshold)
+    print(
+        f"{found['pairs'][0]:,} and {found['pairs'][1]:,} pairs, {found['in_one_only']:,} in one only, "
+        f"scores within {found['score_diff']:.2e}"
+    )
+    return 0 if not found["in_one_only"] and found["score_diff"] <= 1e-6 else 1
+
+
+def time_both(vectors: Path, runs: int, threshold: float) -> None:
+    """Each miner as its own process, in turn, `runs` times: wall and CPU seconds, peak RSS; then how
+    their pairs agree, in all and at or above `threshold` (calibrate's, for the model that made them)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from benchlib import RESULTS, load_rows, save_results, stamped
+
+    figures: dict[str, list[dict]] = {"laser": [], "bitextmine": []}
+    for _ in range(runs):
+        for name, rows in figures.items():
+            rows.append(_timed([sys.executable, __file__, name, str(vectors), str(vectors / f"{name}.tsv")]))
+    median = {
+        name: {key: float(np.median([r[key] for r in rows])) for key in rows[0]}
+        for name, rows in figures.items()
+    }
+    size = len(np.load(vectors / "src.npy", mmap_mode="r"))
+    pairs = (vectors / "laser.tsv", vectors / "bitextmine.tsv")
+    row = {
+        "size": size,
+        "runs": runs,
+        "median": median,
+        "speedup_wall": round(median["laser"]["wall_s"] / median["bitextmine"]["wall_s"], 3),
+        "all_pairs": agreement(*pairs),
+        "threshold": threshold,
+        "pairs_above_threshold": agreement(*pairs, threshold),
+    }
+    path = RESULTS / "bench_exact.json"
+    rows = [r for r in load_rows(path) if r["size"] != size] + [stamped(row)]
+    save_results(path, rows, _report(rows))
+
+
+def _timed(command: list[str]) -> dict:
+    started = time.perf_counter()
+    process = subprocess.Popen(command)
+    _, status, usage = os.wait4(process.pid, 0)
+    if status:
+        raise SystemExit(f"{' '.join(command)} failed")
+    return {
+        "wall_s": round(time.perf_counter() - started, 2),
+        "user_s": usage.ru_utime,
+        "sys_s": usage.ru_stime,
+        "peak_rss_mb": round(usage.ru_maxrss / 1024),
+    }
+
+
+def _report(rows: list[dict]) -> str:
+    lines = [
+        "# Exact mining: bitextmine against LASER's mine_bitexts.py logic",
+        "",
+        "Produced by `bench_exact.py time` (`make bench-exact`): the same vectors (the first N of each "
+        "side of the real scale set), each miner a whole process, k = 4, ratio margin, max retrieval.",
+        "",
+        "| vectors a side | LASER logic, wall s | bitextmine, wall s | speedup | peak RSS MB (LASER / "
+        "bitextmine) | pairs in one only: all / at or above the threshold | run |",
+        "|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        m, every, kept = r["median"], r["all_pairs"], r["pairs_above_threshold"]
+        lines.append(
+            f"| {r['size']:,} | {m['laser']['wall_s']:.1f} | {m['bitextmine']['wall_s']:.1f} "
+            f"| {r['speedup_wall']:.2f}x "
+            f"| {m['laser']['peak_rss_mb']:.0f} / {m['bitextmine']['peak_rss_mb']:.0f} "
+            f"| {every['in_one_only']} of {every['pairs'][0]:,} "
+            f"/ {kept['in_one_only']} of {kept['pairs'][0]:,} "
+            f"(>= {r['threshold']:.4f}) | {r['date']}, {r['machine']}, {r['commit']} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def save_vectors(size: int, out: Path) -> None:
@@ -120,11 +204,18 @@ def main() -> None:
     comparison = sub.add_parser("compare")
     comparison.add_argument("a", type=Path)
     comparison.add_argument("b", type=Path)
+    comparison.add_argument("--threshold", type=float, default=-np.inf)
+    timing = sub.add_parser("time")
+    timing.add_argument("vectors", type=Path)
+    timing.add_argument("--runs", type=int, default=2)
+    timing.add_argument("--threshold", type=float, default=-np.inf)
     args = parser.parse_args()
     if args.command == "vectors":
         save_vectors(args.size, args.out)
     elif args.command == "compare":
-        sys.exit(compare(args.a, args.b))
+        sys.exit(compare(args.a, args.b, args.threshold))
+    elif args.command == "time":
+        time_both(args.vectors, args.runs, args.threshold)
     else:
         x, y = (np.load(args.vectors / f"{side}.npy") for side in ("src", "tgt"))
         mine = laser_mine if args.command == "laser" else bitextmine_mine

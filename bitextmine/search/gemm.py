@@ -200,7 +200,6 @@ class _BaseProducts:
         self.max_norm = 0.0  # of the float32 rows
         self.max_error = 0.0  # L2 distance a row moved when rounded to the compute precision
         self._buffer: torch.Tensor | None = None  # products of a query block and a base block
-        self._mask_buffer: torch.Tensor | None = None
         size = len(base) * _dim(base) * torch.finfo(plan.dtype).bits // 8
         self.resident: torch.Tensor | None = None
         if size <= plan.resident_bytes:
@@ -229,11 +228,7 @@ class _BaseProducts:
         best = _Best(len(q), q.device)
         with _full_precision_sums():
             for start, block in self._blocks():
-                products = self._products(q, block)
-                if best.width < keep:
-                    values, ids = self.best(products, keep)
-                else:  # only products above each row's keep-th best so far can enter: usually few
-                    values, ids = _above(products, best.values[:, keep - 1], self._mask(products))
+                values, ids = self.best(self._products(q, block), keep)
                 best.merge(values.float(), ids + start, keep)
         if best.width > fetch:
             cut = best.values[:, fetch].double()
@@ -249,11 +244,6 @@ class _BaseProducts:
             self._buffer = torch.empty(shape[0] * shape[1], dtype=q.dtype, device=q.device)
         out = self._buffer[: shape[0] * shape[1]].view(shape)
         return torch.matmul(q, block.T, out=out)
-
-    def _mask(self, products: torch.Tensor) -> torch.Tensor:
-        if self._mask_buffer is None or self._mask_buffer.numel() < products.numel():
-            self._mask_buffer = torch.empty(products.numel(), dtype=torch.bool, device=products.device)
-        return self._mask_buffer[: products.numel()].view(products.shape)
 
     def best(self, products: torch.Tensor, keep: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The `keep` best products of each row: by group maxima on CUDA (`block_top`, 1.48x faster than
@@ -313,24 +303,6 @@ class _Best:
             values, order = torch.topk(values, min(keep, values.shape[1]), dim=1)
             ids = torch.gather(ids, 1, order)
         self.values, self.ids = values, ids
-
-
-def _above(
-    products: torch.Tensor, floor: torch.Tensor, mask: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The products of each row above its `floor` (a value in the products' precision), as rows padded
-    with -inf (column ids 0 there): one comparison pass (into `mask`) instead of a top-k of the block."""
-    torch.gt(products, floor[:, None].to(products.dtype), out=mask)
-    rows, columns = torch.nonzero(mask, as_tuple=True)
-    counts = torch.bincount(rows, minlength=len(products))
-    width = int(counts.max()) if len(rows) else 0
-    values = torch.full((len(products), width), -torch.inf, dtype=products.dtype, device=products.device)
-    ids = torch.zeros((len(products), width), dtype=torch.int64, device=products.device)
-    if width:
-        position = torch.arange(len(rows), device=rows.device) - (torch.cumsum(counts, 0) - counts)[rows]
-        values[rows, position] = products[rows, columns]
-        ids[rows, position] = columns
-    return values, ids
 
 
 def block_top(products: torch.Tensor, keep: int, group: int = GROUP) -> tuple[torch.Tensor, torch.Tensor]:

@@ -25,7 +25,7 @@ from tests.helpers import outputs, run, sentences
 # One CPU and 1 GB a job, so that a small CI machine runs several at once; job states checked every second.
 LAUNCHER_TOML = "[launcher]\ncpus_per_job = 1\nmem_gb = 1\npoll_seconds = 1\n"
 SHARD_ROWS = "15"  # 30 de and 26 en sentences: two encode jobs a language
-INDEX_MEMORY_GB = "0.000002"  # 32-d Flat vectors of 128 B: two index shard jobs a language
+INDEX_MEMORY_GB = "0.0000022"  # 32-d IVF1,Flat vectors of 136 B: two index shard jobs a language
 JOB_ROWS = "20"  # two mine jobs a direction, four in all
 
 
@@ -113,7 +113,7 @@ def steps(files: dict[str, Path], model: Path, work: Path) -> list[list[list[str
             ["encode", str(files[lang]), "-l", lang, "-m", str(model), "--shard-size", SHARD_ROWS, *w]
             for lang in files
         ],
-        [["index", lang, "--max-memory", INDEX_MEMORY_GB, *w] for lang in files],
+        [["index", lang, "--max-memory", INDEX_MEMORY_GB, "--factory", "IVF1,Flat", *w] for lang in files],
         [["mine", "de", "en", "--job-rows", JOB_ROWS, *w]],
     ]
 

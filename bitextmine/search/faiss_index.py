@@ -700,20 +700,9 @@ def _ivf(index: faiss.Index | ShardedIndex) -> faiss.IndexIVF | None:
 def exact_index_info(vectors: ShardedVectors, lang: str, source: str, cost: ExactCost) -> IndexInfo:
     """The record of an exact index (nothing to build: `mine` multiplies the embedding shards), with the
     measured cost of that search (`source`: the language whose vectors were timed, or "self")."""
-    return IndexInfo(
-        lang=lang,
-        factory=EXACT,
-        dim=vectors.dim,
-        count=len(vectors),
-        nprobe=None,
-        fingerprint=vectors.model.fingerprint,
-        train_rows=0,
-        recall_k=4,
-        recall_queries=0,
+    return replace(
+        _make_info(lang, EXACT, vectors, None, 0, 4, None, None, 0.0),
         recall=1.0,
-        build_seconds=0.0,
-        gpu=False,
-        vectors=vectors.digest(),
         recall_source=source,
         search_ms_per_1000=cost.ms_per_1000_queries,
         exact_ms_per_1000=cost.ms_per_1000_queries,

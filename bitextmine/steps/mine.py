@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 
-from bitextmine.encoder.encoder import pick_device
 from bitextmine.errors import BitextmineError
 from bitextmine.evaluation.thresholds import ThresholdChoice, resolve_threshold
 from bitextmine.files import OutputTarget, atomic_open, output_target, write_json
@@ -24,11 +23,11 @@ from bitextmine.mining.filters import NO_FILTERS, FilterSettings, PairFilter
 from bitextmine.mining.margin import check_margin
 from bitextmine.mining.output import FORMATS, MinedOutput, output_format, score_histogram, write_mined
 from bitextmine.mining.selection import NeighbourBlocks, check_strategy, select_candidates
-from bitextmine.search.faiss_index import EXACT, IndexInfo, load_index, load_index_info
-from bitextmine.search.gemm import GemmPlan, gemm_neighbours
-from bitextmine.search.ivf_scan import query_block_rows, search
-from bitextmine.search.knn import Neighbours, QueryBlocks, SearchShard, find_neighbours
-from bitextmine.search.sharded import ShardedIndex, release_index
+from bitextmine.search.faiss_index import IndexInfo, load_index_info
+from bitextmine.search.ivf_scan import query_block_rows
+from bitextmine.search.knn import Neighbours
+from bitextmine.search.language_search import BaseSearch
+from bitextmine.search.sharded import release_index
 from bitextmine.text.languages import check_lang
 from bitextmine.text.reader import warn_user
 from bitextmine.workspace.external import is_external
@@ -325,41 +324,6 @@ def neighbours_job(task: NeighbourTask, progress: Progress | None = None) -> int
     with atomic_open(task.out, "wb") as fh:
         np.save(fh, lists)
     return task.queries
-
-
-@dataclass(frozen=True)
-class BaseSearch:
-    """k-NN search of query vectors against one language of a workspace: through its FAISS index, or
-    by exact matrix products over its embedding shards where the index is exact (Flat)."""
-
-    base_lang: str
-    k: int
-    nprobe: int | None = None
-    max_codes: int | None = None
-    device: str = "auto"
-
-    def neighbours(
-        self, workspace: Workspace, blocks: QueryBlocks, queries: int, progress: Progress | None = None
-    ) -> Neighbours:
-        """The k nearest base rows of the `queries` query vectors that `blocks` yields, exact cosines."""
-        base = open_language(workspace, self.base_lang).vectors
-        if load_index_info(workspace.index_dir(), self.base_lang, base).factory == EXACT:
-            plan = GemmPlan.for_device(str(pick_device(self.device)))
-            return gemm_neighbours(blocks, queries, base, self.k, plan, progress)
-        index, info = load_index(
-            workspace.index_dir(), self.base_lang, base, nprobe=self.nprobe, max_codes=self.max_codes
-        )
-        if isinstance(index, ShardedIndex):
-            shards = index.search_shards()
-        else:
-            shards = [SearchShard(lambda q, n: search(index, q, n))]
-
-        def base_blocks() -> Iterator[tuple[int, np.ndarray]]:
-            for block in blocks():
-                yield block
-                base.drop_pages()  # rows gathered for re-ranking
-
-        return find_neighbours(base_blocks, queries, shards, base.take, self.k, progress, info.fetch)
 
 
 def _neighbour_blocks(work: Path, direction: str, sizes: tuple[int, int]) -> NeighbourBlocks:

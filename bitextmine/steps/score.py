@@ -25,7 +25,7 @@ from bitextmine.mining.margin import check_margin, margin_scores
 from bitextmine.mining.output import MinedOutput, ScoredRows, output_format, write_pairs
 from bitextmine.search.gemm import exact_neighbours
 from bitextmine.search.knn import Neighbours
-from bitextmine.steps.mine import BaseSearch
+from bitextmine.search.language_search import BaseSearch
 from bitextmine.text.bitext import Bitext
 from bitextmine.text.reader import Row, warn_user
 from bitextmine.workspace.language import open_language

@@ -1,0 +1,54 @@
+"""k-NN search against one language of a workspace, whatever its index: the neighbours `mine` and
+`score` look up."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from bitextmine.encoder.encoder import pick_device
+from bitextmine.launch.jobs import Progress
+from bitextmine.search.faiss_index import EXACT, load_index, load_index_info
+from bitextmine.search.gemm import GemmPlan, gemm_neighbours
+from bitextmine.search.ivf_scan import search
+from bitextmine.search.knn import Neighbours, QueryBlocks, SearchShard, find_neighbours
+from bitextmine.search.sharded import ShardedIndex
+from bitextmine.workspace.language import open_language
+from bitextmine.workspace.layout import Workspace
+
+
+@dataclass(frozen=True)
+class BaseSearch:
+    """k-NN search of query vectors against one language of a workspace: through its FAISS index, or
+    by exact matrix products over its embedding shards where the index is exact (Flat)."""
+
+    base_lang: str
+    k: int
+    nprobe: int | None = None
+    max_codes: int | None = None
+    device: str = "auto"
+
+    def neighbours(
+        self, workspace: Workspace, blocks: QueryBlocks, queries: int, progress: Progress | None = None
+    ) -> Neighbours:
+        """The k nearest base rows of the `queries` query vectors that `blocks` yields, exact cosines."""
+        base = open_language(workspace, self.base_lang).vectors
+        if load_index_info(workspace.index_dir(), self.base_lang, base).factory == EXACT:
+            plan = GemmPlan.for_device(str(pick_device(self.device)))
+            return gemm_neighbours(blocks, queries, base, self.k, plan, progress)
+        index, info = load_index(
+            workspace.index_dir(), self.base_lang, base, nprobe=self.nprobe, max_codes=self.max_codes
+        )
+        if isinstance(index, ShardedIndex):
+            shards = index.search_shards()
+        else:
+            shards = [SearchShard(lambda q, n: search(index, q, n))]
+
+        def base_blocks() -> Iterator[tuple[int, np.ndarray]]:
+            for block in blocks():
+                yield block
+                base.drop_pages()  # rows gathered for re-ranking
+
+        return find_neighbours(base_blocks, queries, shards, base.take, self.k, progress, info.fetch)

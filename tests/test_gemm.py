@@ -116,6 +116,20 @@ def test_more_duplicates_than_candidates_still_resolve_exactly():
     np.testing.assert_array_equal(found.ids, [[50, 100, 101, 102]] * 2)
 
 
+def test_near_ties_within_float32_rounding_resolve_as_rounded_float64_sums():
+    # rows a few float32 steps apart: a float32 product puts three in four of these queries' top 4 in
+    # another order or set than the rounded float64 sums, which alone decide (ties: the smaller row)
+    rng = np.random.default_rng(12)
+    centre = random_unit(1, 64, seed=11)[0]
+    base = (centre + rng.integers(-3, 4, size=(400, 64)) * 6e-8).astype(np.float32)
+    queries = np.concatenate([base[:50], random_unit(50, 64, seed=13)]).astype(np.float32)
+    found = search(queries, base, 4, plan("bf16", extra=3))
+    cos32 = (queries.astype(np.float64) @ base.astype(np.float64).T).astype(np.float32)
+    order = np.lexsort((np.broadcast_to(np.arange(len(base)), cos32.shape), -cos32), axis=1)[:, :4]
+    np.testing.assert_array_equal(found.ids, order)
+    np.testing.assert_array_equal(found.sims, np.take_along_axis(cos32, order, 1))
+
+
 def test_fewer_base_rows_than_k_pad_with_nan_and_minus_one():
     base, queries = as_stored(random_unit(3, 8, seed=8)), as_stored(random_unit(5, 8, seed=9))
     found = search(queries, base, 5, plan("bf16"))

@@ -245,7 +245,7 @@ def main() -> None:
     sub.add_parser("encode")
     runner = sub.add_parser("run")
     runner.add_argument("--sizes", default=",".join(map(str, SIZES)))
-    runner.add_argument("--settings", default="", help="settings to run besides exact (their short names: default, ivf, ivf8), comma-separated")
+    runner.add_argument("--settings", default="", help="besides exact: default, ivf, ivf8 (comma-separated)")
     sub.add_parser("report")
     args = parser.parse_args()
     if args.command == "encode":

@@ -130,6 +130,14 @@ def test_near_ties_within_float32_rounding_resolve_as_rounded_float64_sums():
     np.testing.assert_array_equal(found.sims, np.take_along_axis(cos32, order, 1))
 
 
+def test_a_nan_query_ends_once_every_row_is_a_candidate():
+    # a NaN cosine is never certified: the re-search must stop when nothing is left to discard
+    base, queries = as_stored(random_unit(200, 8, seed=14)), as_stored(random_unit(3, 8, seed=15))
+    queries[1] = np.nan
+    found = search(queries, base, 4, plan("bf16", extra=1))
+    np.testing.assert_array_equal(found.ids[[0, 2]], reference(queries[[0, 2]], base, 4)[1])
+
+
 def test_fewer_base_rows_than_k_pad_with_nan_and_minus_one():
     base, queries = as_stored(random_unit(3, 8, seed=8)), as_stored(random_unit(5, 8, seed=9))
     found = search(queries, base, 5, plan("bf16"))

@@ -173,7 +173,7 @@ def _exact_top_k(
     eps = products.bound(q)  # after a pass over the base: its norms are known
     cos, ids = products.rerank(q, ids, width)
     doubtful = _uncertified(cos, cut, eps)
-    while len(doubtful):  # four times the candidates, until all rows are (then nothing is discarded)
+    while len(doubtful) and fetch < len(base):  # four times the candidates, until all rows are
         fetch = min(4 * fetch, len(base))
         cut, more = products.top(q[doubtful], fetch)
         cos[doubtful], ids[doubtful] = products.rerank(q[doubtful], more, width)

@@ -175,7 +175,8 @@ def scores(pairs: list[tuple[int, int]], size: int) -> dict:
     for line in (WORK / "input" / "gold.tsv").read_text().splitlines():
         de, en = line.split("\t")
         gold.add((de, en))
-    in_sample = {(de, en) for de, en in gold if de in set(ids["de"]) and en in set(ids["en"])}
+    sampled = {lang: set(ids[lang]) for lang in LANGS}
+    in_sample = {(de, en) for de, en in gold if de in sampled["de"] and en in sampled["en"]}
     found = {(ids["de"][a - 1], ids["en"][b - 1]) for a, b in pairs}
     right = len(found & in_sample)
     precision, recall = right / max(len(found), 1), right / max(len(in_sample), 1)

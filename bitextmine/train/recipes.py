@@ -2,7 +2,7 @@
 
 A recipe fills in the settings a user did not give; an option given on the command line (or to
 `with_recipe`) always wins. The budget (`max_steps` / `max_minutes`), the data and the base model stay
-the user's. The figures behind each recipe are in docs/training.md ("Recipes").
+the user's. docs/training.md ("Recipes") links the measurements behind each recipe.
 """
 
 from __future__ import annotations

@@ -21,7 +21,14 @@ from bitextmine.launch.config import LauncherConfig
 from bitextmine.launch.jobs import Job, Progress, run_jobs
 from bitextmine.mining.filters import NO_FILTERS, FilterSettings, PairFilter
 from bitextmine.mining.margin import check_margin
-from bitextmine.mining.output import FORMATS, MinedOutput, output_format, score_histogram, write_mined
+from bitextmine.mining.output import (
+    FORMATS,
+    MinedOutput,
+    mining_settings,
+    output_format,
+    score_histogram,
+    write_mined,
+)
 from bitextmine.mining.selection import NeighbourBlocks, check_strategy, select_candidates
 from bitextmine.search.faiss_index import IndexInfo, load_index_info
 from bitextmine.search.ivf_scan import query_block_rows
@@ -195,7 +202,11 @@ def _mine(
     fwd, bwd = _neighbour_blocks(work, "fwd", sizes), _neighbour_blocks(work, "bwd", sizes[::-1])
     candidates = select_candidates(fwd, bwd, sizes, options.margin, options.strategy, scratch)
     above = len(candidates) if threshold is None else _count_at_least(candidates["score"], threshold.value)
-    written = write_mined(target, fmt, candidates[:above], src, tgt, pair_filter)
+    model = src.vectors.model
+    settings = mining_settings(
+        model.name, model.fingerprint, options.margin, options.k, threshold, options.filters
+    )
+    written = write_mined(target, fmt, candidates[:above], src, tgt, pair_filter, settings)
     counts = {
         "src_sentences": sizes[0],
         "tgt_sentences": sizes[1],

@@ -331,3 +331,20 @@ def test_eval_bucc_applies_the_pair_filters(tmp_path, tiny_model_dir):
     result = json.loads(report.read_text())
     assert result["recall"] == 0.0 and result["filtered"] == {"copies": 8}
     assert "copies" in output and "dropped by the filters" in " ".join(output.split())
+
+
+def test_without_a_threshold_the_summary_says_nothing_was_thresholded_and_how_to_calibrate(indexed_workspace):
+    """Issue 31: `mine` without --threshold kept every candidate and its summary said nothing of it."""
+    work, _ = indexed_workspace
+    code, output = run("mine", "de", "en", "-w", str(work))
+    assert code == 0, output
+    stats = json.loads((work / "mined" / "de-en.stats.json").read_text())
+    candidates, kept = stats["counts"]["one_to_one_candidates"], stats["counts"]["kept"]
+    flat = " ".join(output.split())
+    assert (
+        f"no threshold: the {candidates} one-to-one candidates were not thresholded, so pairs of unrelated "
+        f"sentences are among the {kept} written" in flat
+    )
+    assert "`bitextmine calibrate --bucc DIR --pair de-en --model M`" in flat and "--threshold auto" in flat
+    code, output = run("mine", "de", "en", "-w", str(work), "--threshold", "1.0")
+    assert code == 0 and "no threshold" not in output, output

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shlex
 import shutil
 import time
 import tokenize
@@ -127,24 +128,19 @@ def resolve_mine_threshold(
     """The threshold `options.threshold` stands for: calibrated ones ("auto", "auto:PAIR") are looked up by
     the fingerprint of the model that made the vectors, in the threshold store, then in the local model
     dir where bitextmine 0.1 kept them."""
-    legacy = Path(options.model or src.vectors.model.name).expanduser()
-    try:
-        return resolve_threshold(
-            options.threshold,
-            store=options.thresholds or workspace.thresholds_file(),
-            fingerprint=src.vectors.model.fingerprint,
-            margin=options.margin,
-            k=options.k,
-            pair=pair,
-            model_dir=legacy if legacy.is_dir() else None,
-        )
-    except BitextmineError:
-        if not is_external(src.vectors.model):
-            raise
-        raise BitextmineError(
-            f"'{src.lang}' has external embeddings ({src.vectors.model.name}), which `calibrate` cannot "
-            "calibrate: pass --threshold FLOAT"
-        ) from None
+    model = src.vectors.model
+    legacy = Path(options.model or model.name).expanduser()
+    external = f"--embeddings VECTORS_DIR --model-name {shlex.quote(model.name)}"
+    return resolve_threshold(
+        options.threshold,
+        store=options.thresholds or workspace.thresholds_file(),
+        fingerprint=model.fingerprint,
+        margin=options.margin,
+        k=options.k,
+        pair=pair,
+        model_dir=legacy if legacy.is_dir() else None,
+        calibrate_with=external if is_external(model) else "--model MODEL",
+    )
 
 
 def mine(

@@ -8,7 +8,7 @@ import shlex
 import shutil
 import time
 import tokenize
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -72,14 +72,17 @@ class MineOptions:
         if self.output is not None or self.format is not None:
             output_format(Path(self.output or "mined.tsv.zst"), self.format)
 
-    def output_target(self, workspace: Workspace, src: str, tgt: str) -> tuple[OutputTarget, str]:
+    def output_target(
+        self, workspace: Workspace, src: str, tgt: str, inputs: Sequence[str | Path] = ()
+    ) -> tuple[OutputTarget, str]:
         """Where the pairs go, in which format: `output` checked by files.output_target (it may be the
-        pair's own file in WORK/mined, in any format, but no other file of the workspace)."""
+        pair's own file in WORK/mined, in any format, but no other file of the workspace, nor one of
+        `inputs` or the threshold store)."""
         if self.output is None:
             fmt = self.format or "tsv.zst"
             return OutputTarget(workspace.mined_file(src, tgt, fmt)), fmt
         own = [workspace.mined_file(src, tgt, fmt) for fmt in FORMATS]
-        target = output_target(self.output, inputs=[self.thresholds], workspace=workspace, own=own)
+        target = output_target(self.output, inputs=[*inputs, self.thresholds], workspace=workspace, own=own)
         return target, output_format(Path(self.output), self.format)
 
     def to_json(self) -> dict[str, Any]:
@@ -158,15 +161,22 @@ def mine(
     and a rerun with another margin, strategy or threshold searches nothing), run here or where
     `launcher` sends them; `progress` counts queries. Then candidates are scored and selected.
     """
+    pair = check_pair(src_lang, tgt_lang)
+    reads = [f"{part}-{lang}" for part in ("lang", "index") for lang in (src_lang, tgt_lang)]
+    with workspace_locks(workspace, write=[f"mine-{pair}"], read=reads):
+        return _mine(workspace, src_lang, tgt_lang, options or MineOptions(), progress, launcher)
+
+
+def check_pair(src_lang: str, tgt_lang: str) -> str:
+    """The pair SRC-TGT of two valid codes; one language twice is one corpus against itself, where each
+    sentence's best candidate is itself: refused."""
     pair = f"{check_lang(src_lang)}-{check_lang(tgt_lang)}"
-    if src_lang == tgt_lang:  # one corpus against itself: each sentence's best candidate is itself
+    if src_lang == tgt_lang:
         raise BitextmineError(
             f"mine {src_lang} {tgt_lang}: the source and the target are one corpus, so every sentence "
             "would pair with itself; mine two languages"
         )
-    reads = [f"{part}-{lang}" for part in ("lang", "index") for lang in (src_lang, tgt_lang)]
-    with workspace_locks(workspace, write=[f"mine-{pair}"], read=reads):
-        return _mine(workspace, src_lang, tgt_lang, options or MineOptions(), progress, launcher)
+    return pair
 
 
 def _mine(

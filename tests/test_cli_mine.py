@@ -137,17 +137,13 @@ def test_calibrate_stores_a_threshold_that_mine_and_eval_use(tmp_path, tiny_mode
         assert run("index", side, "-w", work)[0] == 0
     code, output = run("mine", "de", "en", "-w", work, "--k", "16", "--threshold", "auto")
     assert code == 1 and "no calibrated threshold for de-en (ratio margin, k=16)" in output, output
-    code, output = run("mine", "de", "en", "-w", work, "--threshold", "auto")
-    assert code == 0 and "with k=4, strategy max (best F1 100.00)" in " ".join(output.split()), output
-    code, output = eval_bucc_dev(
-        bucc,
-        "--mined",
-        str(Path(work) / "mined" / "de-en.tsv.zst"),
-        "--json",
-        str(report),
-    )
-    assert code == 0, output
-    assert json.loads(report.read_text())["f1"] == 100.0
+    for fmt in ("tsv.zst", "jsonl", "parquet"):  # issue 31: every format mine writes, translation column too
+        code, output = run("mine", "de", "en", "-w", work, "--threshold", "auto", "--format", fmt)
+        assert code == 0 and "with k=4, strategy max (best F1 100.00)" in " ".join(output.split()), output
+        mined = Path(work) / "mined" / f"de-en.{fmt}"
+        code, output = eval_bucc_dev(bucc, "--mined", str(mined), "--json", str(report))
+        assert code == 0, output
+        assert json.loads(report.read_text())["f1"] == 100.0, fmt
 
 
 def test_eval_bucc_bad_split_is_a_one_line_error(tmp_path, tiny_model_dir):
@@ -335,3 +331,20 @@ def test_eval_bucc_applies_the_pair_filters(tmp_path, tiny_model_dir):
     result = json.loads(report.read_text())
     assert result["recall"] == 0.0 and result["filtered"] == {"copies": 8}
     assert "copies" in output and "dropped by the filters" in " ".join(output.split())
+
+
+def test_without_a_threshold_the_summary_says_nothing_was_thresholded_and_how_to_calibrate(indexed_workspace):
+    """Issue 31: `mine` without --threshold kept every candidate and its summary said nothing of it."""
+    work, _ = indexed_workspace
+    code, output = run("mine", "de", "en", "-w", str(work))
+    assert code == 0, output
+    stats = json.loads((work / "mined" / "de-en.stats.json").read_text())
+    candidates, kept = stats["counts"]["one_to_one_candidates"], stats["counts"]["kept"]
+    flat = " ".join(output.split())
+    assert (
+        f"no threshold: the {candidates} one-to-one candidates were not thresholded, so pairs of unrelated "
+        f"sentences are among the {kept} written" in flat
+    )
+    assert "`bitextmine calibrate --bucc DIR --pair de-en --model M`" in flat and "--threshold auto" in flat
+    code, output = run("mine", "de", "en", "-w", str(work), "--threshold", "1.0")
+    assert code == 0 and "no threshold" not in output, output

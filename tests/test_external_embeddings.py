@@ -170,7 +170,7 @@ def test_languages_of_different_models_mine_only_when_forced(tmp_path):
     code, output = run("mine", "de", "en", "-w", str(work), "--force")
     assert code == 0 and "warning: 'de' was encoded with model-a" in " ".join(output.split()), output
     code, output = run("mine", "de", "en", "-w", str(work), "--force", "--threshold", "auto")
-    _one_line_error(code, output, "external embeddings", "pass --threshold FLOAT")
+    _one_line_error(code, output, "--embeddings VECTORS_DIR --model-name model-a", "pass --threshold FLOAT")
 
 
 def _bucc_slice(split: Path, out: Path, gold_pairs: int = 100, others: int = 200) -> dict[str, Path]:

@@ -41,6 +41,7 @@ def _records(tsv_rows):
 
 def test_every_format_holds_the_same_pairs_and_loads_with_datasets(indexed_workspace, tmp_path):
     import datasets  # a dev dependency: this test is why
+    import pyarrow.parquet as pq
 
     work, _ = indexed_workspace
     _mine(work)
@@ -51,6 +52,7 @@ def test_every_format_holds_the_same_pairs_and_loads_with_datasets(indexed_works
     with gzip.open(tmp_path / "pairs.tsv.gz", "rt") as fh:
         assert _records([line.rstrip("\n").split("\t") for line in fh]) == reference
 
+    reference = [{**r, "translation": {"de": r["src"], "en": r["tgt"]}} for r in reference]
     _mine(work, "--format", "jsonl")
     jsonl = work / "mined" / "de-en.jsonl"
     assert [json.loads(line) for line in jsonl.read_text().splitlines()] == reference
@@ -58,6 +60,10 @@ def test_every_format_holds_the_same_pairs_and_loads_with_datasets(indexed_works
     assert stats["output"] == {"path": "mined/de-en.jsonl", "format": "jsonl"}
 
     _mine(work, "-o", str(tmp_path / "pairs.parquet"))
+    described = json.loads(pq.read_schema(tmp_path / "pairs.parquet").metadata[b"bitextmine"])
+    model = json.loads((work / "emb" / "de" / "manifest.json").read_text())["model"]
+    assert (described["model"], described["fingerprint"]) == (model["name"], model["fingerprint"])
+    assert (described["margin"], described["k"], described["threshold"]) == ("ratio", 4, 1.0)
     for kind, files in (("parquet", tmp_path / "pairs.parquet"), ("json", jsonl)):
         loaded = datasets.load_dataset(
             kind, data_files=str(files), split="train", cache_dir=str(tmp_path / "hf")

@@ -6,7 +6,17 @@ import importlib
 from bitextmine.cli.app import app
 
 # Importing a command's module registers it; `--help` lists the commands in this (pipeline) order.
-for _command in ("encode", "index", "mine", "score", "calibrate", "eval", "eval_words", "train"):
+for _command in (
+    "encode",
+    "index",
+    "mine",
+    "mine_files",
+    "score",
+    "calibrate",
+    "eval",
+    "eval_words",
+    "train",
+):
     importlib.import_module(f"bitextmine.cli.{_command}")
 
 

@@ -31,6 +31,7 @@ from bitextmine.cli.app import (
 )
 from bitextmine.cli.output import ProgressDisplay, emit_json, json_target, scores_table
 from bitextmine.cli.plots import CURVES, curve_lines, curve_range, save_calibration_plot
+from bitextmine.errors import BitextmineError
 from bitextmine.files import output_target
 from bitextmine.workspace.layout import DEFAULT_WORKDIR, Workspace
 from bitextmine.workspace.scratch import scratch_folder
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
 
 @app.command()
 def calibrate(
+    context: typer.Context,
     bucc: BuccDir,
     pair: PairOption,
     split: Annotated[str, typer.Option(help="Split to learn the threshold on.")] = "dev",
@@ -76,6 +78,23 @@ def calibrate(
     device: DeviceOption = "auto",
     precision: PrecisionOption = "auto",
     threads: ThreadsOption = None,
+    embeddings: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="DIR",
+            help="Calibrate vectors made elsewhere instead of encoding: DIR/PAIR.SPLIT.LANG.npy for each "
+            "side, float32 or float16 [lines, dim], row i for line i of the split's LANG file.",
+            rich_help_panel="Bring your own embeddings",
+        ),
+    ] = None,
+    model_name: Annotated[
+        str | None,
+        typer.Option(
+            help="The model that made the --embeddings, named as to `encode --embeddings --model-name`: "
+            "`mine --threshold auto` finds the threshold under that name.",
+            rich_help_panel="Bring your own embeddings",
+        ),
+    ] = None,
 ) -> None:
     """Learn the margin threshold on a BUCC-format split and store it in the threshold store.
 
@@ -88,35 +107,47 @@ def calibrate(
     pair in WORK/thresholds.json (or --thresholds FILE), where `mine --threshold auto` and `eval bucc`
     find it. Nothing is written into the model dir. Prints the curve as a text plot; --json PATH|-
     writes the settings, the chosen point and every threshold's P/R/F1, and --plot FILE.png draws them.
+    With --embeddings DIR and --model-name NAME, the split's vectors come from DIR instead of a model.
     """
     from bitextmine.evaluation.bucc import check_rule, read_bucc
-    from bitextmine.evaluation.calibration import MiningSettings
+    from bitextmine.evaluation.calibration import MiningSettings, split_vectors_files
     from bitextmine.steps.calibrate import calibrate as calibrate_split
+    from bitextmine.steps.calibrate import calibrate_embeddings
 
-    set_threads(threads)
     workspace = Workspace(workdir)
     store = thresholds or workspace.thresholds_file()
     with user_errors():
         check_rule(target_precision, plateau)
+        model_given = context.get_parameter_source("model").name == "COMMANDLINE"  # not BITEXTMINE_MODEL
+        _check_vector_options(embeddings, model_name, model_given, device, precision, threads)
         inputs = [*bucc_files(bucc, pair, split), store]
+        if embeddings is not None:
+            inputs += split_vectors_files(embeddings, pair, split)
         json_out = json_target(json_path, inputs=[*inputs, plot], workspace=workspace)
         plot_out = None if plot is None else output_target(plot, inputs=inputs, workspace=workspace)
         data = read_bucc(bucc, pair, split)
-        encoder = load_encoder(require_model(model), device, precision)
-        progress = ProgressDisplay(f"encoding {pair} {split}", data.sentences, rates=True)
-        with progress, scratch_folder(workspace, "calibrate") as scratch:
-            calibration = calibrate_split(
-                data,
-                encoder,
-                MiningSettings(k, margin, strategy),
-                workspace.embedding_cache_dir(),
-                progress.advance,
-                store=store,
-                target_precision=target_precision,
-                plateau=plateau,
-                scratch=scratch,
-                reuse=workspace,
-            )
+        settings = MiningSettings(k, margin, strategy)
+        rule = {"store": store, "target_precision": target_precision, "plateau": plateau}
+        if embeddings is not None:
+            with scratch_folder(workspace, "calibrate") as scratch:
+                calibration = calibrate_embeddings(
+                    data, embeddings, model_name or "", settings, scratch=scratch, **rule
+                )
+        else:
+            set_threads(threads)
+            encoder = load_encoder(require_model(model), device, precision)
+            progress = ProgressDisplay(f"encoding {pair} {split}", data.sentences, rates=True)
+            with progress, scratch_folder(workspace, "calibrate") as scratch:
+                calibration = calibrate_split(
+                    data,
+                    encoder,
+                    settings,
+                    workspace.embedding_cache_dir(),
+                    progress.advance,
+                    scratch=scratch,
+                    reuse=workspace,
+                    **rule,
+                )
         report = calibration_report(calibration)
         title = f"calibrate {pair} {split} ({margin} margin, {strategy})"
         if plot_out is not None:
@@ -132,7 +163,11 @@ def calibrate(
         highlight=False,
         soft_wrap=True,
     )
-    out.print(calibration.sources.describe(), highlight=False, soft_wrap=True)
+    if calibration.sources is not None:
+        out.print(calibration.sources.describe(), highlight=False, soft_wrap=True)
+    else:
+        files = " and ".join(map(str, split_vectors_files(embeddings, pair, split)))
+        out.print(f"sentence vectors: read from {files}", highlight=False, markup=False, soft_wrap=True)
     if plot is not None:
         out.print(f"plot written to {plot}", highlight=False, soft_wrap=True)
     emit_json(json_out, report)
@@ -157,10 +192,36 @@ def calibration_report(calibration: Calibration) -> dict[str, Any]:
         "candidates": result.candidates,
         "gold": result.scores.gold,
         "stored_in": str(calibration.stored_in),
-        "vectors": asdict(calibration.sources),
+        "vectors": None if calibration.sources is None else asdict(calibration.sources),
         "chosen": chosen,
         "curve": result.curve.rows(),
     }
+
+
+def _check_vector_options(
+    embeddings: Path | None,
+    model_name: str | None,
+    model_given: bool,
+    device: str,
+    precision: str,
+    threads: int | None,
+) -> None:
+    """--embeddings calibrates without a model: the options of one are refused, not ignored."""
+    if embeddings is None:
+        if model_name is not None:
+            raise BitextmineError("--model-name names the model of --embeddings: add --embeddings DIR")
+        return
+    given = {
+        "--model": model_given,
+        "--device": device != "auto",
+        "--precision": precision != "auto",
+        "--threads": threads is not None,
+    }
+    if any(given.values()):
+        flags = ", ".join(flag for flag, used in given.items() if used)
+        raise BitextmineError(
+            f"--embeddings calibrates vectors made elsewhere, without a model: {flags} cannot apply"
+        )
 
 
 def _curve_plot(report: dict[str, Any]) -> list[str]:

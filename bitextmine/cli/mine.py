@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 from rich.table import Table
@@ -27,6 +27,9 @@ from bitextmine.cli.output import ProgressDisplay, emit_json, json_target, resul
 from bitextmine.cli.plots import histogram_lines
 from bitextmine.files import read_json
 from bitextmine.workspace.layout import DEFAULT_WORKDIR, Workspace
+
+if TYPE_CHECKING:
+    from bitextmine.steps.mine import MineSummary
 
 OutputFormat = Literal["tsv.zst", "tsv.gz", "tsv", "jsonl", "parquet"]  # mining.output.FORMATS
 
@@ -125,6 +128,15 @@ def mine(
         progress = ProgressDisplay(f"mining {src}-{tgt}", queries)
         with progress:
             summary = mine_pair(workspace, src, tgt, options, progress.advance, config)
+    print_mine_summary(summary)
+    if json_out is not None:
+        with user_errors():
+            emit_json(json_out, read_json(summary.stats))
+
+
+def print_mine_summary(summary: MineSummary) -> None:
+    """The best pairs, the filters' drops, the kept scores' histogram, the threshold (or that there was
+    none) and the counts."""
     out.print(preview_table(summary.pair, summary.written.preview))
     counts = summary.counts
     if counts["filtered"]:
@@ -136,6 +148,8 @@ def mine(
         out.print("\n".join(histogram_lines(histogram["edges"], histogram["counts"])), highlight=False)
     if summary.threshold is not None:
         out.print(f"threshold {summary.threshold.value:.4f}: {summary.threshold.source}", highlight=False)
+    else:
+        out.print(no_threshold_note(summary), highlight=False, markup=False, soft_wrap=True)
     kept = f"{summary.kept:,} pairs" + (
         "" if summary.threshold is None else f" with score >= {summary.threshold.value:.4f}"
     )
@@ -145,9 +159,18 @@ def mine(
         f"({summary.seconds:.1f} s)",
         highlight=False,
     )
-    if json_out is not None:
-        with user_errors():
-            emit_json(json_out, read_json(summary.stats))
+
+
+def no_threshold_note(summary: MineSummary) -> str:
+    """Without --threshold every sentence's best match is written, however poor: say so, and how to
+    get a threshold."""
+    return (
+        f"no threshold: the {summary.counts['one_to_one_candidates']:,} one-to-one candidates were not "
+        f"thresholded, so pairs of unrelated sentences are among the {summary.kept:,} written. Learn a "
+        f"threshold on a BUCC-format split with `bitextmine calibrate --bucc DIR --pair {summary.pair} "
+        "--model M` (vectors made elsewhere: `--embeddings DIR --model-name NAME`) and mine with "
+        "--threshold auto, or pass --threshold FLOAT"
+    )
 
 
 def preview_table(pair: str, preview: list[tuple[float, str, str]]) -> Table:

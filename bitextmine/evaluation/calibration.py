@@ -18,7 +18,9 @@ from bitextmine.mining.margin import check_margin
 from bitextmine.mining.mined_file import mined_format, mined_records
 from bitextmine.mining.selection import Candidates, check_strategy
 from bitextmine.text.cleaning import clean_line
+from bitextmine.text.languages import parse_pair
 from bitextmine.text.reader import Warn, warn_user
+from bitextmine.workspace.external import open_vectors
 from bitextmine.workspace.layout import Workspace
 
 
@@ -80,6 +82,45 @@ def mine_vectors(
         dtype=bool,
     )
     return SplitCandidates(split, candidates, is_gold)
+
+
+def split_vectors_files(directory: Path, pair: str, split: str) -> tuple[Path, Path]:
+    """Where `calibrate --embeddings DIR` reads each side's vectors: DIR/PAIR.SPLIT.LANG.npy."""
+    stem = Path(directory) / f"{pair}.{split}"
+    src_lang, tgt_lang = parse_pair(pair)
+    return Path(f"{stem}.{src_lang}.npy"), Path(f"{stem}.{tgt_lang}.npy")
+
+
+def read_split_vectors(directory: Path, split: BuccSplit) -> tuple[np.ndarray, np.ndarray]:
+    """The split's sentence vectors made elsewhere, one .npy a side (`split_vectors_files`), row i for the
+    side's line i: L2-normalised and rounded through float16, as `encode --embeddings` stores them for
+    `mine` (so the threshold transfers). A missing file, a row count other than the side's lines, two
+    dimensions, or a row of norm 0 or not finite is a one-line error naming the file."""
+    sides = []
+    for path, side in zip(
+        split_vectors_files(directory, split.pair, split.split), (split.src, split.tgt), strict=True
+    ):
+        if not path.is_file():
+            raise BuccError(
+                f"{path}: no such file (calibrate --embeddings DIR reads "
+                f"DIR/{split.pair}.{split.split}.LANG.npy, one row a line of the split's LANG file)"
+            )
+        vectors = open_vectors(path)
+        lines = len(side.ids)
+        if vectors.rows != lines:
+            raise BuccError(
+                f"{path} has {vectors.rows:,} rows but {split.pair}.{split.split}.{side.lang} has {lines:,} "
+                "lines: give one vector a line, in the file's order"
+            )
+        sides.append((path, vectors))
+    (src_path, src), (tgt_path, tgt) = sides
+    if src.dim != tgt.dim:
+        raise BuccError(
+            f"{src_path} has dim {src.dim} but {tgt_path.name} has dim {tgt.dim}: "
+            "both sides need vectors of one model"
+        )
+    stored = [v.unit_rows(np.arange(v.rows)).astype(np.float16).astype(np.float32) for v in (src, tgt)]
+    return stored[0], stored[1]
 
 
 def calibrate_threshold(

@@ -166,12 +166,14 @@ def resolve_threshold(
     k: int,
     pair: str,
     model_dir: Path | None = None,
+    calibrate_with: str = "--model MODEL",
 ) -> ThresholdChoice | None:
     """The threshold `spec` (see `parse_threshold`) stands for when mining `pair` with the model of
     `fingerprint`, `margin` and `k`: None (keep all), the number given, this pair's calibrated threshold
     ("auto") or another pair's ("auto:PAIR"), from `store`, else from `model_dir`'s bitextmine.json (the
     old place, k=4). A calibration of another margin or k is never used: that is a one-line error
-    listing the model's calibrations."""
+    listing the model's calibrations and saying how to calibrate (`calibrate_with`: the options that
+    name the model to `calibrate`)."""
     spec = parse_threshold(spec) if isinstance(spec, str) else spec
     if spec is None:
         return None
@@ -189,10 +191,12 @@ def resolve_threshold(
     calibrated = sorted(
         {r.key for r in records} | {ThresholdKey(fingerprint, margin, OLD_K, p) for p in legacy}
     )
-    raise BitextmineError(_missing(store, wanted, calibrated, spec))
+    raise BitextmineError(_missing(store, wanted, calibrated, spec, calibrate_with))
 
 
-def _missing(store: Path, wanted: ThresholdKey, calibrated: list[ThresholdKey], spec: str) -> str:
+def _missing(
+    store: Path, wanted: ThresholdKey, calibrated: list[ThresholdKey], spec: str, calibrate_with: str
+) -> str:
     listed = ", ".join(f"{key.pair} {key.margin} k={key.k}" for key in calibrated)
     others = f" (calibrated: {listed})" if calibrated else ""
     borrowable = [key.pair for key in calibrated if (key.margin, key.k) == (wanted.margin, wanted.k)]
@@ -201,7 +205,7 @@ def _missing(store: Path, wanted: ThresholdKey, calibrated: list[ThresholdKey], 
     )
     command = (
         f"bitextmine calibrate --bucc DIR --pair {wanted.pair} --margin {wanted.margin} --k {wanted.k} "
-        f"--model MODEL --thresholds {store}"
+        f"{calibrate_with} --thresholds {store}"
     )
     return (
         f"no calibrated threshold for {wanted.describe()} with model fingerprint {wanted.fingerprint} in "

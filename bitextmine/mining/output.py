@@ -4,11 +4,14 @@ Formats (`FORMATS`, chosen by `--format` or the output's suffix):
 
 - ``tsv.zst`` (default), ``tsv.gz``, ``tsv``: ``score<TAB>src<TAB>tgt<TAB>src id<TAB>tgt id`` and, when
   the corpora carry a meta column, ``<TAB>src meta<TAB>tgt meta``; an id is ``INPUT-PATH:LINE``.
-- ``jsonl``: one object a pair with the keys of `COLUMNS`.
-- ``parquet``: the same columns (needs pyarrow: ``pip install 'bitextmine[parquet]'``).
+- ``jsonl``: one object a pair with the keys of `COLUMNS` and ``translation``: ``{SRC_LANG: src,
+  TGT_LANG: tgt}``, the field of Hugging Face translation datasets.
+- ``parquet``: the same columns (needs pyarrow: ``pip install 'bitextmine[parquet]'``); its schema
+  metadata holds, under the key ``bitextmine``, JSON saying what made the pairs (`parquet_metadata`).
 
-Every format loads with Hugging Face ``datasets`` (``load_dataset("parquet" | "json" | "csv", ...)``).
-Compression and row groups are deterministic, so a rerun writes the same bytes.
+Every format loads with Hugging Face ``datasets`` (``load_dataset("parquet" | "json" | "csv", ...)``;
+the headerless TSV's recipe is in docs/commands.md). Compression and row groups are deterministic, so a
+rerun writes the same bytes.
 """
 
 from __future__ import annotations
@@ -17,9 +20,9 @@ import gzip
 import json
 import os
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 import numpy as np
 import zstandard
@@ -27,13 +30,20 @@ import zstandard
 from bitextmine.errors import BitextmineError
 from bitextmine.faults import crash_point
 from bitextmine.files import OutputTarget
-from bitextmine.mining.filters import PairFilter
+from bitextmine.mining.filters import FilterSettings, PairFilter
 from bitextmine.text.reader import Row
 from bitextmine.workspace.corpus import RowReader
 from bitextmine.workspace.language import Language
 
+if TYPE_CHECKING:
+    from bitextmine.evaluation.thresholds import ThresholdChoice
+
 FORMATS = ("tsv.zst", "tsv.gz", "tsv", "jsonl", "parquet")
+TRANSLATION_FORMATS = ("jsonl", "parquet")  # the formats with a translation column
 COLUMNS = ("score", "src", "tgt", "src_file", "src_line", "tgt_file", "tgt_line", "src_meta", "tgt_meta")
+METADATA_KEY = (
+    b"bitextmine"  # the parquet schema metadata's key (pandas writes b"pandas", datasets b"huggingface")
+)
 HISTOGRAM_BINS = 50
 InputFiles = tuple[list[str], list[str]]  # the input paths of the source and target corpora
 ScoredRows = tuple[np.ndarray, list[Row], list[Row]]  # scores, and the source and target rows scored
@@ -62,8 +72,10 @@ class MinedChunk:
     tgt: list[Row]
     src_files: list[str]  # input paths of the source corpus, by Row.source
     tgt_files: list[str]
+    langs: tuple[str, str]  # the keys of the translation column
 
     def records(self, with_meta: bool) -> Iterator[dict[str, Any]]:
+        src_lang, tgt_lang = self.langs
         for score, s, t in zip(self.score, self.src, self.tgt, strict=True):
             record = {
                 "score": round(score, 6),
@@ -76,7 +88,45 @@ class MinedChunk:
             }
             if with_meta:
                 record["src_meta"], record["tgt_meta"] = s.meta, t.meta
+            record["translation"] = {src_lang: s.text, tgt_lang: t.text}
             yield record
+
+
+def check_translation_pair(fmt: str, src_lang: str, tgt_lang: str) -> None:
+    """The translation column of jsonl and parquet is keyed by language: one language twice cannot be."""
+    if fmt in TRANSLATION_FORMATS and src_lang == tgt_lang:
+        raise BitextmineError(
+            f"{fmt} output has a translation column keyed by language, and both sides are '{src_lang}': "
+            "write tsv.zst, tsv.gz or tsv"
+        )
+
+
+def mining_settings(
+    model: str,
+    fingerprint: str,
+    margin: str,
+    k: int,
+    threshold: ThresholdChoice | None,
+    filters: FilterSettings,
+) -> dict[str, Any]:
+    """The `settings` of `write_pairs`: what made the scores and what kept the pairs."""
+    return {
+        "model": model,
+        "fingerprint": fingerprint,
+        "margin": margin,
+        "k": k,
+        "threshold": None if threshold is None else threshold.value,
+        "threshold_source": None if threshold is None else threshold.source,
+        "filters": asdict(filters),
+    }
+
+
+def parquet_metadata(src_lang: str, tgt_lang: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """What the parquet file says made its pairs: the languages, `settings` (model, fingerprint, margin,
+    k, threshold, filters) and the bitextmine version."""
+    from bitextmine import __version__
+
+    return {"src_lang": src_lang, "tgt_lang": tgt_lang, **settings, "bitextmine_version": __version__}
 
 
 def _printable(path: str) -> str:
@@ -131,7 +181,7 @@ class _JsonlWriter:
 
 
 class _ParquetWriter:
-    def __init__(self, raw: BinaryIO, with_meta: bool) -> None:
+    def __init__(self, raw: BinaryIO, with_meta: bool, metadata: dict[str, Any]) -> None:
         try:
             import pyarrow as pa
             import pyarrow.parquet as pq
@@ -143,7 +193,10 @@ class _ParquetWriter:
         columns += [("tgt_file", pa.string()), ("tgt_line", pa.int64())]
         if with_meta:
             columns += [("src_meta", pa.string()), ("tgt_meta", pa.string())]
-        self.schema = pa.schema(columns)
+        langs = (metadata["src_lang"], metadata["tgt_lang"])
+        columns += [("translation", pa.struct([(lang, pa.string()) for lang in langs]))]
+        described = {METADATA_KEY: json.dumps(metadata, sort_keys=True, ensure_ascii=False).encode()}
+        self.schema = pa.schema(columns, metadata=described)
         self.writer = pq.ParquetWriter(raw, self.schema, compression="zstd")
 
     def write(self, chunk: MinedChunk) -> None:
@@ -154,7 +207,9 @@ class _ParquetWriter:
         self.writer.close()
 
 
-def _open_writer(raw: BinaryIO, fmt: str, with_meta: bool) -> tuple[_Writer, BinaryIO]:
+def _open_writer(
+    raw: BinaryIO, fmt: str, with_meta: bool, metadata: dict[str, Any]
+) -> tuple[_Writer, BinaryIO]:
     """The writer of `fmt` over `raw`, and the stream it writes to (`raw`, or a compressor over it)."""
     stream: BinaryIO = raw
     if fmt == "tsv.zst":
@@ -164,7 +219,7 @@ def _open_writer(raw: BinaryIO, fmt: str, with_meta: bool) -> tuple[_Writer, Bin
     if fmt == "jsonl":
         return _JsonlWriter(stream, with_meta), stream
     if fmt == "parquet":
-        return _ParquetWriter(stream, with_meta), stream
+        return _ParquetWriter(stream, with_meta, metadata), stream
     return _TsvWriter(stream, with_meta), stream
 
 
@@ -184,10 +239,12 @@ def write_mined(
     src: Language,
     tgt: Language,
     pair_filter: PairFilter,
+    settings: dict[str, Any],
     chunk: int = 500_000,
 ) -> MinedOutput:
     """Write the candidate records (CANDIDATE_DTYPE, by decreasing score) that pass `pair_filter` to
-    `target` in `fmt`, looking sentences up `chunk` pairs at a time."""
+    `target` in `fmt`, looking sentences up `chunk` pairs at a time; `settings` say how they were mined
+    (see `write_pairs`)."""
 
     readers = RowReader(src.corpus_dir, src.corpus), RowReader(tgt.corpus_dir, tgt.corpus)
 
@@ -199,7 +256,7 @@ def write_mined(
     files: InputFiles = [s.path for s in src.corpus.sources], [s.path for s in tgt.corpus.sources]
     span = (float(pairs["score"][-1]), float(pairs["score"][0])) if len(pairs) else (0.0, 1.0)
     with_meta = _has_meta(src) or _has_meta(tgt)
-    return write_pairs(target, fmt, chunks(), files, pair_filter, span, with_meta)
+    return write_pairs(target, fmt, chunks(), files, pair_filter, span, with_meta, settings=settings)
 
 
 def write_pairs(
@@ -211,14 +268,20 @@ def write_pairs(
     span: tuple[float, float],
     with_meta: bool = False,
     preview: int = 10,
+    *,
+    settings: dict[str, Any] | None = None,
 ) -> MinedOutput:
-    """Write the pairs of `chunks` that pass `pair_filter` to `target` in `fmt`; the histogram of what was
-    written spans `span`, and the first `preview` pairs written come back."""
+    """Write the pairs of `chunks` that pass `pair_filter` to `target` in `fmt`, their translation column
+    keyed by the filter's language pair; the histogram of what was written spans `span`, and the first
+    `preview` pairs written come back. `settings` (model, fingerprint, margin, k, threshold, filters) go
+    into a parquet file's schema metadata."""
+    langs = pair_filter.langs
+    check_translation_pair(fmt, *langs)
     counts = np.zeros(KEPT_HISTOGRAM_BINS, dtype=np.int64)
     shown: list[tuple[float, str, str]] = []
     kept = 0
     with target.open("wb") as raw:
-        writer, stream = _open_writer(raw, fmt, with_meta)
+        writer, stream = _open_writer(raw, fmt, with_meta, parquet_metadata(*langs, settings or {}))
         for scores, src_rows, tgt_rows in chunks:
             mask = pair_filter.keep(scores, [r.text for r in src_rows], [r.text for r in tgt_rows])
             written = MinedChunk(
@@ -226,6 +289,7 @@ def write_pairs(
                 [r for r, k in zip(src_rows, mask, strict=True) if k],
                 [r for r, k in zip(tgt_rows, mask, strict=True) if k],
                 *files,
+                langs,
             )
             writer.write(written)
             counts += np.histogram(written.score, bins=KEPT_HISTOGRAM_BINS, range=span)[0]

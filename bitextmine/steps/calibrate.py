@@ -9,8 +9,17 @@ from pathlib import Path
 
 from bitextmine.encoder.cache import VectorSources
 from bitextmine.encoder.encoder import ProgressCallback, SentenceEncoder
+from bitextmine.errors import BitextmineError
 from bitextmine.evaluation.bucc import BuccSplit, Scores, SweepResult, check_rule
-from bitextmine.evaluation.calibration import MiningSettings, calibrate_threshold, mine_split, scores_at
+from bitextmine.evaluation.calibration import (
+    MiningSettings,
+    SplitCandidates,
+    calibrate_threshold,
+    mine_split,
+    mine_vectors,
+    read_split_vectors,
+    scores_at,
+)
 from bitextmine.evaluation.thresholds import (
     ThresholdChoice,
     ThresholdRecord,
@@ -19,6 +28,7 @@ from bitextmine.evaluation.thresholds import (
 )
 from bitextmine.mining.filters import NO_FILTERS, FilterSettings, PairFilter
 from bitextmine.text.languages import parse_pair
+from bitextmine.workspace.external import external_fingerprint
 from bitextmine.workspace.layout import DEFAULT_WORKDIR, Workspace
 
 
@@ -30,7 +40,8 @@ class Calibration:
     result: SweepResult  # the threshold, the P/R/F1 it gives on the split, the whole curve, the rule
     record: ThresholdRecord  # what was stored: the threshold with its model, split, scores and rule
     stored_in: Path  # the threshold store
-    sources: VectorSources  # how many sentence vectors were encoded, reused, read from the cache
+    sources: VectorSources | None  # how many sentence vectors were encoded, reused, read from the cache
+    # (None: the vectors were made elsewhere, `calibrate_embeddings`)
 
 
 @dataclass
@@ -68,14 +79,54 @@ def calibrate(
     workspace holds (same encoder and precision, see encoder/held.py) are not encoded again. The
     mining's scratch goes to `scratch` (a workspace's scratch folder), else to $TMPDIR."""
     settings = settings or MiningSettings()
-    store = store or default_store()
     check_rule(target_precision, plateau)  # before the encoding, not after it
     mined = mine_split(split, encoder, settings, cache_dir, progress, reuse=reuse, scratch=scratch)
+    model = (encoder.loaded.name, encoder.fingerprint)
+    return _store_calibration(mined, model, settings, store, target_precision, plateau)
+
+
+def calibrate_embeddings(
+    split: BuccSplit,
+    vectors_dir: Path,
+    model_name: str,
+    settings: MiningSettings | None = None,
+    *,
+    store: Path | None = None,
+    target_precision: float | None = None,
+    plateau: float | None = None,
+    scratch: Path | None = None,
+) -> Calibration:
+    """`calibrate` on vectors made elsewhere: `vectors_dir`/PAIR.SPLIT.LANG.npy, one row a line of the
+    split's LANG file (`read_split_vectors`), by the model `model_name`. The threshold is stored under
+    the fingerprint that `encode --embeddings --model-name` gives that name, where `mine --threshold
+    auto` finds it for the languages imported under it."""
+    if not model_name:
+        raise BitextmineError(f"{vectors_dir}: --embeddings needs --model-name, the model that made them")
+    settings = settings or MiningSettings()
+    check_rule(target_precision, plateau)
+    src, tgt = read_split_vectors(vectors_dir, split)
+    mined = mine_vectors(split, src, tgt, settings, scratch)
+    model = (model_name, external_fingerprint(model_name))
+    return _store_calibration(mined, model, settings, store, target_precision, plateau)
+
+
+def _store_calibration(
+    mined: SplitCandidates,
+    model: tuple[str, str],
+    settings: MiningSettings,
+    store: Path | None,
+    target_precision: float | None,
+    plateau: float | None,
+) -> Calibration:
+    """Choose the threshold of the mined split by the rule, and record it under `model` (name,
+    fingerprint) in `store` (default: the default workspace's)."""
+    store = store or default_store()
+    split = mined.split
     result = calibrate_threshold(mined, target_precision, plateau)
     record = ThresholdRecord.from_sweep(
         result,
-        fingerprint=encoder.fingerprint,
-        model=encoder.loaded.name,
+        fingerprint=model[1],
+        model=model[0],
         margin=settings.margin,
         k=settings.k,
         strategy=settings.strategy,

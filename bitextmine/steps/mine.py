@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shlex
 import shutil
 import time
 import tokenize
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,14 @@ from bitextmine.launch.config import LauncherConfig
 from bitextmine.launch.jobs import Job, Progress, run_jobs
 from bitextmine.mining.filters import NO_FILTERS, FilterSettings, PairFilter
 from bitextmine.mining.margin import check_margin
-from bitextmine.mining.output import FORMATS, MinedOutput, output_format, score_histogram, write_mined
+from bitextmine.mining.output import (
+    FORMATS,
+    MinedOutput,
+    mining_settings,
+    output_format,
+    score_histogram,
+    write_mined,
+)
 from bitextmine.mining.selection import NeighbourBlocks, check_strategy, select_candidates
 from bitextmine.search.faiss_index import IndexInfo, load_index_info
 from bitextmine.search.ivf_scan import query_block_rows
@@ -64,14 +72,17 @@ class MineOptions:
         if self.output is not None or self.format is not None:
             output_format(Path(self.output or "mined.tsv.zst"), self.format)
 
-    def output_target(self, workspace: Workspace, src: str, tgt: str) -> tuple[OutputTarget, str]:
+    def output_target(
+        self, workspace: Workspace, src: str, tgt: str, inputs: Sequence[str | Path] = ()
+    ) -> tuple[OutputTarget, str]:
         """Where the pairs go, in which format: `output` checked by files.output_target (it may be the
-        pair's own file in WORK/mined, in any format, but no other file of the workspace)."""
+        pair's own file in WORK/mined, in any format, but no other file of the workspace, nor one of
+        `inputs` or the threshold store)."""
         if self.output is None:
             fmt = self.format or "tsv.zst"
             return OutputTarget(workspace.mined_file(src, tgt, fmt)), fmt
         own = [workspace.mined_file(src, tgt, fmt) for fmt in FORMATS]
-        target = output_target(self.output, inputs=[self.thresholds], workspace=workspace, own=own)
+        target = output_target(self.output, inputs=[*inputs, self.thresholds], workspace=workspace, own=own)
         return target, output_format(Path(self.output), self.format)
 
     def to_json(self) -> dict[str, Any]:
@@ -120,24 +131,19 @@ def resolve_mine_threshold(
     """The threshold `options.threshold` stands for: calibrated ones ("auto", "auto:PAIR") are looked up by
     the fingerprint of the model that made the vectors, in the threshold store, then in the local model
     dir where bitextmine 0.1 kept them."""
-    legacy = Path(options.model or src.vectors.model.name).expanduser()
-    try:
-        return resolve_threshold(
-            options.threshold,
-            store=options.thresholds or workspace.thresholds_file(),
-            fingerprint=src.vectors.model.fingerprint,
-            margin=options.margin,
-            k=options.k,
-            pair=pair,
-            model_dir=legacy if legacy.is_dir() else None,
-        )
-    except BitextmineError:
-        if not is_external(src.vectors.model):
-            raise
-        raise BitextmineError(
-            f"'{src.lang}' has external embeddings ({src.vectors.model.name}), which `calibrate` cannot "
-            "calibrate: pass --threshold FLOAT"
-        ) from None
+    model = src.vectors.model
+    legacy = Path(options.model or model.name).expanduser()
+    external = f"--embeddings VECTORS_DIR --model-name {shlex.quote(model.name)}"
+    return resolve_threshold(
+        options.threshold,
+        store=options.thresholds or workspace.thresholds_file(),
+        fingerprint=model.fingerprint,
+        margin=options.margin,
+        k=options.k,
+        pair=pair,
+        model_dir=legacy if legacy.is_dir() else None,
+        calibrate_with=external if is_external(model) else "--model MODEL",
+    )
 
 
 def mine(
@@ -155,15 +161,22 @@ def mine(
     and a rerun with another margin, strategy or threshold searches nothing), run here or where
     `launcher` sends them; `progress` counts queries. Then candidates are scored and selected.
     """
+    pair = check_pair(src_lang, tgt_lang)
+    reads = [f"{part}-{lang}" for part in ("lang", "index") for lang in (src_lang, tgt_lang)]
+    with workspace_locks(workspace, write=[f"mine-{pair}"], read=reads):
+        return _mine(workspace, src_lang, tgt_lang, options or MineOptions(), progress, launcher)
+
+
+def check_pair(src_lang: str, tgt_lang: str) -> str:
+    """The pair SRC-TGT of two valid codes; one language twice is one corpus against itself, where each
+    sentence's best candidate is itself: refused."""
     pair = f"{check_lang(src_lang)}-{check_lang(tgt_lang)}"
-    if src_lang == tgt_lang:  # one corpus against itself: each sentence's best candidate is itself
+    if src_lang == tgt_lang:
         raise BitextmineError(
             f"mine {src_lang} {tgt_lang}: the source and the target are one corpus, so every sentence "
             "would pair with itself; mine two languages"
         )
-    reads = [f"{part}-{lang}" for part in ("lang", "index") for lang in (src_lang, tgt_lang)]
-    with workspace_locks(workspace, write=[f"mine-{pair}"], read=reads):
-        return _mine(workspace, src_lang, tgt_lang, options or MineOptions(), progress, launcher)
+    return pair
 
 
 def _mine(
@@ -195,7 +208,11 @@ def _mine(
     fwd, bwd = _neighbour_blocks(work, "fwd", sizes), _neighbour_blocks(work, "bwd", sizes[::-1])
     candidates = select_candidates(fwd, bwd, sizes, options.margin, options.strategy, scratch)
     above = len(candidates) if threshold is None else _count_at_least(candidates["score"], threshold.value)
-    written = write_mined(target, fmt, candidates[:above], src, tgt, pair_filter)
+    model = src.vectors.model
+    settings = mining_settings(
+        model.name, model.fingerprint, options.margin, options.k, threshold, options.filters
+    )
+    written = write_mined(target, fmt, candidates[:above], src, tgt, pair_filter, settings)
     counts = {
         "src_sentences": sizes[0],
         "tgt_sentences": sizes[1],

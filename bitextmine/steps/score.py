@@ -22,7 +22,14 @@ from bitextmine.evaluation.thresholds import ThresholdChoice, resolve_threshold
 from bitextmine.files import output_target
 from bitextmine.mining.filters import NO_FILTERS, FilterSettings, PairFilter
 from bitextmine.mining.margin import check_margin, margin_scores
-from bitextmine.mining.output import MinedOutput, ScoredRows, output_format, write_pairs
+from bitextmine.mining.output import (
+    MinedOutput,
+    ScoredRows,
+    check_translation_pair,
+    mining_settings,
+    output_format,
+    write_pairs,
+)
 from bitextmine.search.gemm import exact_neighbours
 from bitextmine.search.knn import Neighbours
 from bitextmine.search.language_search import BaseSearch
@@ -82,6 +89,7 @@ def score_bitext(
     options = options or ScoreOptions()
     pair = f"{langs[0]}-{langs[1]}"
     fmt = output_format(output, options.format)
+    check_translation_pair(fmt, *langs)
     inputs = [bitext.src_file, bitext.tgt_file, options.thresholds]
     target = output_target(output, inputs=inputs, workspace=workspace)
     pair_filter = PairFilter(options.filters, *langs)
@@ -99,7 +107,11 @@ def score_bitext(
     keep = np.ones(len(scores), bool) if threshold is None else scores >= threshold.value
     files = [bitext.src_file], [bitext.tgt_file]
     span = (float(scores.min()), float(scores.max()))
-    written = write_pairs(target, fmt, _rows(bitext, scores, keep), files, pair_filter, span)
+    settings = mining_settings(
+        encoder.loaded.name, encoder.fingerprint, options.margin, options.k, threshold, options.filters
+    )
+    rows = _rows(bitext, scores, keep)
+    written = write_pairs(target, fmt, rows, files, pair_filter, span, settings=settings)
     seconds = time.perf_counter() - started
     above = int(np.count_nonzero(keep))
     return ScoreSummary(

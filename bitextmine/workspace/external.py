@@ -128,9 +128,14 @@ def _open_raw(path: Path, dim: int | None, dtype: str) -> np.ndarray:
 def external_model(name: str, vectors: VectorsFile) -> ModelIdentity:
     """The model of imported vectors: known by `name`, its fingerprint a digest of that name (so every
     language imported under one name is minable with the others); the file is recorded in the settings."""
-    fingerprint = hashlib.sha256(f"external:{name}".encode()).hexdigest()[:16]
     settings = {"external": True, "source": source_identity(vectors)}
-    return ModelIdentity(name, fingerprint, vectors.dim, settings, precision="external")
+    return ModelIdentity(name, external_fingerprint(name), vectors.dim, settings, precision="external")
+
+
+def external_fingerprint(name: str) -> str:
+    """The fingerprint of the model known by `name` only: what `mine --threshold auto` looks thresholds
+    up by, and `calibrate --embeddings` stores them under."""
+    return hashlib.sha256(f"external:{name}".encode()).hexdigest()[:16]
 
 
 def source_identity(vectors: VectorsFile) -> dict[str, Any]:

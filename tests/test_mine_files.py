@@ -1,0 +1,98 @@
+"""Issue 31: `mine-files A B` mines two text files in one command (encode, index, mine in a workspace it
+keeps), as the five commands do by hand; a rerun reuses the workspace; bad options fail before any work."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bitextmine.steps.mine_files import default_workdir
+from tests.helpers import run, sentences
+
+SHARED = sentences(10, seed=0)
+CORPORA = {"de": SHARED + sentences(15, seed=1), "en": sentences(12, seed=2) + SHARED}
+
+
+@pytest.fixture
+def texts(tmp_path) -> dict[str, Path]:
+    paths = {lang: tmp_path / f"{lang}.txt" for lang in CORPORA}
+    for lang, path in paths.items():
+        path.write_text("\n".join(CORPORA[lang]) + "\n")
+    return paths
+
+
+def mine_files(texts: dict[str, Path], model: Path, output: Path, *options: str) -> tuple[int, str]:
+    files = (str(texts["de"]), str(texts["en"]))
+    return run(
+        "mine-files", *files, "--src", "de", "--tgt", "en", "-m", str(model), "-o", str(output), *options
+    )
+
+
+def test_default_workdir_sits_beside_the_output_named_after_it():
+    assert default_workdir(Path("out/pairs.jsonl")) == Path("out/pairs-work")
+    assert default_workdir(Path("out/de-en.tsv.zst")) == Path("out/de-en-work")
+    assert default_workdir(Path("pairs.out"), "parquet") == Path("pairs.out-work")
+
+
+@pytest.mark.integration
+def test_two_files_in_one_command_mine_what_the_five_commands_mine_and_a_rerun_reuses(
+    tmp_path, texts, tiny_model_dir
+):
+    model = tiny_model_dir("bert")
+    by_hand = tmp_path / "by-hand"
+    for lang, path in texts.items():
+        assert run("encode", str(path), "-l", lang, "-m", str(model), "-w", str(by_hand))[0] == 0
+    for lang in texts:
+        assert run("index", lang, "-w", str(by_hand))[0] == 0
+    expected = tmp_path / "expected.jsonl"
+    assert run("mine", "de", "en", "-w", str(by_hand), "--threshold", "1.0", "-o", str(expected))[0] == 0
+
+    output = tmp_path / "pairs.jsonl"
+    code, printed = mine_files(texts, model, output, "--threshold", "1.0")
+    assert code == 0, printed
+    assert output.read_bytes() == expected.read_bytes()
+    work = tmp_path / "pairs-work"
+    assert f"workspace {work} kept" in " ".join(printed.split())
+    made = {path: path.stat().st_mtime_ns for path in (work / "emb").rglob("*.npy")}
+    index_records = {lang: (work / "index" / f"{lang}.json").read_text() for lang in texts}
+
+    code, printed = mine_files(texts, model, tmp_path / "pairs.parquet")  # the same workspace: pairs-work
+    assert code == 0, printed
+    assert "reusing 1 text shard(s), 25 sentences of 'de'" in printed and "index en: reused" in printed
+    assert "no threshold: the" in printed  # mine's summary, with its note on the missing threshold
+    assert {path: path.stat().st_mtime_ns for path in made} == made
+    assert {lang: (work / "index" / f"{lang}.json").read_text() for lang in texts} == index_records
+
+
+@pytest.mark.integration
+def test_a_named_workdir_and_the_json_of_the_steps(tmp_path, texts, tiny_model_dir):
+    report, work = tmp_path / "r.json", tmp_path / "w"
+    code, printed = mine_files(
+        texts, tiny_model_dir("bert"), tmp_path / "p.tsv.zst", "-w", str(work), "--json", str(report)
+    )
+    assert code == 0, printed
+    result = json.loads(report.read_text())
+    assert result["workspace"] == str(work) and not (tmp_path / "p-work").exists()
+    assert sorted(result["encoded"]) == ["de", "en"] and result["encoded"]["de"]["rows"] == 25
+    assert result["indexed"]["de"]["factory"] == "Flat" and result["mined"]["counts"]["src_sentences"] == 25
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--threshold", "abc"], "--threshold must be a number, auto or auto:PAIR"),
+        (["--src", "en"], "mine en en: the source and the target are one corpus"),
+        (["-o", "{de}", "--format", "tsv"], "de.txt: the same file as"),
+        (["-o", "{out}/pairs.csv"], "pairs.csv: cannot tell the output format from its name; pass --format"),
+    ],
+)
+def test_bad_options_fail_before_any_work(tmp_path, texts, options, message):
+    """No model is loaded and no workspace written: the model named here does not exist."""
+    options = [o.format(de=texts["de"], out=tmp_path) for o in options]
+    args = [str(texts["de"]), str(texts["en"]), "--src", "de", "--tgt", "en", "-m", str(tmp_path / "none")]
+    code, printed = run("mine-files", *args, "-o", str(tmp_path / "pairs.jsonl"), *options)
+    assert code == 1 and message in printed, printed
+    assert [line for line in printed.splitlines() if line.startswith("error:")] == [printed.strip()]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["de.txt", "en.txt"]

@@ -22,7 +22,7 @@ import os
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol
 
 import numpy as np
 import zstandard
@@ -34,9 +34,6 @@ from bitextmine.mining.filters import FilterSettings, PairFilter
 from bitextmine.text.reader import Row
 from bitextmine.workspace.corpus import RowReader
 from bitextmine.workspace.language import Language
-
-if TYPE_CHECKING:
-    from bitextmine.evaluation.thresholds import ThresholdChoice
 
 FORMATS = ("tsv.zst", "tsv.gz", "tsv", "jsonl", "parquet")
 TRANSLATION_FORMATS = ("jsonl", "parquet")  # the formats with a translation column
@@ -101,12 +98,19 @@ def check_translation_pair(fmt: str, src_lang: str, tgt_lang: str) -> None:
         )
 
 
+class Threshold(Protocol):
+    """The threshold a command applied (calibration's `ThresholdChoice`): its value and where it came from."""
+
+    value: float
+    source: str
+
+
 def mining_settings(
     model: str,
     fingerprint: str,
     margin: str,
     k: int,
-    threshold: ThresholdChoice | None,
+    threshold: Threshold | None,
     filters: FilterSettings,
 ) -> dict[str, Any]:
     """The `settings` of `write_pairs`: what made the scores and what kept the pairs."""

@@ -9,9 +9,11 @@ from typer.testing import CliRunner
 
 from bitextmine.cli import app
 from bitextmine.cli.app import AttentionOption, PrecisionOption
+from bitextmine.cli.encode import Pooling
 from bitextmine.cli.mine import OutputFormat
 from bitextmine.encoder.attention import ATTENTION_BACKENDS
 from bitextmine.encoder.precision import PRECISIONS
+from bitextmine.encoder.st_files import POOLING_MODES
 from bitextmine.errors import BitextmineError
 from bitextmine.evaluation.calibration import MiningSettings
 from bitextmine.mining.output import FORMATS
@@ -40,6 +42,54 @@ def test_a_mistyped_choice_is_a_usage_error_listing_the_valid_values(tmp_path, m
     result = runner.invoke(app, args)
     assert result.exit_code == 2, result.output
     assert valid in " ".join(result.output.replace("│", " ").split()), result.output
+    assert list(tmp_path.iterdir()) == []  # nothing ran
+
+
+TRAIN = ["train", "--data", "x", "--out", "o", "--base", "m", "--max-steps", "1"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["mine", "de", "en", "--threshold", "abc"], "--threshold must be a number, auto or auto:PAIR"),
+        (["mine", "de", "en", "--threshold", "auto:xx"], "bad language pair 'xx'"),
+        (["mine", "de/x", "en"], "invalid language code 'de/x'"),
+        (["mine", "de", "en", "--filters", "webb"], "unknown filter preset 'webb'"),
+        (["mine", "de", "en", "--filter", "lang"], "unknown filter 'lang'"),
+        (["mine", "de", "en", "--filter", "length-ratio=two"], "'two' is not a valid value for length-ratio"),
+        (["index", "../de"], "invalid language code '../de'"),
+        (["index", "de", "--queries-from", "e n"], "invalid language code 'e n'"),
+        (["index", "de", "--max-memory", "0"], "must be above 0, not 0"),
+        (["index", "de", "--target-recall", "0"], "must be above 0, not 0"),
+        (["index", "de", "--seed", "-1"], "'--seed'"),
+        (["encode", "x.txt", "-l", "d e"], "invalid language code 'd e'"),
+        (["encode", "x.txt", "-l", "de", "--pooling", "avg"], "'cls', 'max', 'mean'"),
+        (["encode", "x.txt", "-l", "de", "--max-length", "0"], "'--max-length'"),
+        (
+            ["score", "x.tsv", "--src", "de", "--tgt", "en", "-o", "o", "--threshold", "x"],
+            "--threshold must be",
+        ),
+        (
+            ["score", "x.tsv", "--src", "de", "--tgt", "en", "-o", "o", "--columns", "2", "2"],
+            "bad bitext columns",
+        ),
+        (["calibrate", "--bucc", "b", "--pair", "deen"], "bad language pair 'deen'"),
+        (["calibrate", "--bucc", "b", "--pair", "de-en", "--target-precision", "1.5"], "at most 1, not 1.5"),
+        (["calibrate", "--bucc", "b", "--pair", "de-en", "--plateau", "-1"], "--plateau must be at least 0"),
+        (["eval", "bucc", "--bucc", "b", "--pair", "de-en", "--threshold", "best"], "--threshold must be"),
+        ([*TRAIN, "--lr", "0"], "must be above 0, not 0"),
+        ([*TRAIN, "--temperature", "-0.1"], "must be above 0, not -0.1"),
+        ([*TRAIN, "--max-minutes", "0"], "must be above 0, not 0"),
+        ([*TRAIN, "--mask-ratio", "1.5"], "'--mask-ratio'"),
+        ([*TRAIN, "--heads", "0"], "'--heads'"),
+    ],
+)
+def test_a_bad_option_value_is_a_usage_error_before_any_work(tmp_path, monkeypatch, args, message):
+    monkeypatch.setenv("BITEXTMINE_WORKDIR", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.output.replace("│", " ").split()), result.output
     assert list(tmp_path.iterdir()) == []  # nothing ran
 
 
@@ -82,6 +132,10 @@ def test_the_cli_attention_backends_are_the_encoders():
 
 def test_the_cli_output_formats_are_the_writers():
     assert typing.get_args(OutputFormat) == FORMATS
+
+
+def test_the_cli_poolings_are_the_encoders():
+    assert typing.get_args(Pooling) == POOLING_MODES
 
 
 def test_version():

@@ -54,6 +54,24 @@ def test_quiet_prints_the_summary_only_and_verbose_adds_files_and_job_plans(inde
     assert "debug: mine: 2 job(s), 2 done by an earlier run, 0 to run with launcher local" in verbose.stderr
 
 
+def test_quiet_and_verbose_after_the_command_name_mean_what_they_mean_before_it(indexed):
+    work = indexed
+    before = invoke("-q", "mine", "de", "en", "-w", work)
+    after = invoke("mine", "de", "en", "-w", work, "-q")
+    assert after.exit_code == 0 and after.stderr == "", after.output
+    assert after.stdout == before.stdout.replace(_seconds(before.stdout), _seconds(after.stdout))
+
+    verbose = invoke("index", "de", "-w", work, "--verbose")
+    assert verbose.exit_code == 0 and "debug: " in verbose.stderr, verbose.output
+    for args in (
+        ["-q", "index", "de", "-v"],
+        ["eval", "bucc", "--bucc", work, "--pair", "de-en", "-v", "-q"],
+    ):
+        both = invoke(*args)
+        flat = " ".join(both.output.replace("│", " ").split())
+        assert both.exit_code == 2 and "--quiet and --verbose exclude each other" in flat, both.output
+
+
 def _seconds(summary: str) -> str:
     """The run's duration in the last line of mine's summary, `(0.1 s)`."""
     return summary[summary.rindex("(") :]

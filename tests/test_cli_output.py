@@ -41,6 +41,12 @@ def test_a_total_learned_late_and_no_total(capsys):
     assert capsys.readouterr().err == "indexing: 5, 0:00:00\n"
 
 
+def test_nothing_to_do_is_no_progress_line(capsys):
+    with ProgressDisplay("encoding", 0):  # a rerun that finds every shard done
+        pass
+    assert capsys.readouterr().err == ""
+
+
 def test_training_in_a_log_is_a_line_every_interval_after_evaluations_and_at_the_end(capsys):
     clock = Clock()
     reporter = _LiveReporter(clock=clock)

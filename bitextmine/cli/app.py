@@ -1,6 +1,7 @@
 """Shared pieces of the command line: the Typer app, consoles, common options, error handling, and
-what is shown: -q/--quiet and -v/--verbose set the level of the package's `logging` records that are
-printed on stderr (progress and informational lines are INFO, details DEBUG).
+what is shown: -q/--quiet and -v/--verbose, before or after the command's name, set the level of the
+package's `logging` records that are printed on stderr (progress and informational lines are INFO,
+details DEBUG).
 
 Exit status: 0 done, 1 a user error (a one-line message), 2 a usage error (click's), 130 interrupted.
 """
@@ -8,7 +9,9 @@ Exit status: 0 done, 1 a user error (a one-line message), 2 a usage error (click
 from __future__ import annotations
 
 import contextlib
+import copy
 import glob
+import inspect
 import io
 import logging
 import os
@@ -19,16 +22,17 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib.metadata import version
 from pathlib import Path
-from typing import Annotated, Any, Literal, NoReturn
+from typing import Annotated, Any, Literal, NoReturn, TypeVar
 
 import typer
-from rich.console import Console
-from rich.markup import escape
+from rich.console import Console, ConsoleDimensions
+from rich.text import Text
 from typer.core import TyperGroup
 
 from bitextmine.errors import BitextmineError, BitextmineWarning, is_out_of_memory, os_error_message
 from bitextmine.mining.margin import MARGINS, MAX_K
 from bitextmine.mining.selection import STRATEGIES
+from bitextmine.text.languages import parse_pair
 from bitextmine.workspace.layout import DEFAULT_WORKDIR
 
 EXIT_USER_ERROR = 1
@@ -37,8 +41,16 @@ LOGGER = "bitextmine"  # the package's loggers, whose records the CLI prints
 
 
 class _Group(TyperGroup):
-    """The app's command group: Ctrl-C anywhere in a command ends it with `interrupted` and status 130,
-    not a traceback (typer's own handling of it has changed between versions)."""
+    """The app's command group: every command below it also takes -q/-v after its name, its help is
+    reflowed to the terminal's width, and Ctrl-C anywhere in a command ends it with `interrupted` and
+    status 130, not a traceback (typer's own handling of it has changed between versions)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        output_options = [param for param in self.params if param.name in _OUTPUT_LEVELS]
+        for command in _commands_below(self):
+            command.help = _reflowed(command.help)
+            command.params += [_after_command_name(option) for option in output_options]
 
     def invoke(self, ctx: typer.Context) -> Any:
         try:
@@ -46,6 +58,23 @@ class _Group(TyperGroup):
         except KeyboardInterrupt:
             err.print("interrupted", highlight=False)
             raise typer.Exit(EXIT_INTERRUPTED) from None
+
+
+def _commands_below(group: TyperGroup) -> Iterator[Any]:
+    """The commands and subgroups of `group`, at every depth (`eval` and `eval bucc`)."""
+    for command in group.commands.values():
+        yield command
+        if isinstance(command, TyperGroup):
+            yield from _commands_below(command)
+
+
+def _reflowed(help_text: str | None) -> str | None:
+    """A docstring with each paragraph on one line: typer's help keeps a docstring's line breaks after
+    its first paragraph, which at another width leave short lines with an orphan word or two."""
+    if help_text is None:
+        return None
+    paragraphs = inspect.cleandoc(help_text).split("\n\n")
+    return "\n\n".join(" ".join(line.strip() for line in paragraph.splitlines()) for paragraph in paragraphs)
 
 
 app = typer.Typer(
@@ -57,8 +86,30 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-err = Console(stderr=True)
-out = Console()
+
+UNWRAPPED = 1_000_000  # the width of a console that is not a terminal: wider than any line printed
+
+
+class _Console(Console):
+    """A console that prints text as given, markup off (an error naming `news[old].txt` or `pip install
+    'bitextmine[parquet]'` keeps its brackets; styles come as rich Text), and that in a pipe or a file
+    does not wrap: a summary stays one line, a table's long path stays whole in its cell."""
+
+    def __init__(self, *, stderr: bool = False) -> None:
+        super().__init__(stderr=stderr, markup=False)
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        size = super().size
+        return size if self.is_terminal or self._width is not None else size._replace(width=UNWRAPPED)
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        Console.size.fset(self, new_size)
+
+
+err = _Console(stderr=True)
+out = _Console()
 
 
 def _print_version(asked: bool) -> None:
@@ -90,14 +141,36 @@ def _options(
         ),
     ] = False,
 ) -> None:
-    """Options for every command (before its name: bitextmine -q mine de en)."""
+    """Options for every command (-q and -v may also follow its name: bitextmine mine de en -q)."""
     if quiet and verbose:
         raise typer.BadParameter("--quiet and --verbose exclude each other")
     _invoked["command"] = context.invoked_subcommand or ""
     _print_what_cannot_be_encoded()
-    level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO
-    context.call_on_close(_show_records(level))
+    chosen = "quiet" if quiet else "verbose" if verbose else None
+    context.meta[_OUTPUT] = chosen
+    context.call_on_close(_show_records(_OUTPUT_LEVELS.get(chosen, logging.INFO)))
     context.call_on_close(_summary_to_stdout)  # `--json -` sends it to stderr for one command only
+
+
+_OUTPUT = "bitextmine.output"  # in the click context's meta: "quiet", "verbose" or None
+_OUTPUT_LEVELS = {"quiet": logging.WARNING, "verbose": logging.DEBUG}  # by option name
+
+
+def _after_command_name(option: Any) -> Any:
+    """The app's --quiet or --verbose as an option of a command too (`bitextmine mine de en -q`): a copy
+    of typer's option for the help, whose callback sets the level the app's callback set up."""
+    copied = copy.copy(option)
+    copied.callback, copied.expose_value = _output_after_command_name, False
+    return copied
+
+
+def _output_after_command_name(ctx: typer.Context, param: Any, given: bool) -> None:
+    if not given:
+        return
+    if ctx.meta.get(_OUTPUT) not in (None, param.name):
+        raise typer.BadParameter("--quiet and --verbose exclude each other")
+    ctx.meta[_OUTPUT] = param.name
+    _show_level(_OUTPUT_LEVELS[param.name])
 
 
 def _print_what_cannot_be_encoded() -> None:
@@ -108,16 +181,28 @@ def _print_what_cannot_be_encoded() -> None:
             stream.reconfigure(errors="backslashreplace")
 
 
+def print_message(text: str, label: str = "") -> None:
+    """One line on stderr, `label: text` with the label (warning, error, debug) styled."""
+    style = {"warning": "yellow", "error": "bold red", "debug": "dim"}.get(label, "")
+    line = Text.assemble((f"{label}:", style), " ", text) if label else Text(text)
+    err.print(line, highlight=False, soft_wrap=True)
+
+
+def warn(text: str) -> None:
+    """`warning: text` on stderr (shown under --quiet too)."""
+    print_message(text, "warning")
+
+
 class _ConsoleHandler(logging.Handler):
     """The package's log records on stderr, one line each; details marked `debug:`."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        prefix = ""
+        label = ""
         if record.levelno >= logging.WARNING:
-            prefix = "[yellow]warning:[/] " if record.levelno == logging.WARNING else "[bold red]error:[/] "
+            label = "warning" if record.levelno == logging.WARNING else "error"
         elif record.levelno < logging.INFO:
-            prefix = "[dim]debug:[/] "
-        err.print(prefix + escape(record.getMessage()), highlight=False, soft_wrap=True)
+            label = "debug"
+        print_message(record.getMessage(), label)
 
 
 _console = _ConsoleHandler()  # NOTSET until a command runs: then everything is shown
@@ -128,8 +213,7 @@ def _show_records(level: int) -> Callable[[], None]:
     logging back as it was (the CLI may run inside a program with its own logging, or a test)."""
     logger = logging.getLogger(LOGGER)
     saved = logger.level, logger.propagate
-    _console.setLevel(level)
-    logger.setLevel(level)
+    _show_level(level)
     logger.propagate = False  # shown here, not a second time by handlers the caller installed
     logger.addHandler(_console)
 
@@ -140,6 +224,11 @@ def _show_records(level: int) -> Callable[[], None]:
         _console.setLevel(logging.NOTSET)
 
     return restore
+
+
+def _show_level(level: int) -> None:
+    _console.setLevel(level)
+    logging.getLogger(LOGGER).setLevel(level)
 
 
 def shows(level: int) -> bool:
@@ -173,7 +262,7 @@ ModelOption = Annotated[
 
 
 def fail(exc: BitextmineError) -> NoReturn:
-    err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+    print_message(str(exc), "error")
     raise typer.Exit(EXIT_USER_ERROR)
 
 
@@ -189,7 +278,7 @@ def user_errors() -> Iterator[None]:
 
         def show(message, category, filename, lineno, file=None, line=None) -> None:
             if issubclass(category, BitextmineWarning):
-                err.print(f"[yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
+                warn(str(message))
             else:
                 show_other(message, category, filename, lineno, file, line)
 
@@ -237,13 +326,40 @@ PrecisionOption = Annotated[
 ]
 
 
+# A choice with a long list of values shows a METAVAR, and its help names the values: `<a|b|c|d>` would
+# squeeze the help column of `--help` at 80 columns.
 AttentionOption = Annotated[
     Literal["auto", "varlen", "xformers", "sdpa"],  # encoder/attention.py's ATTENTION_BACKENDS
     typer.Option(
+        metavar="BACKEND",
         help="Packed attention: auto (on CUDA, PyTorch's varlen flash attention for bf16, else xFormers "
-        "when installed, else SDPA), or one of them by name (an error where it cannot run)."
+        "when installed, else SDPA), or one of them by name (an error where it cannot run).",
     ),
 ]
+
+
+T = TypeVar("T")
+
+
+def checked_by(check: Callable[[T], object]) -> Callable[[T | None], T | None]:
+    """An option's callback that runs `check` on the value given while the command line is parsed: its
+    BitextmineError is a usage error (status 2) before any work, not a failure once the work started."""
+
+    def callback(value: T | None) -> T | None:
+        if value is not None:
+            try:
+                check(value)
+            except BitextmineError as exc:
+                raise typer.BadParameter(str(exc)) from None
+        return value
+
+    return callback
+
+
+def positive(value: float) -> None:
+    """A check for `checked_by`: the value must be above 0 (typer's min= admits the bound itself)."""
+    if not value > 0:
+        raise BitextmineError(f"must be above 0, not {value:g}")
 
 
 def _device(value: str) -> str:
@@ -259,7 +375,9 @@ ThreadsOption = Annotated[
 BuccDir = Annotated[
     Path, typer.Option("--bucc", help="Folder with PAIR.SPLIT.{x,en,gold} (BUCC 2018 format).")
 ]
-PairOption = Annotated[str, typer.Option("--pair", help="Language pair, e.g. de-en.")]
+PairOption = Annotated[
+    str, typer.Option("--pair", help="Language pair, e.g. de-en.", callback=checked_by(parse_pair))
+]
 
 
 def bucc_files(bucc: Path, pair: str, split: str) -> list[Path]:
@@ -295,8 +413,9 @@ ThresholdsOption = Annotated[
 MarginOption = Annotated[
     Literal[MARGINS],
     typer.Option(
+        metavar="MARGIN",
         help="ratio (LASER's), distance (cos minus the neighbourhood mean), csls (2 cos minus both "
-        "neighbourhood means) or absolute (cosine)."
+        "neighbourhood means) or absolute (cosine).",
     ),
 ]
 KOption = Annotated[
@@ -304,7 +423,9 @@ KOption = Annotated[
 ]
 StrategyOption = Annotated[
     Literal[STRATEGIES],
-    typer.Option(help="max (best of both directions), intersect (mutual best), fwd or bwd."),
+    typer.Option(
+        metavar="STRATEGY", help="max (best of both directions), intersect (mutual best), fwd or bwd."
+    ),
 ]
 
 

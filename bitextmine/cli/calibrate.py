@@ -23,6 +23,7 @@ from bitextmine.cli.app import (
     WorkdirOption,
     app,
     bucc_files,
+    checked_by,
     load_encoder,
     out,
     require_model,
@@ -32,6 +33,7 @@ from bitextmine.cli.app import (
 from bitextmine.cli.output import ProgressDisplay, emit_json, json_target, scores_table
 from bitextmine.cli.plots import CURVES, curve_lines, curve_range, save_calibration_plot
 from bitextmine.errors import BitextmineError
+from bitextmine.evaluation.bucc import plateau_rule, target_rule
 from bitextmine.files import output_target
 from bitextmine.workspace.layout import DEFAULT_WORKDIR, Workspace
 from bitextmine.workspace.scratch import scratch_folder
@@ -55,6 +57,7 @@ def calibrate(
             metavar="P",
             help="Take the lowest threshold whose precision on the split is >= P (0 < P <= 1) "
             "\\[default: the best F1].",
+            callback=checked_by(target_rule),
         ),
     ] = None,
     plateau: Annotated[
@@ -63,6 +66,7 @@ def calibrate(
             metavar="POINTS",
             help="Take the middle of the thresholds whose F1 is within POINTS of the best: steadier where "
             "the split to mine scores differently (a trained model's optimum is flat); 1 is a good value.",
+            callback=checked_by(plateau_rule),
         ),
     ] = None,
     json_path: JsonOption = None,

@@ -16,8 +16,8 @@ from bitextmine.cli.app import (
     PrecisionOption,
     WorkdirOption,
     app,
+    checked_by,
     encoder_spec,
-    err,
     fail,
     info,
     out,
@@ -27,13 +27,18 @@ from bitextmine.cli.app import (
     thread_summary,
     usable_cores,
     user_errors,
+    warn,
 )
 from bitextmine.cli.launcher_options import NO_FLAGS, LauncherFlags, with_launcher_options
 from bitextmine.cli.output import ProgressDisplay, emit_json, fields_table, json_target
 from bitextmine.errors import BitextmineError
+from bitextmine.text.languages import check_lang
 from bitextmine.text.lid import DEFAULT_MIN_CONFIDENCE
 from bitextmine.text.reader import Columns
 from bitextmine.workspace.layout import DEFAULT_WORKDIR, Workspace
+
+# encoder/st_files.py's POOLING_MODES (tests/test_cli_choices.py)
+Pooling = Literal["cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken"]
 
 
 class _RichEncodeReporter:
@@ -44,7 +49,7 @@ class _RichEncodeReporter:
         self.progress: ProgressDisplay | None = None
 
     def warn(self, message: str) -> None:
-        err.print(f"[yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
+        warn(message)
 
     def corpus_ready(self, manifest, rebuilt: bool) -> None:
         verb = "built" if rebuilt else "reusing"
@@ -110,7 +115,13 @@ def encode(
         typer.Argument(help="Corpus files (.txt, .gz, .zst, .xz; '-' for stdin), one sentence a line."),
     ],
     lang: Annotated[
-        str, typer.Option("--lang", "-l", help="Language code the sentences belong to, e.g. de.")
+        str,
+        typer.Option(
+            "--lang",
+            "-l",
+            help="Language code the sentences belong to, e.g. de.",
+            callback=checked_by(check_lang),
+        ),
     ],
     workdir: WorkdirOption = DEFAULT_WORKDIR,
     model: ModelOption = None,
@@ -180,17 +191,18 @@ def encode(
         ),
     ] = DEFAULT_MIN_CONFIDENCE,
     pooling: Annotated[
-        str | None,
+        Pooling | None,
         typer.Option(
+            metavar="MODE",
             help="cls, max, mean, mean_sqrt_len_tokens, weightedmean or lasttoken (sentence-transformers' "
-            "modes) \\[default: from the model dir, else mean]."
+            "modes) \\[default: from the model dir, else mean].",
         ),
     ] = None,
     prefix: Annotated[
         str | None, typer.Option(help="Text put before every sentence, e.g. 'query: '.")
     ] = None,
     max_length: Annotated[
-        int | None, typer.Option(help="Max tokens per sentence; longer ones are truncated.")
+        int | None, typer.Option(help="Max tokens per sentence; longer ones are truncated.", min=2)
     ] = None,
     threads: Annotated[
         int | None, typer.Option(help="CPU threads for torch \\[default: all cores].", min=1)
@@ -208,7 +220,7 @@ def encode(
     embeddings: Annotated[
         str | None,
         typer.Option(
-            help="Import these vectors instead of encoding: a .npy [lines, dim], or raw rows (LASER's "
+            help="Import these vectors instead of encoding: a .npy \\[lines, dim], or raw rows (LASER's "
             "layout, with --dim); one row per line of the single input file, empty lines included.",
             rich_help_panel="Bring your own embeddings",
         ),

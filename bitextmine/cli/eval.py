@@ -24,6 +24,7 @@ from bitextmine.cli.app import (
     WorkdirOption,
     app,
     bucc_files,
+    checked_by,
     info,
     load_encoder,
     out,
@@ -40,6 +41,7 @@ from bitextmine.cli.output import (
     results_table,
     scores_table,
 )
+from bitextmine.evaluation.thresholds import parse_threshold
 from bitextmine.workspace.layout import DEFAULT_WORKDIR, Workspace
 from bitextmine.workspace.scratch import scratch_folder
 
@@ -49,6 +51,13 @@ eval_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(eval_app, name="eval")
+
+
+def _bucc_threshold(value: str) -> None:
+    """eval bucc's --threshold: what parse_threshold reads, or oracle."""
+    if value != "oracle":
+        parse_threshold(value)
+
 
 LangsOption = Annotated[
     str | None, typer.Option(help="Comma-separated codes, e.g. deu,fra \\[default: all].")
@@ -65,7 +74,8 @@ def eval_bucc(
         str,
         typer.Option(
             help="auto (calibrated for this pair), auto:PAIR (for another pair), oracle (best on this "
-            "split) or a number."
+            "split) or a number.",
+            callback=checked_by(_bucc_threshold),
         ),
     ] = "auto",
     workdir: WorkdirOption = DEFAULT_WORKDIR,

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from bitextmine.cli.app import (
     DeviceOption,
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from bitextmine.evaluation.words.word_eval import WordEvalResult
 
 SamplingsOption = Annotated[int, typer.Option(min=1, help="Samplings; mean and std over them.")]
-SeedOption = Annotated[int, typer.Option(help="Random seed of every sampling.")]
+SeedOption = Annotated[int, typer.Option(help="Random seed of every sampling.", min=0)]
 
 
 def _load(model: str | None, device: str) -> HiddenStates:
@@ -44,7 +45,9 @@ def eval_words(
     pair: PairOption,
     parallel: Annotated[
         list[Path],
-        typer.Option(help="Line-aligned PREFIX.X and PREFIX.Y, given as PREFIX (repeatable), e.g. …/news."),
+        typer.Option(
+            help="Line-aligned PREFIX.X and PREFIX.Y, given as PREFIX (repeatable), e.g. data/news."
+        ),
     ],
     dictionary: Annotated[
         Path, typer.Option("--dict", help="Bilingual dictionary, 'x_word y_word' per line (MUSE format).")
@@ -58,7 +61,8 @@ def eval_words(
         int, typer.Option(min=1, help="Parallel lines drawn at random as the pool (all when fewer).")
     ] = 10000,
     keep_identical: Annotated[
-        bool, typer.Option(help="Keep dictionary entries whose two words are the same string.")
+        bool,
+        typer.Option("--keep-identical", help="Keep dictionary entries whose two words are the same string."),
     ] = False,
     seed: SeedOption = 0,
     device: DeviceOption = "auto",
@@ -126,7 +130,7 @@ def _words_table(result: WordEvalResult) -> Table:
     rows = [
         [str(layer)]
         + [
-            f"[bold]{_cell(result, m, layer, d)}[/]" if best[m] == layer else _cell(result, m, layer, d)
+            Text(_cell(result, m, layer, d), style="bold" if best[m] == layer else "")
             for m in ("weak", "strong")
             for d in (0, 1)
         ]

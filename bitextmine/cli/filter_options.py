@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from bitextmine.cli.app import checked_by
 from bitextmine.cli.output import fields_table
 from bitextmine.mining.filters import FILTER_NAMES, PRESETS, FilterSettings, parse_filters
 
@@ -17,6 +18,7 @@ FiltersPresetOption = Annotated[
         help=f"Filter preset: {', '.join(PRESETS)}. web drops pairs with a side confidently in another "
         "language, copies, sides without words, length ratios above 2.5 and duplicate pairs "
         "(docs/commands.md).",
+        callback=checked_by(parse_filters),
     ),
 ]
 FilterOption = Annotated[
@@ -25,6 +27,7 @@ FilterOption = Annotated[
         "--filter",
         help=f"A filter NAME[=VALUE] on top of the preset, repeatable: {', '.join(FILTER_NAMES)} "
         "(e.g. --filter score-max=1.3 --filter copies=0.8 --filter dedup=off).",
+        callback=checked_by(lambda items: parse_filters("none", items)),
     ),
 ]
 

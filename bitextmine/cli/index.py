@@ -6,16 +6,28 @@ from typing import Annotated
 
 import typer
 
-from bitextmine.cli.app import JsonOption, WorkdirOption, app, info, out, user_errors
+from bitextmine.cli.app import (
+    JsonOption,
+    WorkdirOption,
+    app,
+    checked_by,
+    info,
+    out,
+    positive,
+    user_errors,
+)
 from bitextmine.cli.launcher_options import NO_FLAGS, LauncherFlags, with_launcher_options
 from bitextmine.cli.output import ProgressDisplay, emit_json, json_target
+from bitextmine.text.languages import check_lang
 from bitextmine.workspace.layout import DEFAULT_WORKDIR, Workspace
 
 
 @app.command()
 @with_launcher_options
 def index(
-    lang: Annotated[str, typer.Argument(help="Language whose embeddings to index.")],
+    lang: Annotated[
+        str, typer.Argument(help="Language whose embeddings to index.", callback=checked_by(check_lang))
+    ],
     workdir: WorkdirOption = DEFAULT_WORKDIR,
     factory: Annotated[
         str | None,
@@ -43,12 +55,17 @@ def index(
         str | None,
         typer.Option(
             help="Language whose vectors measure recall and tune nprobe, or 'self' for LANG's own rows "
-            "\\[default: en, else another encoded language]."
+            "\\[default: en, else another encoded language].",
+            callback=checked_by(check_lang),
         ),
     ] = None,
     target_recall: Annotated[
         float | None,
-        typer.Option(help="Recall@4 that nprobe is tuned to reach \\[default: 0.95].", min=0.0, max=1.0),
+        typer.Option(
+            help="Recall@4 that nprobe is tuned to reach \\[default: 0.95].",
+            max=1.0,
+            callback=checked_by(positive),
+        ),
     ] = None,
     fetch: Annotated[
         int | None,
@@ -57,13 +74,13 @@ def index(
     gpu: Annotated[
         bool, typer.Option("--gpu", help="Train (and, unsharded, populate) on GPU (needs faiss GPU).")
     ] = False,
-    seed: Annotated[int, typer.Option(help="Seed of the training and query samples.")] = 0,
+    seed: Annotated[int, typer.Option(help="Seed of the training and query samples.", min=0)] = 0,
     max_memory: Annotated[
         float | None,
         typer.Option(
             help="GB one index shard may take in RAM: a larger index is split into row-range shards, "
             "built and searched one at a time \\[default: one index].",
-            min=1e-9,
+            callback=checked_by(positive),
         ),
     ] = None,
     exact_budget: Annotated[
@@ -120,6 +137,15 @@ def index(
 
 
 def _index_line(built, workspace: Workspace) -> str:
+    """What was built, in one line: the search settings that apply to it (an exact index has no nprobe),
+    its recall and speed, and the file it is in (an exact index: its record, LANG.json)."""
+    from bitextmine.search.faiss_index import EXACT
+
+    settings = [built.factory, f"{built.count:,} vectors"]
+    if built.nprobe is not None:
+        settings.append(f"nprobe {built.nprobe}")
+    if built.fetch is not None:
+        settings.append(f"fetch {built.fetch}")
     recall = "n/a" if built.recall is None else f"{built.recall:.4f}"
     speed = (
         ""
@@ -128,13 +154,11 @@ def _index_line(built, workspace: Workspace) -> str:
     )
     if built.imbalance is not None:
         speed += f", list imbalance {built.imbalance:.2f}"
-    where = (
-        f"{len(built.shards)} shards {workspace.index_dir() / built.lang}.{built.plan}.*.faiss"
-        if built.shards
-        else workspace.index_dir() / f"{built.lang}.faiss"
-    )
+    if built.shards:
+        where = f"{len(built.shards)} shards {workspace.index_dir() / built.lang}.{built.plan}.*.faiss"
+    else:
+        where = workspace.index_dir() / f"{built.lang}.{'json' if built.factory == EXACT else 'faiss'}"
     return (
-        f"index {built.lang}: {built.factory}, {built.count:,} vectors, nprobe {built.nprobe}, "
-        f"fetch {built.fetch}, recall@{built.recall_k} {recall} with {built.recall_source} queries{speed}, "
-        f"built in {built.build_seconds:.1f} s -> {where}"
+        f"index {built.lang}: {', '.join(settings)}, recall@{built.recall_k} {recall} with "
+        f"{built.recall_source} queries{speed}, built in {built.build_seconds:.1f} s -> {where}"
     )

@@ -24,6 +24,7 @@ LauncherOption = Annotated[
     typer.Option(
         "--launcher",
         envvar="BITEXTMINE_LAUNCHER",
+        metavar="LAUNCHER",
         rich_help_panel=_PANEL,
         help=f"Where shard jobs run: {', '.join(LAUNCHERS)} (default local: in this process; "
         "slurm and submitit-local need pip install 'bitextmine\\[slurm]').",
@@ -36,8 +37,8 @@ LauncherConfigOption = Annotated[
         envvar="BITEXTMINE_LAUNCHER_CONFIG",
         metavar="FILE",
         rich_help_panel=_PANEL,
-        help="TOML file with a \\[launcher] table and optional \\[launcher.encode|index|mine] tables; "
-        "flags win over it.",
+        help="TOML file with a \\[launcher] table and optional \\[launcher.STEP] tables (STEP: encode, "
+        "index or mine); flags win over it.",
     ),
 ]
 PartitionOption = Annotated[

@@ -18,6 +18,7 @@ from bitextmine.cli.app import (
     ThresholdsOption,
     WorkdirOption,
     app,
+    checked_by,
     out,
     user_errors,
 )
@@ -25,7 +26,9 @@ from bitextmine.cli.filter_options import FilterOption, FiltersPresetOption, fil
 from bitextmine.cli.launcher_options import NO_FLAGS, LauncherFlags, with_launcher_options
 from bitextmine.cli.output import ProgressDisplay, emit_json, json_target, results_table
 from bitextmine.cli.plots import histogram_lines
+from bitextmine.evaluation.thresholds import parse_threshold
 from bitextmine.files import read_json
+from bitextmine.text.languages import check_lang
 from bitextmine.workspace.layout import DEFAULT_WORKDIR, Workspace
 
 if TYPE_CHECKING:
@@ -37,8 +40,8 @@ OutputFormat = Literal["tsv.zst", "tsv.gz", "tsv", "jsonl", "parquet"]  # mining
 @app.command()
 @with_launcher_options
 def mine(
-    src: Annotated[str, typer.Argument(help="Source language (e.g. de).")],
-    tgt: Annotated[str, typer.Argument(help="Target language (e.g. en).")],
+    src: Annotated[str, typer.Argument(help="Source language (e.g. de).", callback=checked_by(check_lang))],
+    tgt: Annotated[str, typer.Argument(help="Target language (e.g. en).", callback=checked_by(check_lang))],
     workdir: WorkdirOption = DEFAULT_WORKDIR,
     k: KOption = 4,
     margin: MarginOption = "ratio",
@@ -47,7 +50,8 @@ def mine(
         str | None,
         typer.Option(
             help="Keep pairs scoring >= FLOAT, 'auto' (this pair's calibrated threshold) or 'auto:PAIR' "
-            "(another pair's) \\[default: keep every one-to-one candidate]."
+            "(another pair's) \\[default: keep every one-to-one candidate].",
+            callback=checked_by(parse_threshold),
         ),
     ] = None,
     nprobe: Annotated[int | None, typer.Option(help="Override the indexes' stored nprobe.", min=1)] = None,
@@ -77,11 +81,17 @@ def mine(
     filter_items: FilterOption = None,
     output: Annotated[
         Path | None,
-        typer.Option("--output", "-o", help="Write the pairs here \\[default: WORK/mined/SRC-TGT.FORMAT]."),
+        typer.Option(
+            "--output", "-o", help="Write the pairs here \\[default: SRC-TGT.FORMAT in WORK/mined]."
+        ),
     ] = None,
     output_format: Annotated[
         OutputFormat | None,
-        typer.Option("--format", help="Output format \\[default: from --output's suffix, else tsv.zst]."),
+        typer.Option(
+            "--format",
+            metavar="FORMAT",
+            help="tsv.zst, tsv.gz, tsv, jsonl or parquet \\[default: from --output's suffix, else tsv.zst].",
+        ),
     ] = None,
     json_path: JsonOption = None,
     cluster: LauncherFlags = NO_FLAGS,

@@ -37,7 +37,7 @@ class ProgressDisplay:
     """A step's progress on stderr. On a terminal a live bar; in a file (a Slurm log, `2> log`), where a
     bar would show only its last frame once the run ends, a plain line every LOG_EVERY_SECONDS and one at
     the end. With `rates`, sentences/s and tokens/s are shown too (`advance` then takes tokens). Nothing
-    under --quiet."""
+    under --quiet, nor where there is nothing to do (a total of 0: a rerun that finds the work done)."""
 
     def __init__(
         self,
@@ -51,9 +51,13 @@ class ProgressDisplay:
         self.done = self.tokens = 0
         self.started = self.last_line = 0.0
         self.bar: Progress | None = None
-        self.shown = shows(logging.INFO)
+        self.shown = shows(logging.INFO) and total != 0
         if self.shown and err.is_terminal:
-            columns = [TextColumn(f"[bold]{description}"), BarColumn(), MofNCompleteColumn()]
+            columns = [
+                TextColumn("{task.description}", "bold", markup=False),
+                BarColumn(),
+                MofNCompleteColumn(),
+            ]
             self.bar = Progress(
                 *columns, *([_RateColumn()] if rates else []), TimeElapsedColumn(), console=err
             )
@@ -112,7 +116,11 @@ class _RateColumn(ProgressColumn):
 
 
 def results_table(
-    title: str, columns: Sequence[str], rows: Iterable[Sequence[str]], *, text_columns: Sequence[str] = ()
+    title: str,
+    columns: Sequence[str],
+    rows: Iterable[Sequence[str | Text]],
+    *,
+    text_columns: Sequence[str] = (),
 ) -> Table:
     """A titled table: numbers right-aligned, the columns named in `text_columns` left-aligned."""
     table = Table(title=title, title_justify="left")

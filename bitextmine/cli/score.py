@@ -19,6 +19,7 @@ from bitextmine.cli.app import (
     ThresholdsOption,
     WorkdirOption,
     app,
+    checked_by,
     load_encoder,
     out,
     require_model,
@@ -28,7 +29,10 @@ from bitextmine.cli.app import (
 from bitextmine.cli.filter_options import FilterOption, FiltersPresetOption, filter_settings, filtered_table
 from bitextmine.cli.mine import OutputFormat, preview_table
 from bitextmine.cli.output import ProgressDisplay, emit_json, json_target
+from bitextmine.evaluation.thresholds import parse_threshold
 from bitextmine.files import output_target
+from bitextmine.text.bitext import check_columns
+from bitextmine.text.languages import check_lang
 from bitextmine.workspace.layout import DEFAULT_WORKDIR, Workspace
 
 Neighbourhood = Literal["bitext", "workspace"]  # steps/score.py's NEIGHBOURHOODS
@@ -39,13 +43,21 @@ def score(
     bitext: Annotated[
         list[Path], typer.Argument(help="Two line-aligned files (SRC then TGT), or one TAB-separated file.")
     ],
-    src: Annotated[str, typer.Option("--src", help="Source language (e.g. de).")],
-    tgt: Annotated[str, typer.Option("--tgt", help="Target language (e.g. en).")],
+    src: Annotated[
+        str, typer.Option("--src", help="Source language (e.g. de).", callback=checked_by(check_lang))
+    ],
+    tgt: Annotated[
+        str, typer.Option("--tgt", help="Target language (e.g. en).", callback=checked_by(check_lang))
+    ],
     output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the scored pairs.")],
     model: ModelOption = None,
     workdir: WorkdirOption = DEFAULT_WORKDIR,
     columns: Annotated[
-        tuple[int, int], typer.Option(help="With one TSV file: its 1-based source and target columns.")
+        tuple[int, int],
+        typer.Option(
+            help="With one TSV file: its 1-based source and target columns.",
+            callback=checked_by(check_columns),
+        ),
     ] = (1, 2),
     neighbourhood: Annotated[
         Neighbourhood,
@@ -60,7 +72,8 @@ def score(
         str | None,
         typer.Option(
             help="Write only pairs scoring >= FLOAT, 'auto' (this pair's calibrated threshold) or "
-            "'auto:PAIR' (another pair's) \\[default: write every pair]."
+            "'auto:PAIR' (another pair's) \\[default: write every pair].",
+            callback=checked_by(parse_threshold),
         ),
     ] = None,
     thresholds: ThresholdsOption = None,
@@ -68,7 +81,11 @@ def score(
     filter_items: FilterOption = None,
     output_format: Annotated[
         OutputFormat | None,
-        typer.Option("--format", help="Output format \\[default: from --output's suffix]."),
+        typer.Option(
+            "--format",
+            metavar="FORMAT",
+            help="tsv.zst, tsv.gz, tsv, jsonl or parquet \\[default: from --output's suffix].",
+        ),
     ] = None,
     device: DeviceOption = "auto",
     precision: PrecisionOption = "auto",

@@ -12,9 +12,21 @@ from typing import Annotated, Any, Literal
 import typer
 from rich.live import Live
 
-from bitextmine.cli.app import DeviceOption, JsonOption, app, err, info, out, set_threads, shows, user_errors
+from bitextmine.cli.app import (
+    DeviceOption,
+    JsonOption,
+    app,
+    checked_by,
+    err,
+    info,
+    out,
+    positive,
+    set_threads,
+    shows,
+    user_errors,
+    warn,
+)
 from bitextmine.cli.output import LOG_EVERY_SECONDS, emit_json, fields_table, json_target
-from bitextmine.errors import BitextmineError
 from bitextmine.train.objectives.names import OBJECTIVES, parse_objectives
 from bitextmine.train.recipes import RECIPES, recipe_named, with_recipe
 
@@ -58,7 +70,7 @@ class _LiveReporter:
         info(message)
 
     def warning(self, message: str) -> None:
-        err.print(f"[yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
+        warn(message)
 
     def close(self) -> None:
         if self.live is not None:
@@ -91,23 +103,6 @@ class _LiveReporter:
             (f"{key} (step {self.evaluated_at})", f"{value:.2f}") for key, value in self.evaluation.items()
         ]
         return rows
-
-
-def _objectives(value: str) -> str:
-    """--objectives checked by the parser (a usage error naming the valid ones), before torch loads."""
-    try:
-        parse_objectives(value)
-    except BitextmineError as exc:
-        raise typer.BadParameter(str(exc)) from None
-    return value
-
-
-def _recipe(value: str | None) -> str | None:
-    """--recipe checked by the parser (a usage error naming the recipes), before torch loads."""
-    try:
-        return value if value is None else recipe_named(value).name
-    except BitextmineError as exc:
-        raise typer.BadParameter(str(exc)) from None
 
 
 def _given(ctx: typer.Context, name: str) -> bool:
@@ -143,8 +138,9 @@ def train(
     objectives: Annotated[
         str,
         typer.Option(
-            help=f"Objectives with weights: {', '.join(OBJECTIVES)}, e.g. 'contrastive,mexma=0.5'.",
-            callback=_objectives,
+            help=f"Objectives with weights: {', '.join(OBJECTIVES)}; e.g. contrastive,xtr=0.5 for xtr "
+            "at half weight.",
+            callback=checked_by(parse_objectives),
         ),
     ] = "contrastive",
     recipe: Annotated[
@@ -152,7 +148,7 @@ def train(
         typer.Option(
             help=f"Settings measured best for a purpose ({', '.join(RECIPES)}; docs/training.md, Recipes); "
             "options given explicitly override them.",
-            callback=_recipe,
+            callback=checked_by(recipe_named),
         ),
     ] = None,
     base: Annotated[str | None, typer.Option(help="Hugging Face model dir or hub id to fine-tune.")] = None,
@@ -178,15 +174,19 @@ def train(
     max_steps: Annotated[
         int | None, typer.Option(help="Stop after this many optimizer steps.", min=1)
     ] = None,
-    max_minutes: Annotated[float | None, typer.Option(help="Stop after this much wall time.", min=0)] = None,
-    lr: Annotated[float, typer.Option(help="Peak learning rate (AdamW).")] = 2e-5,
+    max_minutes: Annotated[
+        float | None, typer.Option(help="Stop after this much wall time.", callback=checked_by(positive))
+    ] = None,
+    lr: Annotated[
+        float, typer.Option(help="Peak learning rate (AdamW).", callback=checked_by(positive))
+    ] = 2e-5,
     warmup_steps: Annotated[int, typer.Option(help="Linear warm-up steps.", min=0)] = 100,
     grad_accum: Annotated[int, typer.Option(help="Batches per optimizer step.", min=1)] = 1,
     clip: Annotated[float, typer.Option(help="Gradient norm clip (0: off).", min=0)] = 1.0,
     bf16: Annotated[
         Literal["auto", "on", "off"], typer.Option(help="bf16 autocast: auto (where native), on, off.")
     ] = "auto",
-    seed: Annotated[int, typer.Option(help="Seed of initialisation, data order and masks.")] = 0,
+    seed: Annotated[int, typer.Option(help="Seed of initialisation, data order and masks.", min=0)] = 0,
     max_tokens: Annotated[int, typer.Option(help="Token budget of a batch (both sides).", min=2)] = 8192,
     max_pairs: Annotated[int, typer.Option(help="At most this many pairs per batch.", min=1)] = 256,
     max_length: Annotated[int, typer.Option(help="Tokens kept per sentence.", min=2)] = 128,
@@ -203,20 +203,26 @@ def train(
     eval_max_sentences: Annotated[
         int | None, typer.Option(help="Sample BUCC sides to about this many sentences.", min=10)
     ] = None,
-    temperature: Annotated[float, typer.Option(help="Contrastive temperature.")] = 0.05,
-    margin: Annotated[float, typer.Option(help="Contrastive additive margin (LaBSE AMS: 0.3).")] = 0.0,
+    temperature: Annotated[
+        float, typer.Option(help="Contrastive temperature.", callback=checked_by(positive))
+    ] = 0.05,
+    margin: Annotated[float, typer.Option(help="Contrastive additive margin (LaBSE AMS: 0.3).", min=0)] = 0.0,
     projection: Annotated[
         bool, typer.Option("--projection", help="EMS MLP projection before the cosine.")
     ] = False,
-    mask_ratio: Annotated[float, typer.Option(help="MEXMA masking ratio.")] = 0.4,
-    token_gradients: Annotated[
-        bool, typer.Option(help="MEXMA: let token-level losses update the encoder.")
-    ] = True,
+    mask_ratio: Annotated[float, typer.Option(help="MEXMA masking ratio.", min=0, max=1)] = 0.4,
+    no_token_gradients: Annotated[
+        bool,
+        typer.Option(
+            "--no-token-gradients", help="MEXMA: keep token-level losses from updating the encoder."
+        ),
+    ] = False,
     mexma_alignment: Annotated[
         Literal["mse", "contrastive"], typer.Option(help="MEXMA alignment: mse or contrastive.")
     ] = "mse",
     vmsst_lambda: Annotated[
-        float, typer.Option(help="VMSST: weight λ of the ELBO (paper: 0.025 fine-tuning, 0.1 from scratch).")
+        float,
+        typer.Option(help="VMSST: weight λ of the ELBO (paper: 0.025 fine-tuning, 0.1 from scratch).", min=0),
     ] = 0.025,
     vmsst_kl_steps: Annotated[
         int,
@@ -228,10 +234,10 @@ def train(
         str | None,
         typer.Option(help="distill: the frozen teacher model (dir or hub id) \\[default: --base]."),
     ] = None,
-    vocab_size: Annotated[int, typer.Option(help="--from-scratch vocabulary size.")] = 16000,
-    layers: Annotated[int, typer.Option(help="--from-scratch layers.")] = 6,
-    hidden: Annotated[int, typer.Option(help="--from-scratch hidden size.")] = 384,
-    heads: Annotated[int, typer.Option(help="--from-scratch attention heads.")] = 6,
+    vocab_size: Annotated[int, typer.Option(help="--from-scratch vocabulary size.", min=1)] = 16000,
+    layers: Annotated[int, typer.Option(help="--from-scratch layers.", min=1)] = 6,
+    hidden: Annotated[int, typer.Option(help="--from-scratch hidden size.", min=1)] = 384,
+    heads: Annotated[int, typer.Option(help="--from-scratch attention heads.", min=1)] = 6,
     padded: Annotated[
         bool,
         typer.Option(
@@ -293,7 +299,7 @@ def train(
                 "margin": p["margin"],
                 "projection": p["projection"],
                 "mask_ratio": p["mask_ratio"],
-                "token_gradients": p["token_gradients"],
+                "token_gradients": not p["no_token_gradients"],
                 "mexma_alignment": p["mexma_alignment"],
                 "vmsst_lambda": p["vmsst_lambda"],
                 "vmsst_kl_steps": p["vmsst_kl_steps"],

@@ -60,9 +60,14 @@ def _aligned(src_path: str, tgt_path: str, warn: Warn) -> Iterator[tuple[int, st
         yield src[0], src[1], tgt[1]
 
 
-def _columns(path: str, columns: tuple[int, int], warn: Warn) -> Iterator[tuple[int, str, str]]:
+def check_columns(columns: tuple[int, int]) -> None:
+    """The source and target columns of a TSV bitext: two different 1-based numbers."""
     if min(columns) < 1 or columns[0] == columns[1]:
         raise CorpusError(f"bad bitext columns {columns}: two different 1-based column numbers")
+
+
+def _columns(path: str, columns: tuple[int, int], warn: Warn) -> Iterator[tuple[int, str, str]]:
+    check_columns(columns)
     for line, text in read_lines(path, warn):
         fields = text.split("\t")
         if len(fields) < max(columns):

@@ -14,7 +14,7 @@ and in memory::
 
     encoder = bm.load_encoder("intfloat/multilingual-e5-small")
     src, tgt = bm.embed(encoder, german), bm.embed(encoder, english)
-    pairs = bm.mine_arrays(src, tgt)  # one-to-one candidates: pairs.src, pairs.tgt, pairs.score
+    pairs = bm.mine_arrays(src, tgt)  # one-to-one candidates: for src, tgt, score in pairs
 
 Names are imported on first use, so `import bitextmine` loads neither torch nor FAISS and changes no
 global state (threads, logging, warning filters) until a function is called.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import numbers
 import os
 import sys
 
@@ -12,6 +13,21 @@ class BitextmineError(Exception):
 
     The message is complete on its own (it names the file and, when it applies, the line).
     """
+
+
+class BitextmineValueError(BitextmineError, ValueError):
+    """A bad argument of a Python API function (mine_arrays' vectors, embed's batch size): a ValueError,
+    as Python callers expect, and a BitextmineError, which the CLI prints on one line."""
+
+
+def whole_number(name: str, value: object, low: int = 1, high: int | None = None) -> int:
+    """`value` as an int from `low` to `high`, else a BitextmineValueError naming the argument `name`."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        number = int(value)
+        if low <= number and (high is None or number <= high):
+            return number
+    bounds = f"from {low} to {high}" if high is not None else f">= {low}"
+    raise BitextmineValueError(f"{name} must be a whole number {bounds}, not {value!r}")
 
 
 class BitextmineWarning(UserWarning):

@@ -4,9 +4,10 @@ mine), scoring what was mined, and the in-memory helpers (load an encoder, embed
     python examples/python_api.py --model ../shared/models/multilingual-e5-small-q4 \
         --bucc ../shared/data/bucc-like/de-en --work /tmp/api-work --sentences 1000
 
-`calibrate` stores its threshold in the workspace's threshold store (the model dir is only read). It
-prints the calibrated F1, the F1 of the mined file (equal: the workspace steps and calibration score
-the same float16 vectors) and the in-memory pairs.
+`calibrate` stores its threshold in the workspace's threshold store (the model dir is only read). The
+encoding's progress goes to stderr (show_progress_bar=True). It prints the calibrated F1, the F1 of
+the mined file (equal: the workspace steps and calibration score the same float16 vectors) and the
+in-memory pairs.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def main() -> None:
         corpus = work.root / "input" / f"{lang}.txt"
         corpus.parent.mkdir(parents=True, exist_ok=True)
         corpus.write_text("".join(f"{sentence}\n" for sentence in side.sentences), encoding="utf-8")
-        encoded = bm.encode([corpus], lang, work, str(model))
+        encoded = bm.encode(corpus, lang, work, model, show_progress_bar=True)
         info = bm.index(work, lang)
         print(f"{lang}: {encoded.rows:,} sentences encoded, index {info.factory}")
 
@@ -49,13 +50,12 @@ def main() -> None:
     print(f"mined: {mined.kept:,} pairs -> {mined.output}, F1 {100 * scores.f1:.2f}")
 
     # In memory: sentences to unit vectors, two arrays to scored one-to-one pairs.
-    src = bm.embed(encoder, split.src.sentences)
-    tgt = bm.embed(encoder, split.tgt.sentences)
+    src = bm.embed(encoder, split.src.sentences, show_progress_bar=True)
+    tgt = bm.embed(encoder, split.tgt.sentences, show_progress_bar=True)
     pairs = bm.mine_arrays(src, tgt).above(result.threshold)
     print(f"in memory: {len(pairs):,} pairs at the calibrated threshold")
-    for row in range(3):
-        source, target = split.src.sentences[pairs.src[row]], split.tgt.sentences[pairs.tgt[row]]
-        print(f"  {pairs.score[row]:.4f}  {source[:60]}  |  {target[:60]}")
+    for source, target, score in pairs[:3]:
+        print(f"  {score:.4f}  {split.src.sentences[source][:60]}  |  {split.tgt.sentences[target][:60]}")
 
 
 if __name__ == "__main__":

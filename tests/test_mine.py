@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bitextmine.errors import BitextmineError
 from bitextmine.mining.arrays import mine_arrays
 from bitextmine.mining.margin import MARGINS
 from bitextmine.mining.selection import STRATEGIES
@@ -190,3 +191,54 @@ def test_merge_top_k_pads_missing_hits_and_keeps_first_list_on_ties():
     np.testing.assert_allclose(cos, [[0.95, 0.9, 0.9]])
     cos, ids = merge_top_k((np.zeros((1, 0), np.float32), np.zeros((1, 0), np.int64)), second, 3)
     assert ids.tolist() == [[4, 3, -1]] and np.isnan(cos[0, 2])
+
+
+def _bad_input_cases():
+    src, tgt = bitext(12, 10, pairs=5, dim=8, seed=4)
+    nan, inf = tgt.copy(), src.copy()
+    nan[3, 2], inf[5, 0] = np.nan, np.inf
+    narrow = unit(tgt[:, :4]).astype(np.float32)
+    return {
+        "not unit": (
+            (src * 2, tgt),
+            {},
+            r"^src: row 0 has norm 2, not 1 \(within 0\.01\): pass unit",
+        ),
+        "NaN": ((src, nan), {}, r"^tgt: row 3 holds NaN or infinite values$"),
+        "inf": ((inf, tgt), {}, r"^src: row 5 holds NaN"),
+        "dimensions": ((src, narrow), {}, r"^src vectors have 8 dimensions, tgt vectors 4"),
+        "1-D": ((src[0], tgt), {}, r"^src: expected a 2-D array \[sentences, dim\], got shape \(8,\)$"),
+        "3-D": ((src, tgt[None]), {}, r"^tgt: expected a 2-D array"),
+        "text": (([["a", "b"]], tgt), {}, r"^src: not an array of numbers"),
+        "k=0": ((src, tgt), {"k": 0}, r"^k must be a whole number from 1 to 4096, not 0$"),
+        "k too large": ((src, tgt), {"k": 4097}, r"^k must be a whole number from 1 to 4096, not 4097$"),
+        "k not whole": ((src, tgt), {"k": 2.5}, r"^k must be a whole number"),
+        "zero row": ((np.zeros((2, 8)), tgt), {"normalize": True}, r"^src: row 0 is all zeros.*\(1 more row"),
+    }
+
+
+@pytest.mark.parametrize("case", list(_bad_input_cases()))
+def test_bad_input_is_a_one_line_value_error(case):
+    arrays, options, message = _bad_input_cases()[case]
+    with pytest.raises(ValueError, match=message) as raised:
+        mine_arrays(*arrays, **options)
+    assert isinstance(raised.value, BitextmineError)  # the CLI prints it on one line
+    assert "\n" not in str(raised.value)
+
+
+def test_normalize_mines_unit_copies_and_leaves_the_input_alone():
+    src, tgt = bitext(40, 30, pairs=12, dim=8, seed=6)
+    scales = np.random.default_rng(6).uniform(0.5, 3, size=(40, 1)).astype(np.float32)
+    scaled = src * scales
+    given = scaled.copy()
+    got, want = mine_arrays(scaled, tgt * 4, normalize=True), mine_arrays(src, tgt)
+    np.testing.assert_array_equal(scaled, given)
+    assert [(s, t) for s, t, _ in got] == [(s, t) for s, t, _ in want]
+    np.testing.assert_allclose(got.score, want.score, atol=1e-5)
+    assert got.cosine.max() <= 1 + 1e-6
+
+
+def test_vectors_rounded_through_float16_count_as_unit_vectors():
+    src, tgt = bitext(30, 30, pairs=10, dim=384, seed=8)
+    got = mine_arrays(src.astype(np.float16), tgt.astype(np.float16).astype(np.float64))
+    assert {(s, t) for s, t, _ in got[:10]} == {(i, i) for i in range(10)}

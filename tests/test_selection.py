@@ -3,6 +3,7 @@ the corpus. (Selection against the brute-force miner is tested through `mine_arr
 
 from __future__ import annotations
 
+import sys
 import tracemalloc
 
 import numpy as np
@@ -11,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bitextmine.mining.margin import MARGINS
-from bitextmine.mining.selection import STRATEGIES, _greedy, select_candidates
+from bitextmine.mining.selection import STRATEGIES, Candidates, Pair, _greedy, select_candidates
 from bitextmine.search.knn import Neighbours, exact_knn
 
 from .test_mine import bitext
@@ -123,3 +124,42 @@ def test_selection_allocates_about_one_block_not_the_corpus(tmp_path):
         tmp_path / "whole",
     )
     assert whole.tobytes() == selected.tobytes()
+
+
+def some_candidates() -> Candidates:
+    return Candidates(
+        np.array([4, 0, 2]), np.array([1, 3, 0]), np.array([1.3, 1.2, 1.05]), np.array([0.9, 0.8, 0.7])
+    )
+
+
+def test_candidates_are_a_sequence_of_pairs():
+    pairs = some_candidates()
+    assert list(pairs) == [(4, 1, 1.3), (0, 3, 1.2), (2, 0, 1.05)]
+    first = pairs[0]
+    assert first == Pair(src=4, tgt=1, score=1.3) and type(first.src) is int and type(first.score) is float
+    assert pairs[-1].tgt == 0 and pairs[np.int64(1)].src == 0
+    with pytest.raises(IndexError):
+        pairs[3]
+    rest = pairs[1:]
+    assert isinstance(rest, Candidates) and len(rest) == 2 and list(rest.cosine) == [0.8, 0.7]
+    assert [pair.src for pair in pairs[np.array([True, False, True])]] == [4, 2]
+    assert list(pairs.above(1.1)) == list(pairs[:2])
+    for src, tgt, score in pairs:
+        assert (pairs.src == src).any() and (pairs.tgt == tgt).any() and score > 1
+
+
+def test_candidates_to_pandas():
+    table = some_candidates().to_pandas()
+    assert list(table.columns) == ["src", "tgt", "score", "cosine"]
+    assert table.to_dict("list") == {
+        "src": [4, 0, 2],
+        "tgt": [1, 3, 0],
+        "score": [1.3, 1.2, 1.05],
+        "cosine": [0.9, 0.8, 0.7],
+    }
+
+
+def test_to_pandas_without_pandas_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pandas", None)  # `import pandas` raises ImportError
+    with pytest.raises(ImportError, match=r"pip install 'bitextmine\[pandas\]'$"):
+        some_candidates().to_pandas()

@@ -22,8 +22,10 @@ def default_max_tokens(device_type: str) -> int:
     return CUDA_MAX_TOKENS if device_type == "cuda" else DEFAULT_MAX_TOKENS
 
 
-def token_budget_batches(lengths: Sequence[int], max_tokens: int, window: int = 4096) -> Iterator[list[int]]:
-    """Yield lists of input positions; every position appears exactly once."""
+def token_budget_batches(
+    lengths: Sequence[int], max_tokens: int, window: int = 4096, max_sentences: int | None = None
+) -> Iterator[list[int]]:
+    """Yield lists of input positions, at most `max_sentences` a list; every position appears exactly once."""
     if max_tokens < 1:
         raise ValueError("max_tokens must be positive")
     for start in range(0, len(lengths), window):
@@ -31,7 +33,7 @@ def token_budget_batches(lengths: Sequence[int], max_tokens: int, window: int = 
         batch: list[int] = []
         tokens = 0
         for i in order:
-            if batch and tokens + lengths[i] > max_tokens:
+            if batch and (tokens + lengths[i] > max_tokens or len(batch) == max_sentences):
                 yield batch
                 batch, tokens = [], 0
             batch.append(i)

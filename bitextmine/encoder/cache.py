@@ -4,7 +4,9 @@ taken from a workspace's encoded corpora where it holds them (encoder/held.py)."
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -12,7 +14,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from bitextmine.encoder.encoder import ProgressCallback, SentenceEncoder
+from bitextmine.encoder.foreign import ForeignEncoder, SupportsEncode, as_encoder
+from bitextmine.errors import BitextmineValueError
 from bitextmine.files import atomic_open
+from bitextmine.progress import progress_display
 
 if TYPE_CHECKING:
     from bitextmine.encoder.held import HeldVectors
@@ -47,42 +52,85 @@ class Embedded:
 
 
 def embed(
-    encoder: SentenceEncoder,
-    sentences: Sequence[str],
+    encoder: str | os.PathLike[str] | SentenceEncoder | SupportsEncode,
+    sentences: str | Sequence[str],
     cache_dir: Path | None = None,
     progress: ProgressCallback | None = None,
+    *,
+    batch_size: int | None = None,
+    show_progress_bar: bool = False,
 ) -> np.ndarray:
-    """Unit vectors rounded through float16 exactly as the workspace stores them (so thresholds
-    learned here apply to `mine`); cached under `cache_dir` by model fingerprint, precision and text."""
-    return embed_reusing(encoder, sentences, cache_dir, progress).vectors
+    """The encoder's vectors, float32 [n, dim], rounded through float16 exactly as the workspace stores
+    them (so thresholds learned here apply to `mine`); a string is one sentence and gives one vector
+    [dim], as in sentence-transformers. `encoder` is a model dir or hub id, a SentenceEncoder or any
+    object with `.encode(list[str])` (a SentenceTransformer; its vectors L2-normalised). A SentenceEncoder's
+    vectors are cached under `cache_dir` by model fingerprint, precision and text. `batch_size` caps the
+    sentences a forward; `show_progress_bar` shows progress on stderr (bitextmine/progress.py)."""
+    texts = [sentences] if isinstance(sentences, str) else list(sentences)
+    for row, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise TypeError(f"sentences[{row}] is a {type(text).__name__}, not a string")
+    model = as_encoder(encoder)
+    rates = isinstance(model, SentenceEncoder)  # an object with .encode does not count tokens
+    display = progress_display("encoding", len(texts), rates=rates) if show_progress_bar else nullcontext()
+    with display as shown:
+        callback = _both(progress, shown.advance if shown is not None else None)
+        vectors = embed_reusing(model, texts, cache_dir, callback, batch_size=batch_size).vectors
+    return vectors[0] if isinstance(sentences, str) else vectors
+
+
+def _both(first: ProgressCallback | None, second: ProgressCallback | None) -> ProgressCallback | None:
+    if first is None or second is None:
+        return first or second
+
+    def both(sentences: int, tokens: int) -> None:
+        first(sentences, tokens)
+        second(sentences, tokens)
+
+    return both
 
 
 def embed_reusing(
-    encoder: SentenceEncoder,
+    encoder: SentenceEncoder | ForeignEncoder,
     sentences: Sequence[str],
     cache_dir: Path | None = None,
     progress: ProgressCallback | None = None,
     held: HeldLookup | None = None,
+    *,
+    batch_size: int | None = None,
 ) -> Embedded:
     """`embed`, where the vectors `held` finds (those a workspace stores) are taken as they are and only
     the other sentences are encoded."""
-    cached = cache_dir / f"{_cache_key(encoder, sentences)}.npy" if cache_dir else None
+    cached = _cache_file(encoder, sentences, cache_dir)
     if cached is not None and cached.is_file():
         return Embedded(np.load(cached).astype(np.float32), VectorSources(cached=len(sentences)))
-    vectors = np.empty((len(sentences), encoder.dim), dtype=np.float16)
     found = held(sentences) if held is not None else None
     missing = np.arange(len(sentences))
     if found is not None:
-        vectors[found.positions] = found.vectors
         missing = np.setdiff1d(missing, found.positions)
-    if missing.size:
-        encoded = encoder.encode([sentences[i] for i in missing], progress=progress).vectors
-        vectors[missing] = encoded.astype(np.float16)
+    encoded = encoder.encode([sentences[i] for i in missing], progress, batch_size=batch_size).vectors
+    vectors = np.empty((len(sentences), encoded.shape[1]), dtype=np.float16)
+    vectors[missing] = encoded
+    if found is not None:
+        vectors[found.positions] = found.vectors
     if cached is not None:
         with atomic_open(cached, "wb") as fh:
             np.save(fh, vectors)
     sources = VectorSources(encoded=missing.size, reused=len(sentences) - missing.size)
     return Embedded(vectors.astype(np.float32), sources)
+
+
+def _cache_file(
+    encoder: SentenceEncoder | ForeignEncoder, sentences: Sequence[str], cache_dir: Path | None
+) -> Path | None:
+    if cache_dir is None:
+        return None
+    if encoder.fingerprint is None:
+        raise BitextmineValueError(
+            f"cache_dir: vectors are cached by the model's fingerprint, which a {encoder.name} does not "
+            "have; leave cache_dir out"
+        )
+    return cache_dir / f"{_cache_key(encoder, sentences)}.npy"
 
 
 def _cache_key(encoder: SentenceEncoder, sentences: Sequence[str]) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -24,7 +25,7 @@ from bitextmine.encoder.precision import (
     resolve_precision,
 )
 from bitextmine.encoder.settings import EncoderSettings, resolve_settings
-from bitextmine.errors import BitextmineError
+from bitextmine.errors import BitextmineError, whole_number
 
 ProgressCallback = Callable[[int, int], None]  # (sentences, tokens) just encoded
 _log = logging.getLogger(__name__)
@@ -41,6 +42,10 @@ class Encoded:
     vectors: np.ndarray  # float32 [n, dim]
     tokens: int
     truncated: int
+
+    def __array__(self, dtype: np.dtype | None = None, copy: bool | None = None) -> np.ndarray:
+        """`np.asarray(encoded)` is `encoded.vectors`."""
+        return np.array(self.vectors, dtype=dtype, copy=copy)
 
 
 def pick_device(name: str = "auto") -> torch.device:
@@ -178,16 +183,26 @@ class SentenceEncoder:
         return Tokenized(batch["input_ids"], truncated)
 
     def encode(
-        self, sentences: Sequence[str], progress: ProgressCallback | None = None, window: int = 4096
+        self,
+        sentences: str | Sequence[str],
+        progress: ProgressCallback | None = None,
+        window: int = 4096,
+        *,
+        batch_size: int | None = None,
     ) -> Encoded:
-        """Vectors for `sentences` in their order; windows of `window` sentences bound the memory."""
+        """Vectors for `sentences` in their order (a string is one sentence); windows of `window` sentences
+        bound the memory, and a forward takes at most `max_tokens` tokens and `batch_size` sentences."""
+        if isinstance(sentences, str):
+            sentences = [sentences]
+        if batch_size is not None:
+            whole_number("batch_size", batch_size)
         vectors = np.empty((len(sentences), self.dim), dtype=np.float32)
         tokens = truncated = 0
         for start in range(0, len(sentences), window):
             tokenized = self.tokenize(sentences[start : start + window])
             truncated += tokenized.truncated
             lengths = [len(ids) for ids in tokenized.ids]
-            for batch in token_budget_batches(lengths, self.max_tokens, window):
+            for batch in token_budget_batches(lengths, self.max_tokens, window, batch_size):
                 ids = [tokenized.ids[i] for i in batch]
                 vectors[[start + i for i in batch]] = self._encode_batch(ids)
                 batch_tokens = sum(lengths[i] for i in batch)
@@ -217,7 +232,7 @@ class SentenceEncoder:
 
 
 def load_encoder(
-    model: str,
+    model: str | os.PathLike[str],
     *,
     device: str = "auto",
     precision: str = "auto",
@@ -226,7 +241,13 @@ def load_encoder(
 ) -> SentenceEncoder:
     """A sentence encoder from a model dir or hub id, as `bitextmine encode` loads it: `precision` auto is
     bf16 where the device runs it natively; `settings` (pooling, prefix, max_length) override the model's.
-    `encoder.encode(sentences).vectors` are float32 unit vectors."""
+    `encoder.encode(sentences).vectors` are float32 unit vectors. For a SentenceTransformer already
+    loaded, pass it to `embed` as it is."""
+    if not isinstance(model, str | os.PathLike):
+        raise TypeError(
+            f"load_encoder takes a model dir or hub id, not a {type(model).__name__}; pass an object with "
+            ".encode (a SentenceTransformer) to bitextmine.embed as it is"
+        )
     return SentenceEncoder.load(
-        model, device=device, overrides=settings, max_tokens=max_tokens, precision=precision
+        os.fspath(model), device=device, overrides=settings, max_tokens=max_tokens, precision=precision
     )

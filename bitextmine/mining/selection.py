@@ -10,11 +10,12 @@ pairs. The process itself holds one block, or a window of every run while the ru
 from __future__ import annotations
 
 import errno
+import operator
 import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO, NamedTuple, SupportsIndex, overload
 
 import numpy as np
 
@@ -23,6 +24,9 @@ from bitextmine.faults import crash_point
 from bitextmine.mining.margin import check_margin, margin_scores
 from bitextmine.search.knn import Neighbours
 
+if TYPE_CHECKING:
+    import pandas
+
 STRATEGIES = ("max", "intersect", "fwd", "bwd")
 CANDIDATE_DTYPE = np.dtype([("score", "<f8"), ("cos", "<f8"), ("src", "<i8"), ("tgt", "<i8"), ("key", "<i8")])
 MERGE_ROWS = 4_000_000  # candidates held at once while merging the sorted runs (~160 MB)
@@ -30,9 +34,18 @@ MERGE_ROWS = 4_000_000  # candidates held at once while merging the sorted runs 
 NeighbourBlocks = Callable[[], Iterable[tuple[int, Neighbours]]]  # (first query row, lists), in row order
 
 
+class Pair(NamedTuple):
+    """One candidate pair: rows of the source and target vectors, and its margin score."""
+
+    src: int
+    tgt: int
+    score: float
+
+
 @dataclass
 class Candidates:
-    """One-to-one candidate pairs sorted by decreasing score."""
+    """One-to-one candidate pairs sorted by decreasing score: a sequence of `Pair`s (`pairs[0]`, `for src,
+    tgt, score in pairs`; a slice or a numpy index gives Candidates) over the arrays below."""
 
     src: np.ndarray  # int64 row ids
     tgt: np.ndarray  # int64 row ids
@@ -46,9 +59,33 @@ class Candidates:
     def __len__(self) -> int:
         return len(self.src)
 
+    @overload
+    def __getitem__(self, key: SupportsIndex) -> Pair: ...
+
+    @overload
+    def __getitem__(self, key: slice | np.ndarray) -> Candidates: ...
+
+    def __getitem__(self, key: SupportsIndex | slice | np.ndarray) -> Pair | Candidates:
+        if isinstance(key, slice | np.ndarray):
+            return Candidates(self.src[key], self.tgt[key], self.score[key], self.cosine[key])
+        row = operator.index(key)
+        return Pair(int(self.src[row]), int(self.tgt[row]), float(self.score[row]))
+
+    def __iter__(self) -> Iterator[Pair]:
+        for row in range(len(self)):
+            yield self[row]
+
     def above(self, threshold: float) -> Candidates:
-        keep = self.score >= threshold
-        return Candidates(self.src[keep], self.tgt[keep], self.score[keep], self.cosine[keep])
+        return self[self.score >= threshold]
+
+    def to_pandas(self) -> pandas.DataFrame:
+        """The pairs as a DataFrame with the columns src, tgt, score and cosine."""
+        try:
+            import pandas
+        except ImportError:
+            raise ImportError("Candidates.to_pandas needs pandas: pip install 'bitextmine[pandas]'") from None
+        columns = {"src": self.src, "tgt": self.tgt, "score": self.score, "cosine": self.cosine}
+        return pandas.DataFrame(columns)
 
 
 @dataclass

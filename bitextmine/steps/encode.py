@@ -8,12 +8,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bitextmine.encoder.encoder import SentenceEncoder
 from bitextmine.encoder.spec import EncoderSpec, release_encoder
-from bitextmine.errors import BitextmineError
+from bitextmine.errors import BitextmineError, BitextmineValueError
 from bitextmine.launch.config import LauncherConfig
 from bitextmine.launch.jobs import Job, Progress, run_jobs
+from bitextmine.progress import progress_display
 from bitextmine.text.languages import check_lang
 from bitextmine.text.lid import DEFAULT_MIN_CONFIDENCE, lid_code, model_id
 from bitextmine.text.reader import STDIN, Columns, CorpusCounts, warn_user
@@ -31,7 +33,11 @@ from bitextmine.workspace.external import VectorsFile, external_model, open_vect
 from bitextmine.workspace.layout import Workspace
 from bitextmine.workspace.locks import workspace_locks
 
+if TYPE_CHECKING:
+    from bitextmine.cli.output import ProgressDisplay
+
 _log = logging.getLogger(__name__)
+InputPaths = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 
 
 class EncodeReporter:
@@ -51,6 +57,26 @@ class EncodeReporter:
 
     def advance(self, sentences: int, tokens: int = 0) -> None:
         """`sentences` more sentences (of `tokens` tokens) were encoded."""
+
+
+class _ShownProgress(EncodeReporter):
+    """`encode(show_progress_bar=True)`: the encoding's progress on stderr (bitextmine/progress.py)."""
+
+    def __init__(self, lang: str) -> None:
+        self.lang = lang
+        self.display: ProgressDisplay | None = None
+
+    def encoder_ready(self, encoder: SentenceEncoder, rows_to_encode: int) -> None:
+        if rows_to_encode:  # nothing shown where everything was encoded before
+            self.display = progress_display(f"encoding {self.lang}", rows_to_encode, rates=True).__enter__()
+
+    def advance(self, sentences: int, tokens: int = 0) -> None:
+        if self.display is not None:
+            self.display.advance(sentences, tokens)
+
+    def close(self) -> None:
+        if self.display is not None:
+            self.display.__exit__(None, None, None)
 
 
 @dataclass
@@ -144,19 +170,25 @@ def _refuse_rebuilt_inputs(paths: Sequence[str | Path], lang: str, workspace: Wo
 
 
 def encode(
-    paths: Sequence[str | Path],
+    paths: InputPaths,
     lang: str,
     workspace: Workspace,
-    model: str | EncoderSpec,
+    model: str | os.PathLike[str] | EncoderSpec,
     options: EncodeOptions | None = None,
     reporter: EncodeReporter | None = None,
     launcher: LauncherConfig | None = None,
+    *,
+    show_progress_bar: bool = False,
 ) -> EncodeSummary:
-    """Encode corpus files of `lang` into the workspace: build (or reuse) its text shards, then encode
-    every shard not already encoded, one job a shard, in this process or where `launcher` sends them
-    (each job loads the encoder from `model`: a model dir or hub id, or an EncoderSpec)."""
-    spec = model if isinstance(model, EncoderSpec) else EncoderSpec(model)
-    paths = [str(path) for path in paths]
+    """Encode corpus files of `lang` (one path, or a list) into the workspace: build (or reuse) its text
+    shards, then encode every shard not already encoded, one job a shard, in this process or where
+    `launcher` sends them (each job loads the encoder from `model`: a model dir or hub id, or an
+    EncoderSpec). `show_progress_bar` shows the encoding's progress on stderr; a `reporter` follows it."""
+    spec = model if isinstance(model, EncoderSpec) else EncoderSpec(_model_name(model))
+    paths = input_paths(paths)
+    if show_progress_bar and reporter is not None:
+        raise BitextmineValueError("encode: give show_progress_bar=True or a reporter, not both")
+    shown = _ShownProgress(lang) if show_progress_bar else None
     _refuse_rebuilt_inputs(paths, lang, workspace)
     with workspace_locks(workspace, write=[f"lang-{check_lang(lang)}"]):
         try:
@@ -166,11 +198,29 @@ def encode(
                 workspace,
                 spec,
                 options or EncodeOptions(),
-                reporter or EncodeReporter(),
+                reporter or shown or EncodeReporter(),
                 launcher,
             )
         finally:  # the jobs run here shared the step's encoder; a later call loads the model as it is then
             release_encoder()
+            if shown is not None:
+                shown.close()
+
+
+def input_paths(paths: InputPaths) -> list[str]:
+    """The input files as strings: one path (a string is a path, not a sequence of characters) or several."""
+    if isinstance(paths, str | os.PathLike):
+        return [os.fspath(paths)]
+    return [os.fspath(path) for path in paths]
+
+
+def _model_name(model: object) -> str:
+    if not isinstance(model, str | os.PathLike):
+        raise TypeError(
+            f"model: expected a model dir, a hub id or an EncoderSpec, not a {type(model).__name__}; "
+            "vectors made with another encoder go into a workspace through import_embeddings"
+        )
+    return os.fspath(model)
 
 
 def _encode(
@@ -215,7 +265,7 @@ def _encode(
 
 
 def import_embeddings(
-    paths: Sequence[str | Path],
+    paths: InputPaths,
     lang: str,
     workspace: Workspace,
     vectors: str | Path,
@@ -231,7 +281,7 @@ def import_embeddings(
     values: one row per line of the input, empty lines included), L2-normalised and stored as `encode`
     stores its own. `model_name` names the model that made the vectors: languages imported under the same
     name can be mined together. Resumable shard by shard, as `encode` is."""
-    paths = [str(path) for path in paths]
+    paths = input_paths(paths)
     if len(paths) != 1 or paths[0] == STDIN:
         raise BitextmineError(
             f"{vectors}: --embeddings takes exactly one input file (not stdin), one row a line"

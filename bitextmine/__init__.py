@@ -51,8 +51,8 @@ _EXPORTS = {
     "calibrate": "bitextmine.steps.calibrate",
     "evaluate_bucc": "bitextmine.steps.calibrate",
     "MiningSettings": "bitextmine.evaluation.calibration",
-    "read_bucc": "bitextmine.evaluation.bucc",
-    "sample_split": "bitextmine.evaluation.bucc",
+    "read_bucc": "bitextmine.calibration.bucc",
+    "sample_split": "bitextmine.calibration.bucc",
     "score_mined_file": "bitextmine.evaluation.calibration",
     # not "train": that is the subpackage bitextmine.train, which its import would bind over the function
     "train_encoder": "bitextmine.train.loop:train",
@@ -121,11 +121,11 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
+    from bitextmine.calibration.bucc import read_bucc, sample_split
     from bitextmine.encoder.cache import embed
     from bitextmine.encoder.encoder import SentenceEncoder, load_encoder
     from bitextmine.encoder.spec import EncoderSpec
     from bitextmine.errors import BitextmineError, BitextmineWarning
-    from bitextmine.evaluation.bucc import read_bucc, sample_split
     from bitextmine.evaluation.calibration import MiningSettings, score_mined_file
     from bitextmine.launch.config import LauncherConfig
     from bitextmine.mining.arrays import mine_arrays

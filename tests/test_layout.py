@@ -23,10 +23,11 @@ RANKS = {
     "encoder": 3,
     "search": 4,
     "mining": 5,
-    "evaluation": 6,
-    "train": 7,
-    "steps": 8,
-    "cli": 9,
+    "calibration": 6,
+    "evaluation": 7,
+    "train": 8,
+    "steps": 9,
+    "cli": 10,
 }
 
 

@@ -89,7 +89,7 @@ def calibrate(
     find it. Nothing is written into the model dir. Prints the curve as a text plot; --json PATH|-
     writes the settings, the chosen point and every threshold's P/R/F1, and --plot FILE.png draws them.
     """
-    from bitextmine.evaluation.bucc import check_rule, read_bucc
+    from bitextmine.calibration.bucc import check_rule, read_bucc
     from bitextmine.evaluation.calibration import MiningSettings
     from bitextmine.steps.calibrate import calibrate as calibrate_split
 

@@ -95,7 +95,7 @@ def eval_bucc(
     (--filters, --filter) apply to the pairs reaching the threshold, as in `mine`. --json FILE gets
     precision, recall and f1 in percent, the threshold and the filters' drop counts.
     """
-    from bitextmine.evaluation.bucc import read_bucc
+    from bitextmine.calibration.bucc import read_bucc
     from bitextmine.evaluation.calibration import MiningSettings, score_mined_file
     from bitextmine.steps.calibrate import evaluate_bucc
 

@@ -8,10 +8,17 @@ from pathlib import Path
 
 import numpy as np
 
+from bitextmine.calibration.bucc import (
+    BuccError,
+    BuccSplit,
+    Scores,
+    SweepResult,
+    score_pairs,
+    sweep_threshold,
+)
 from bitextmine.encoder.cache import VectorSources, embed_reusing
 from bitextmine.encoder.encoder import ProgressCallback, SentenceEncoder
 from bitextmine.encoder.held import held_vectors
-from bitextmine.evaluation.bucc import BuccError, BuccSplit, Scores, SweepResult, score_pairs, sweep_threshold
 from bitextmine.mining.arrays import mine_arrays
 from bitextmine.mining.filters import PairFilter
 from bitextmine.mining.margin import check_margin

@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from bitextmine.calibration.bucc import BuccSplit, Scores, SweepResult, check_rule
 from bitextmine.encoder.cache import VectorSources
 from bitextmine.encoder.encoder import ProgressCallback, SentenceEncoder
-from bitextmine.evaluation.bucc import BuccSplit, Scores, SweepResult, check_rule
 from bitextmine.evaluation.calibration import MiningSettings, calibrate_threshold, mine_split, scores_at
 from bitextmine.evaluation.thresholds import (
     ThresholdChoice,

@@ -97,7 +97,7 @@ class Embeddings:
 
 
 def read_split(pair: str):
-    from bitextmine.evaluation.bucc import read_bucc
+    from bitextmine.calibration.bucc import read_bucc
 
     return read_bucc(BUCC / pair, pair, "dev")
 

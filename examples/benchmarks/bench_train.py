@@ -108,8 +108,8 @@ def keep(model_dir: Path, destination: Path) -> None:
 
 
 def evaluate(model_dir: Path) -> dict:
+    from bitextmine.calibration.bucc import read_bucc
     from bitextmine.encoder.encoder import SentenceEncoder
-    from bitextmine.evaluation.bucc import read_bucc
     from bitextmine.evaluation.calibration import MiningSettings, calibrate_threshold, mine_split
     from bitextmine.evaluation.retrieval import evaluate_tatoeba
 

@@ -8,15 +8,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bitextmine.calibration.bucc import BuccSplit, Scores, SweepResult, check_rule
-from bitextmine.encoder.cache import VectorSources
-from bitextmine.encoder.encoder import ProgressCallback, SentenceEncoder
-from bitextmine.evaluation.calibration import MiningSettings, calibrate_threshold, mine_split, scores_at
-from bitextmine.evaluation.thresholds import (
+from bitextmine.calibration.thresholds import (
     ThresholdChoice,
     ThresholdRecord,
     resolve_threshold,
     store_threshold,
 )
+from bitextmine.encoder.cache import VectorSources
+from bitextmine.encoder.encoder import ProgressCallback, SentenceEncoder
+from bitextmine.evaluation.calibration import MiningSettings, calibrate_threshold, mine_split, scores_at
 from bitextmine.mining.filters import NO_FILTERS, FilterSettings, PairFilter
 from bitextmine.text.languages import parse_pair
 from bitextmine.workspace.layout import DEFAULT_WORKDIR, Workspace

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from bitextmine.calibration.thresholds import ThresholdChoice, resolve_threshold
 from bitextmine.errors import BitextmineError
-from bitextmine.evaluation.thresholds import ThresholdChoice, resolve_threshold
 from bitextmine.files import OutputTarget, atomic_open, output_target, write_json
 from bitextmine.launch.config import LauncherConfig
 from bitextmine.launch.jobs import Job, Progress, run_jobs

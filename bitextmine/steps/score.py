@@ -15,10 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
+from bitextmine.calibration.thresholds import ThresholdChoice, resolve_threshold
 from bitextmine.encoder.cache import embed
 from bitextmine.encoder.encoder import ProgressCallback, SentenceEncoder
 from bitextmine.errors import BitextmineError
-from bitextmine.evaluation.thresholds import ThresholdChoice, resolve_threshold
 from bitextmine.files import output_target
 from bitextmine.mining.filters import NO_FILTERS, FilterSettings, PairFilter
 from bitextmine.mining.margin import check_margin, margin_scores

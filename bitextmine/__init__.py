@@ -50,10 +50,10 @@ _EXPORTS = {
     "read_bitext": "bitextmine.text.bitext",
     "calibrate": "bitextmine.steps.calibrate",
     "evaluate_bucc": "bitextmine.steps.calibrate",
-    "MiningSettings": "bitextmine.evaluation.calibration",
+    "MiningSettings": "bitextmine.calibration.split_mining",
     "read_bucc": "bitextmine.calibration.bucc",
     "sample_split": "bitextmine.calibration.bucc",
-    "score_mined_file": "bitextmine.evaluation.calibration",
+    "score_mined_file": "bitextmine.calibration.split_mining",
     # not "train": that is the subpackage bitextmine.train, which its import would bind over the function
     "train_encoder": "bitextmine.train.loop:train",
     "TrainConfig": "bitextmine.train.loop",
@@ -122,11 +122,11 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from bitextmine.calibration.bucc import read_bucc, sample_split
+    from bitextmine.calibration.split_mining import MiningSettings, score_mined_file
     from bitextmine.encoder.cache import embed
     from bitextmine.encoder.encoder import SentenceEncoder, load_encoder
     from bitextmine.encoder.spec import EncoderSpec
     from bitextmine.errors import BitextmineError, BitextmineWarning
-    from bitextmine.evaluation.calibration import MiningSettings, score_mined_file
     from bitextmine.launch.config import LauncherConfig
     from bitextmine.mining.arrays import mine_arrays
     from bitextmine.mining.filters import FilterSettings, parse_filters

@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bitextmine.calibration.bucc import BuccError, Scores, read_bucc, score_pairs, sweep_threshold
+from bitextmine.calibration.split_mining import score_mined_file
 from bitextmine.errors import BitextmineError, BitextmineWarning
-from bitextmine.evaluation.calibration import score_mined_file
 from bitextmine.files import OutputTarget
 from bitextmine.mining.filters import NO_FILTERS, PairFilter
 from bitextmine.mining.output import FORMATS, output_format, write_pairs

@@ -7,13 +7,13 @@ import typing
 import pytest
 from typer.testing import CliRunner
 
+from bitextmine.calibration.split_mining import MiningSettings
 from bitextmine.cli import app
 from bitextmine.cli.app import AttentionOption, PrecisionOption
 from bitextmine.cli.mine import OutputFormat
 from bitextmine.encoder.attention import ATTENTION_BACKENDS
 from bitextmine.encoder.precision import PRECISIONS
 from bitextmine.errors import BitextmineError
-from bitextmine.evaluation.calibration import MiningSettings
 from bitextmine.mining.output import FORMATS
 from bitextmine.steps.mine import MineOptions
 

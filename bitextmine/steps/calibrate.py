@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bitextmine.calibration.bucc import BuccSplit, Scores, SweepResult, check_rule
+from bitextmine.calibration.split_mining import MiningSettings, calibrate_threshold, mine_split, scores_at
 from bitextmine.calibration.thresholds import (
     ThresholdChoice,
     ThresholdRecord,
@@ -16,7 +17,6 @@ from bitextmine.calibration.thresholds import (
 )
 from bitextmine.encoder.cache import VectorSources
 from bitextmine.encoder.encoder import ProgressCallback, SentenceEncoder
-from bitextmine.evaluation.calibration import MiningSettings, calibrate_threshold, mine_split, scores_at
 from bitextmine.mining.filters import NO_FILTERS, FilterSettings, PairFilter
 from bitextmine.text.languages import parse_pair
 from bitextmine.workspace.layout import DEFAULT_WORKDIR, Workspace

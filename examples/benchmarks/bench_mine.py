@@ -106,7 +106,7 @@ def read_split(pair: str):
 
 
 def section_a(emb: Embeddings) -> str:
-    from bitextmine.evaluation.calibration import SplitCandidates, calibrate_threshold
+    from bitextmine.calibration.split_mining import SplitCandidates, calibrate_threshold
     from bitextmine.mining.arrays import mine_arrays
 
     rows, f1 = [], {}
@@ -146,7 +146,7 @@ def section_a(emb: Embeddings) -> str:
         "Vectors: `multilingual-e5-small-q4` (prefix `query: `, mean pooling), rounded through float16 as "
         "`bitextmine.encoder.cache.embed` returns them. Mining: `bitextmine.mining.arrays.mine_arrays` "
         "(exact kNN both ways, one-to-one). Threshold: "
-        "`bitextmine.evaluation.calibration.calibrate_threshold` (best F1 over the midpoints of the "
+        "`bitextmine.calibration.split_mining.calibrate_threshold` (best F1 over the midpoints of the "
         "candidate scores) on the same dev split, so F1 is an oracle upper bound for that split, not a "
         "held-out score.",
         "",

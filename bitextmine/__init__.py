@@ -50,7 +50,7 @@ _EXPORTS = {
     "read_bitext": "bitextmine.text.bitext",
     "calibrate": "bitextmine.steps.calibrate",
     "evaluate_bucc": "bitextmine.steps.calibrate",
-    "MiningSettings": "bitextmine.calibration.split_mining",
+    "MiningSettings": "bitextmine.mining.settings",
     "read_bucc": "bitextmine.calibration.bucc",
     "sample_split": "bitextmine.calibration.bucc",
     "score_mined_file": "bitextmine.calibration.split_mining",
@@ -122,7 +122,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from bitextmine.calibration.bucc import read_bucc, sample_split
-    from bitextmine.calibration.split_mining import MiningSettings, score_mined_file
+    from bitextmine.calibration.split_mining import score_mined_file
     from bitextmine.encoder.cache import embed
     from bitextmine.encoder.encoder import SentenceEncoder, load_encoder
     from bitextmine.encoder.spec import EncoderSpec
@@ -131,6 +131,7 @@ if TYPE_CHECKING:
     from bitextmine.mining.arrays import mine_arrays
     from bitextmine.mining.filters import FilterSettings, parse_filters
     from bitextmine.mining.selection import Candidates
+    from bitextmine.mining.settings import MiningSettings
     from bitextmine.search.faiss_index import IndexInfo
     from bitextmine.steps.calibrate import calibrate, evaluate_bucc
     from bitextmine.steps.encode import (

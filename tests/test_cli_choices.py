@@ -7,7 +7,6 @@ import typing
 import pytest
 from typer.testing import CliRunner
 
-from bitextmine.calibration.split_mining import MiningSettings
 from bitextmine.cli import app
 from bitextmine.cli.app import AttentionOption, PrecisionOption
 from bitextmine.cli.mine import OutputFormat
@@ -15,7 +14,9 @@ from bitextmine.encoder.attention import ATTENTION_BACKENDS
 from bitextmine.encoder.precision import PRECISIONS
 from bitextmine.errors import BitextmineError
 from bitextmine.mining.output import FORMATS
+from bitextmine.mining.settings import MiningSettings
 from bitextmine.steps.mine import MineOptions
+from bitextmine.steps.score import ScoreOptions
 
 runner = CliRunner()
 
@@ -89,8 +90,13 @@ def test_version():
     assert result.exit_code == 0 and result.output.startswith("bitextmine 0.")
 
 
-def test_api_options_check_their_choices_when_made():
+@pytest.mark.parametrize("options", [MineOptions, ScoreOptions, MiningSettings])
+def test_api_options_check_their_margin_when_made(options):
     with pytest.raises(BitextmineError, match="unknown margin 'ration'; choose one of ratio, distance"):
-        MineOptions(margin="ration")
+        options(margin="ration")
+
+
+@pytest.mark.parametrize("options", [MineOptions, MiningSettings])
+def test_api_options_check_their_strategy_when_made(options):
     with pytest.raises(BitextmineError, match="unknown candidate strategy 'both'"):
-        MiningSettings(strategy="both")
+        options(strategy="both")

@@ -90,7 +90,7 @@ def calibrate(
     writes the settings, the chosen point and every threshold's P/R/F1, and --plot FILE.png draws them.
     """
     from bitextmine.calibration.bucc import check_rule, read_bucc
-    from bitextmine.calibration.split_mining import MiningSettings
+    from bitextmine.mining.settings import MiningSettings
     from bitextmine.steps.calibrate import calibrate as calibrate_split
 
     set_threads(threads)

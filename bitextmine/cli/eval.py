@@ -96,7 +96,8 @@ def eval_bucc(
     precision, recall and f1 in percent, the threshold and the filters' drop counts.
     """
     from bitextmine.calibration.bucc import read_bucc
-    from bitextmine.calibration.split_mining import MiningSettings, score_mined_file
+    from bitextmine.calibration.split_mining import score_mined_file
+    from bitextmine.mining.settings import MiningSettings
     from bitextmine.steps.calibrate import evaluate_bucc
 
     set_threads(threads)

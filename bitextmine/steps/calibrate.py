@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bitextmine.calibration.bucc import BuccSplit, Scores, SweepResult, check_rule
-from bitextmine.calibration.split_mining import MiningSettings, calibrate_threshold, mine_split, scores_at
+from bitextmine.calibration.split_mining import calibrate_threshold, mine_split, scores_at
 from bitextmine.calibration.thresholds import (
     ThresholdChoice,
     ThresholdRecord,
@@ -18,6 +18,7 @@ from bitextmine.calibration.thresholds import (
 from bitextmine.encoder.cache import VectorSources
 from bitextmine.encoder.encoder import ProgressCallback, SentenceEncoder
 from bitextmine.mining.filters import NO_FILTERS, FilterSettings, PairFilter
+from bitextmine.mining.settings import MiningSettings
 from bitextmine.text.languages import parse_pair
 from bitextmine.workspace.layout import DEFAULT_WORKDIR, Workspace
 

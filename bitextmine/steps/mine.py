@@ -20,9 +20,9 @@ from bitextmine.files import OutputTarget, atomic_open, output_target, write_jso
 from bitextmine.launch.config import LauncherConfig
 from bitextmine.launch.jobs import Job, Progress, run_jobs
 from bitextmine.mining.filters import NO_FILTERS, FilterSettings, PairFilter
-from bitextmine.mining.margin import check_margin
 from bitextmine.mining.output import FORMATS, MinedOutput, output_format, score_histogram, write_mined
-from bitextmine.mining.selection import NeighbourBlocks, check_strategy, select_candidates
+from bitextmine.mining.selection import NeighbourBlocks, select_candidates
+from bitextmine.mining.settings import MiningSettings
 from bitextmine.search.faiss_index import IndexInfo, load_index_info
 from bitextmine.search.ivf_scan import query_block_rows
 from bitextmine.search.knn import Neighbours
@@ -41,10 +41,7 @@ NEIGHBOUR_DTYPE = np.dtype([("id", "<i8"), ("cos", "<f4")])
 
 
 @dataclass
-class MineOptions:
-    k: int = 4
-    margin: str = "ratio"
-    strategy: str = "max"
+class MineOptions(MiningSettings):  # k, margin, strategy, then:
     threshold: float | str | None = None  # a number, "auto", "auto:PAIR" (calibrated) or None (keep all)
     thresholds: Path | None = None  # the threshold store of "auto"; default: WORK/thresholds.json
     nprobe: int | None = None
@@ -59,8 +56,7 @@ class MineOptions:
     format: str | None = None  # one of mining.output.FORMATS; default: from `output`'s suffix, or tsv.zst
 
     def __post_init__(self) -> None:  # before the search, not after it
-        check_margin(self.margin)
-        check_strategy(self.strategy)
+        super().__post_init__()
         if self.output is not None or self.format is not None:
             output_format(Path(self.output or "mined.tsv.zst"), self.format)
 

@@ -122,7 +122,8 @@ def rows_of(full, sampled) -> list[int]:
 
 
 def mined_half(pair: str, split, src: np.ndarray, tgt: np.ndarray) -> Half:
-    from bitextmine.calibration.split_mining import MiningSettings, mine_vectors
+    from bitextmine.calibration.split_mining import mine_vectors
+    from bitextmine.mining.settings import MiningSettings
 
     mined = mine_vectors(split, src, tgt, MiningSettings())
     return Half(pair, mined.candidates.score, mined.is_gold, len(split.gold))

@@ -13,7 +13,7 @@ import pytest
 
 from bitextmine.errors import BitextmineError
 from bitextmine.launch.jobs import run_jobs
-from bitextmine.search.faiss_index import (
+from bitextmine.search.index_build import (
     RERANK_FETCH,
     IndexInfo,
     build_index,
@@ -236,7 +236,7 @@ def cpu_as_gpu(monkeypatch) -> list[str]:
         cloned.append(type(faiss.downcast_index(index)).__name__)
         return index
 
-    monkeypatch.setattr("bitextmine.search.faiss_index._check_gpu", lambda: None)
+    monkeypatch.setattr("bitextmine.search.index_build._check_gpu", lambda: None)
     monkeypatch.setattr(faiss, "index_cpu_to_all_gpus", to_gpu)
     monkeypatch.setattr(faiss, "index_gpu_to_cpu", lambda index: index, raising=False)
     return cloned
@@ -325,7 +325,7 @@ def test_other_language_queries_tune_nprobe_to_the_fewest_reaching_the_target(iv
 
 
 def test_automatic_ivf_flat_gives_way_to_flat_only_when_slower_than_exact(ivf, other_language, monkeypatch):
-    import bitextmine.search.faiss_index as index_module
+    import bitextmine.search.index_build as index_module
 
     vectors, _, _ = ivf
     monkeypatch.setattr(index_module, "FLAT_MAX", 1000)

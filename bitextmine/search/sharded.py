@@ -6,7 +6,7 @@ process, or on a cluster through the launcher) and saves each as ``L.PLAN.NNN.fa
 loads one shard at a time and merges the per-shard top-k, so memory stays at the largest shard.
 PLAN is a digest of what the shards depend on (the vectors' digest, rows, factory, ranges, seed):
 a rerun keeps the shard files of the same plan, so an interrupted build resumes shard by shard.
-An unsharded build goes the same way with parts of at most CHECKPOINT_ROWS rows (faiss_index.py), which
+An unsharded build goes the same way with parts of at most CHECKPOINT_ROWS rows (index_build.py), which
 `merge_shards` then joins into one index.
 """
 

@@ -251,7 +251,7 @@ def index_job(store_root: Path, factory: str, out: Path, threads: int) -> None:
     """Runs in its own process: build, measure, search; writes a JSON line of results."""
     import faiss
 
-    from bitextmine.search.faiss_index import build_index, set_nprobe
+    from bitextmine.search.index_build import build_index, set_nprobe
     from bitextmine.search.ivf_scan import search
     from bitextmine.workspace.embeddings import EmbeddingStore
 
@@ -330,7 +330,7 @@ def exact_kth(queries: np.ndarray, vectors, k: int) -> np.ndarray:
 def section_b(
     emb: Embeddings, sizes: list[int], sigma: float, scratch: Path, threads: int, keep: bool
 ) -> str:
-    from bitextmine.search.faiss_index import choose_factory
+    from bitextmine.search.index_build import choose_factory
 
     split = read_split("de-en")
     base = np.concatenate([emb(split.src.sentences, "de-en de"), emb(split.tgt.sentences, "de-en en")])
@@ -432,7 +432,7 @@ def _report_b(results, base, sizes, sigma, total, structure) -> str:
         f"gaussian noise sigma = {sigma} per dimension, renormalised, stored as float16 shards of "
         f"{SHARD_ROWS:,} rows through `bitextmine.workspace.embeddings.EmbeddingStore` (the {min(sizes):,} "
         "set is a prefix of the larger one). Each index is built by "
-        "`bitextmine.search.faiss_index.build_index` in its own process. "
+        "`bitextmine.search.index_build.build_index` in its own process. "
         f"Recall@{K}: the index module's measurement on {RECALL_QUERIES:,} random rows (a returned row "
         f"counts when its exact cosine reaches the exact {K}th best). Query time: one `search` of "
         f"{SEARCH_QUERIES:,} random rows, k = {K}, per 1,000 queries. All queries are rows of the indexed "

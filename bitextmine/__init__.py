@@ -38,7 +38,7 @@ _EXPORTS = {
     "import_embeddings": "bitextmine.steps.encode",
     "index": "bitextmine.steps.index",
     "IndexOptions": "bitextmine.steps.index",
-    "IndexInfo": "bitextmine.search.index_build",
+    "IndexInfo": "bitextmine.search.index_files",
     "mine": "bitextmine.steps.mine",
     "MineOptions": "bitextmine.steps.mine",
     "MineSummary": "bitextmine.steps.mine",
@@ -132,7 +132,7 @@ if TYPE_CHECKING:
     from bitextmine.mining.filters import FilterSettings, parse_filters
     from bitextmine.mining.selection import Candidates
     from bitextmine.mining.settings import MiningSettings
-    from bitextmine.search.index_build import IndexInfo
+    from bitextmine.search.index_files import IndexInfo
     from bitextmine.steps.calibrate import calibrate, evaluate_bucc
     from bitextmine.steps.encode import (
         EncodeOptions,

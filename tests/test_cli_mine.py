@@ -239,7 +239,7 @@ def test_sharded_indexes_small_jobs_and_submitit_jobs_mine_the_same_pairs(worksp
 
 
 def test_query_blocks_follow_the_searched_index_and_its_nprobe():
-    from bitextmine.search.index_build import IndexInfo
+    from bitextmine.search.index_files import IndexInfo
     from bitextmine.steps.mine import MineOptions, search_block_rows
 
     def info(factory: str, nprobe: int | None) -> IndexInfo:

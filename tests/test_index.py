@@ -13,24 +13,14 @@ import pytest
 
 from bitextmine.errors import BitextmineError
 from bitextmine.launch.jobs import run_jobs
-from bitextmine.search.index_build import (
-    RERANK_FETCH,
-    IndexInfo,
-    build_index,
-    check_training_sample,
-    choose_factory,
-    default_nprobe,
-    finish_sharded_build,
-    list_imbalance,
-    load_index,
-    save_index,
-    set_nprobe,
-    start_sharded_build,
-    training_rows,
-)
+from bitextmine.search.factory_choice import choose_factory
+from bitextmine.search.index_build import build_index, finish_sharded_build, start_sharded_build
+from bitextmine.search.index_files import IndexInfo, load_index, save_index
 from bitextmine.search.ivf_scan import search
 from bitextmine.search.knn import rerank
+from bitextmine.search.recall_tuning import RERANK_FETCH, default_nprobe, list_imbalance, set_nprobe
 from bitextmine.search.sharded import bytes_per_vector, plan_ranges
+from bitextmine.search.training import check_training_sample, training_rows
 from bitextmine.steps.index import populate_jobs
 from tests.helpers import clustered_unit, random_unit, run, store_vectors, unit
 
@@ -236,7 +226,7 @@ def cpu_as_gpu(monkeypatch) -> list[str]:
         cloned.append(type(faiss.downcast_index(index)).__name__)
         return index
 
-    monkeypatch.setattr("bitextmine.search.index_build._check_gpu", lambda: None)
+    monkeypatch.setattr("bitextmine.search.index_build.check_gpu", lambda: None)
     monkeypatch.setattr(faiss, "index_cpu_to_all_gpus", to_gpu)
     monkeypatch.setattr(faiss, "index_gpu_to_cpu", lambda index: index, raising=False)
     return cloned
@@ -325,14 +315,14 @@ def test_other_language_queries_tune_nprobe_to_the_fewest_reaching_the_target(iv
 
 
 def test_automatic_ivf_flat_gives_way_to_flat_only_when_slower_than_exact(ivf, other_language, monkeypatch):
-    import bitextmine.search.index_build as index_module
+    from bitextmine.search import factory_choice, recall_tuning
 
     vectors, _, _ = ivf
-    monkeypatch.setattr(index_module, "FLAT_MAX", 1000)
-    real_probe = index_module.recall_probe
+    monkeypatch.setattr(factory_choice, "FLAT_MAX", 1000)
+    real_probe = recall_tuning.recall_probe
     for exact_seconds, factory in ((1e9, "IVF512,Flat"), (0.0, "Flat")):
         monkeypatch.setattr(
-            index_module,
+            recall_tuning,
             "recall_probe",
             lambda *a, s=exact_seconds, **kw: replace(real_probe(*a, **kw), exact_seconds=s),
         )

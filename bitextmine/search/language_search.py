@@ -10,8 +10,9 @@ import numpy as np
 
 from bitextmine.encoder.encoder import pick_device
 from bitextmine.launch.jobs import Progress
+from bitextmine.search.factory import EXACT
 from bitextmine.search.gemm import GemmPlan, gemm_neighbours
-from bitextmine.search.index_build import EXACT, load_index, load_index_info
+from bitextmine.search.index_files import load_index, load_index_info
 from bitextmine.search.ivf_scan import search
 from bitextmine.search.knn import Neighbours, QueryBlocks, SearchShard, find_neighbours
 from bitextmine.search.sharded import ShardedIndex

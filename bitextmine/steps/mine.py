@@ -23,7 +23,7 @@ from bitextmine.mining.filters import NO_FILTERS, FilterSettings, PairFilter
 from bitextmine.mining.output import FORMATS, MinedOutput, output_format, score_histogram, write_mined
 from bitextmine.mining.selection import NeighbourBlocks, select_candidates
 from bitextmine.mining.settings import MiningSettings
-from bitextmine.search.index_build import IndexInfo, load_index_info
+from bitextmine.search.index_files import IndexInfo, load_index_info
 from bitextmine.search.ivf_scan import query_block_rows
 from bitextmine.search.knn import Neighbours
 from bitextmine.search.language_search import BaseSearch

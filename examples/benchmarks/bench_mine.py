@@ -251,8 +251,9 @@ def index_job(store_root: Path, factory: str, out: Path, threads: int) -> None:
     """Runs in its own process: build, measure, search; writes a JSON line of results."""
     import faiss
 
-    from bitextmine.search.index_build import build_index, set_nprobe
+    from bitextmine.search.index_build import build_index
     from bitextmine.search.ivf_scan import search
+    from bitextmine.search.recall_tuning import set_nprobe
     from bitextmine.workspace.embeddings import EmbeddingStore
 
     faiss.omp_set_num_threads(threads)
@@ -330,7 +331,7 @@ def exact_kth(queries: np.ndarray, vectors, k: int) -> np.ndarray:
 def section_b(
     emb: Embeddings, sizes: list[int], sigma: float, scratch: Path, threads: int, keep: bool
 ) -> str:
-    from bitextmine.search.index_build import choose_factory
+    from bitextmine.search.factory_choice import choose_factory
 
     split = read_split("de-en")
     base = np.concatenate([emb(split.src.sentences, "de-en de"), emb(split.tgt.sentences, "de-en en")])

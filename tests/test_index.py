@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import faiss
 import numpy as np
@@ -16,6 +18,7 @@ from bitextmine.launch.jobs import run_jobs
 from bitextmine.search.factory_choice import choose_factory
 from bitextmine.search.index_build import build_index, finish_sharded_build, start_sharded_build
 from bitextmine.search.index_files import IndexInfo, load_index, save_index
+from bitextmine.search.index_io import IndexCache, write_index
 from bitextmine.search.ivf_scan import search
 from bitextmine.search.knn import rerank
 from bitextmine.search.recall_tuning import RERANK_FETCH, default_nprobe, list_imbalance, set_nprobe
@@ -183,11 +186,47 @@ def test_save_load_round_trip(ivf, tmp_path):
         np.testing.assert_array_equal(got, want)
     overridden, overridden_info = load_index(index_dir, "de", vectors, nprobe=128)
     assert overridden_info.nprobe == 128 and faiss.extract_index_ivf(overridden).nprobe == 128
-    capped, _ = load_index(index_dir, "de", vectors, max_codes=10)
-    assert faiss.extract_index_ivf(capped).max_codes == 10
-    assert (search(capped, queries, 20)[1][:, 10:] == -1).all()
-    reloaded, _ = load_index(index_dir, "de", vectors)  # the same cached object: the cap is lifted
-    assert faiss.extract_index_ivf(reloaded).max_codes == 0
+    with IndexCache() as indexes:
+        capped, _ = load_index(index_dir, "de", vectors, max_codes=10, indexes=indexes)
+        assert faiss.extract_index_ivf(capped).max_codes == 10
+        assert (search(capped, queries, 20)[1][:, 10:] == -1).all()
+        reloaded, _ = load_index(index_dir, "de", vectors, indexes=indexes)
+        assert reloaded is capped and faiss.extract_index_ivf(reloaded).max_codes == 0  # the cap is lifted
+
+
+def counted_reads(monkeypatch) -> list[str]:
+    """The names of the index files FAISS reads from here on."""
+    reads, read = [], faiss.read_index
+    monkeypatch.setattr(faiss, "read_index", lambda path: reads.append(Path(path).name) or read(path))
+    return reads
+
+
+def test_load_index_keeps_the_file_loaded_only_in_the_callers_cache(ivf, tmp_path, monkeypatch):
+    vectors, index, info = ivf
+    save_index(index, info, tmp_path / "index")
+    reads = counted_reads(monkeypatch)
+    first, _ = load_index(tmp_path / "index", "de", vectors)
+    assert load_index(tmp_path / "index", "de", vectors)[0] is not first  # nothing kept between calls
+    with IndexCache() as indexes:
+        held, _ = load_index(tmp_path / "index", "de", vectors, indexes=indexes)
+        assert load_index(tmp_path / "index", "de", vectors, indexes=indexes)[0] is held
+    assert reads == ["de.faiss"] * 3
+
+
+def test_an_index_cache_holds_the_file_read_last_until_another_is_read_or_it_closes(tmp_path, monkeypatch):
+    a, b = tmp_path / "a.faiss", tmp_path / "b.faiss"
+    for path in (a, b):
+        write_index(faiss.IndexFlatIP(4), path)
+    reads = counted_reads(monkeypatch)
+    with IndexCache() as indexes:
+        first = indexes.read(a)
+        assert indexes.read(a) is first
+        indexes.read(b)  # frees a
+        indexes.read(a)
+        os.utime(a, ns=(1, 1))  # a written since: read again
+        indexes.read(a)
+    indexes.read(a)  # closed: nothing held
+    assert reads == ["a.faiss", "b.faiss", "a.faiss", "a.faiss", "a.faiss"]
 
 
 def test_load_refuses_missing_and_stale_indexes(ivf, tmp_path):

@@ -25,6 +25,7 @@ from bitextmine.search.cost import ExactCost
 from bitextmine.search.factory import EXACT, new_index
 from bitextmine.search.factory_choice import choose_factory
 from bitextmine.search.index_files import IndexInfo
+from bitextmine.search.index_io import read_index, write_index
 from bitextmine.search.recall_tuning import (
     TARGET_RECALL,
     RecallProbe,
@@ -42,8 +43,6 @@ from bitextmine.search.sharded import (
     even_ranges,
     merge_shards,
     plan_id,
-    read_index,
-    write_index,
 )
 from bitextmine.search.training import (
     check_gpu,

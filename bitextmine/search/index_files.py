@@ -15,8 +15,9 @@ import faiss
 from bitextmine.errors import BitextmineError
 from bitextmine.files import json_record, read_json, remove_temporaries, write_json
 from bitextmine.search.factory import EXACT, ivf_lists
+from bitextmine.search.index_io import IndexCache, read_index, write_index
 from bitextmine.search.recall_tuning import set_max_codes, set_nprobe
-from bitextmine.search.sharded import ShardedIndex, ShardFile, read_index, read_index_cached, write_index
+from bitextmine.search.sharded import ShardedIndex, ShardFile
 from bitextmine.workspace.embeddings import ShardedVectors
 
 
@@ -106,19 +107,23 @@ def load_index(
     *,
     nprobe: int | None = None,
     max_codes: int | None = None,
+    indexes: IndexCache | None = None,
 ) -> tuple[faiss.Index | ShardedIndex, IndexInfo]:
     """The saved index of `lang`, checked against the embeddings it must cover; `nprobe` overrides the
-    stored one, and `max_codes` caps the rows an IVF query scans (`set_max_codes`).
+    stored one, and `max_codes` caps the rows an IVF query scans (`set_max_codes`). The file is read
+    through `indexes` where given (reused while it holds it), else read for the caller alone.
 
-    A sharded index is returned unloaded: its shards are read one at a time as they are searched."""
+    A sharded index is returned unloaded: its shards are read one at a time, through `indexes`, as they
+    are searched."""
     index_dir = Path(index_dir)
     info = load_index_info(index_dir, lang, vectors)
     _check_files(index_dir, info)
     if info.shards:
         template = read_index(index_dir / f"{lang}.{info.plan}.template.faiss")
-        index = ShardedIndex(index_dir, [ShardFile(**s) for s in info.shards], template)
+        index = ShardedIndex(index_dir, [ShardFile(**s) for s in info.shards], template, indexes)
     else:
-        index = read_index_cached(index_dir / f"{lang}.faiss")
+        path = index_dir / f"{lang}.faiss"
+        index = read_index(path) if indexes is None else indexes.read(path)
     if index.ntotal != len(vectors):
         raise _stale(lang)
     if nprobe is not None and info.nprobe is not None:

@@ -27,7 +27,6 @@ from bitextmine.search.index_files import IndexInfo, load_index_info
 from bitextmine.search.ivf_scan import query_block_rows
 from bitextmine.search.knn import Neighbours
 from bitextmine.search.language_search import BaseSearch
-from bitextmine.search.sharded import release_index
 from bitextmine.text.languages import check_lang
 from bitextmine.text.reader import warn_user
 from bitextmine.workspace.external import is_external
@@ -184,7 +183,6 @@ def _mine(
         *_neighbour_jobs(workspace, work, "bwd", tgt, src, options, search_block_rows(options, infos[0])),
     ]
     run_jobs(jobs, launcher, "mine", progress)
-    release_index()
     sizes = (len(src.vectors), len(tgt.vectors))
     scratch = work / SELECTION_DIR
     shutil.rmtree(scratch, ignore_errors=True)  # left by a killed run

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import subprocess
 import sys
 from dataclasses import replace
@@ -227,6 +228,9 @@ def test_an_index_cache_holds_the_file_read_last_until_another_is_read_or_it_clo
         indexes.read(a)
     indexes.read(a)  # closed: nothing held
     assert reads == ["a.faiss", "b.faiss", "a.faiss", "a.faiss", "a.faiss"]
+    copy = pickle.loads(pickle.dumps(indexes))  # a job's argument, sent to another process
+    copy.read(a)
+    assert reads[5:] == ["a.faiss"]
 
 
 def test_load_refuses_missing_and_stale_indexes(ivf, tmp_path):

@@ -54,6 +54,9 @@ class IndexCache:
         """Free the index held."""
         self._index, self._key = None, None
 
+    def __reduce__(self) -> tuple[type[IndexCache], tuple[()]]:
+        return IndexCache, ()  # a copy for another process (a job run elsewhere) starts empty
+
     def __enter__(self) -> IndexCache:
         return self
 

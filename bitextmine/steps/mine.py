@@ -24,6 +24,7 @@ from bitextmine.mining.output import FORMATS, MinedOutput, output_format, score_
 from bitextmine.mining.selection import NeighbourBlocks, select_candidates
 from bitextmine.mining.settings import MiningSettings
 from bitextmine.search.index_files import IndexInfo, load_index_info
+from bitextmine.search.index_io import IndexCache
 from bitextmine.search.ivf_scan import query_block_rows
 from bitextmine.search.knn import Neighbours
 from bitextmine.search.language_search import BaseSearch
@@ -178,11 +179,17 @@ def _mine(
     pair_filter = PairFilter(options.filters, src_lang, tgt_lang)
     infos = [load_index_info(workspace.index_dir(), lang.lang, lang.vectors) for lang in (src, tgt)]
     work = _neighbour_dir(workspace, pair, options, *infos)
+    indexes = IndexCache()  # the index searched last stays loaded for the next job run in this process
     jobs = [
-        *_neighbour_jobs(workspace, work, "fwd", src, tgt, options, search_block_rows(options, infos[1])),
-        *_neighbour_jobs(workspace, work, "bwd", tgt, src, options, search_block_rows(options, infos[0])),
+        *_neighbour_jobs(
+            workspace, work, "fwd", src, tgt, options, search_block_rows(options, infos[1]), indexes
+        ),
+        *_neighbour_jobs(
+            workspace, work, "bwd", tgt, src, options, search_block_rows(options, infos[0]), indexes
+        ),
     ]
-    run_jobs(jobs, launcher, "mine", progress)
+    with indexes:
+        run_jobs(jobs, launcher, "mine", progress)
     sizes = (len(src.vectors), len(tgt.vectors))
     scratch = work / SELECTION_DIR
     shutil.rmtree(scratch, ignore_errors=True)  # left by a killed run
@@ -248,6 +255,7 @@ def _neighbour_jobs(
     base: Language,
     options: MineOptions,
     block_rows: int,
+    indexes: IndexCache,
 ) -> list[Job]:
     rows = len(query.vectors)
     ranges = [(a, min(a + options.job_rows, rows)) for a in range(0, rows, options.job_rows)]
@@ -271,7 +279,7 @@ def _neighbour_jobs(
         Job(
             f"mine {t.query_lang}->{t.base_lang} rows {t.start:,}-{t.stop:,}",
             neighbours_job,
-            (t,),
+            (t, indexes),
             outputs=(t.out,),
             work=t.queries,
         )
@@ -300,8 +308,9 @@ class NeighbourTask:
         return self.stop - self.start
 
 
-def neighbours_job(task: NeighbourTask, progress: Progress | None = None) -> int:
-    """Job: the k nearest base rows of the task's query rows, saved to `task.out`."""
+def neighbours_job(task: NeighbourTask, indexes: IndexCache, progress: Progress | None = None) -> int:
+    """Job: the k nearest base rows of the task's query rows, saved to `task.out`; the index is read
+    through `indexes` (a job run in another process gets an empty copy)."""
     workspace = Workspace(task.root)
     queries = open_language(workspace, task.query_lang).vectors
 
@@ -312,7 +321,7 @@ def neighbours_job(task: NeighbourTask, progress: Progress | None = None) -> int
             queries.drop_pages()
 
     search = BaseSearch(task.base_lang, task.k, task.nprobe, task.max_codes, task.device)
-    found = search.neighbours(workspace, blocks, task.queries, progress)
+    found = search.neighbours(workspace, blocks, task.queries, progress, indexes)
     lists = np.empty(found.ids.shape, dtype=NEIGHBOUR_DTYPE)  # one .npy: byte-identical when rerun
     lists["id"], lists["cos"] = found.ids, found.sims
     with atomic_open(task.out, "wb") as fh:

@@ -38,7 +38,7 @@ _EXPORTS = {
     "import_embeddings": "bitextmine.steps.encode",
     "index": "bitextmine.steps.index",
     "IndexOptions": "bitextmine.steps.index",
-    "IndexInfo": "bitextmine.search.faiss_index",
+    "IndexInfo": "bitextmine.search.index_files",
     "mine": "bitextmine.steps.mine",
     "MineOptions": "bitextmine.steps.mine",
     "MineSummary": "bitextmine.steps.mine",
@@ -50,10 +50,10 @@ _EXPORTS = {
     "read_bitext": "bitextmine.text.bitext",
     "calibrate": "bitextmine.steps.calibrate",
     "evaluate_bucc": "bitextmine.steps.calibrate",
-    "MiningSettings": "bitextmine.evaluation.calibration",
-    "read_bucc": "bitextmine.evaluation.bucc",
-    "sample_split": "bitextmine.evaluation.bucc",
-    "score_mined_file": "bitextmine.evaluation.calibration",
+    "MiningSettings": "bitextmine.mining.settings",
+    "read_bucc": "bitextmine.calibration.bucc",
+    "sample_split": "bitextmine.calibration.bucc",
+    "score_mined_file": "bitextmine.calibration.split_mining",
     # not "train": that is the subpackage bitextmine.train, which its import would bind over the function
     "train_encoder": "bitextmine.train.loop:train",
     "TrainConfig": "bitextmine.train.loop",
@@ -121,17 +121,18 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
+    from bitextmine.calibration.bucc import read_bucc, sample_split
+    from bitextmine.calibration.split_mining import score_mined_file
     from bitextmine.encoder.cache import embed
     from bitextmine.encoder.encoder import SentenceEncoder, load_encoder
     from bitextmine.encoder.spec import EncoderSpec
     from bitextmine.errors import BitextmineError, BitextmineWarning
-    from bitextmine.evaluation.bucc import read_bucc, sample_split
-    from bitextmine.evaluation.calibration import MiningSettings, score_mined_file
     from bitextmine.launch.config import LauncherConfig
     from bitextmine.mining.arrays import mine_arrays
     from bitextmine.mining.filters import FilterSettings, parse_filters
     from bitextmine.mining.selection import Candidates
-    from bitextmine.search.faiss_index import IndexInfo
+    from bitextmine.mining.settings import MiningSettings
+    from bitextmine.search.index_files import IndexInfo
     from bitextmine.steps.calibrate import calibrate, evaluate_bucc
     from bitextmine.steps.encode import (
         EncodeOptions,

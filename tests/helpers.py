@@ -16,8 +16,8 @@ import pytest
 import zstandard
 from typer.testing import CliRunner
 
+from bitextmine.calibration.thresholds import ThresholdRecord
 from bitextmine.cli.plots import CURVES
-from bitextmine.evaluation.thresholds import ThresholdRecord
 from bitextmine.workspace.embeddings import EmbeddingShard, EmbeddingStore, ModelIdentity, ShardedVectors
 
 if TYPE_CHECKING:

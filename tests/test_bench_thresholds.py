@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from bitextmine.evaluation.bucc import BuccSide, BuccSplit
+from bitextmine.calibration.bucc import BuccSide, BuccSplit
 from tests.helpers import REPO
 
 sys.path.insert(0, str(REPO / "examples" / "benchmarks"))

@@ -1,4 +1,4 @@
-"""Tests for bitextmine.evaluation.bucc: BUCC 2018 files (plain or compressed), precision/recall/F1, a
+"""Tests for bitextmine.calibration.bucc: BUCC 2018 files (plain or compressed), precision/recall/F1, a
 mined file scored against a split, and the threshold sweep."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bitextmine.calibration.bucc import BuccError, Scores, read_bucc, score_pairs, sweep_threshold
+from bitextmine.calibration.split_mining import score_mined_file
 from bitextmine.errors import BitextmineError, BitextmineWarning
-from bitextmine.evaluation.bucc import BuccError, Scores, read_bucc, score_pairs, sweep_threshold
-from bitextmine.evaluation.calibration import score_mined_file
 from bitextmine.files import OutputTarget
 from bitextmine.mining.filters import NO_FILTERS, PairFilter
 from bitextmine.mining.output import FORMATS, output_format, write_pairs

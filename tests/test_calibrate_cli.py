@@ -13,8 +13,8 @@ import zstandard
 from typer.testing import CliRunner
 
 import bitextmine.cli.calibrate as calibrate_cli
+from bitextmine.calibration.bucc import read_bucc
 from bitextmine.cli import app
-from bitextmine.evaluation.bucc import read_bucc
 from tests.helpers import curve_arrays, eval_bucc_dev, plotted, run, sentences, write_bucc
 
 pytestmark = pytest.mark.integration

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bitextmine.calibration.bucc import read_bucc
 from bitextmine.encoder.encoder import SentenceEncoder
-from bitextmine.evaluation.bucc import read_bucc
 from bitextmine.workspace.external import external_fingerprint
 from tests.helpers import eval_bucc_dev, run, sentences, write_bucc
 

@@ -8,6 +8,7 @@ import sys
 import numpy as np
 import pytest
 
+from bitextmine.calibration.bucc import BuccError, sweep_curve, sweep_threshold
 from bitextmine.cli.plots import (
     calibration_figure,
     curve_lines,
@@ -15,7 +16,6 @@ from bitextmine.cli.plots import (
     save_calibration_plot,
 )
 from bitextmine.errors import BitextmineError
-from bitextmine.evaluation.bucc import BuccError, sweep_curve, sweep_threshold
 from bitextmine.files import OutputTarget
 from tests.helpers import curve_arrays, plotted
 

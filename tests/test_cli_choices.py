@@ -15,9 +15,10 @@ from bitextmine.encoder.attention import ATTENTION_BACKENDS
 from bitextmine.encoder.precision import PRECISIONS
 from bitextmine.encoder.st_files import POOLING_MODES
 from bitextmine.errors import BitextmineError
-from bitextmine.evaluation.calibration import MiningSettings
 from bitextmine.mining.output import FORMATS
+from bitextmine.mining.settings import MiningSettings
 from bitextmine.steps.mine import MineOptions
+from bitextmine.steps.score import ScoreOptions
 
 runner = CliRunner()
 
@@ -143,8 +144,13 @@ def test_version():
     assert result.exit_code == 0 and result.output.startswith("bitextmine 0.")
 
 
-def test_api_options_check_their_choices_when_made():
+@pytest.mark.parametrize("options", [MineOptions, ScoreOptions, MiningSettings])
+def test_api_options_check_their_margin_when_made(options):
     with pytest.raises(BitextmineError, match="unknown margin 'ration'; choose one of ratio, distance"):
-        MineOptions(margin="ration")
+        options(margin="ration")
+
+
+@pytest.mark.parametrize("options", [MineOptions, MiningSettings])
+def test_api_options_check_their_strategy_when_made(options):
     with pytest.raises(BitextmineError, match="unknown candidate strategy 'both'"):
-        MiningSettings(strategy="both")
+        options(strategy="both")

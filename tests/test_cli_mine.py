@@ -6,6 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
+import faiss
 import pytest
 
 from tests.helpers import eval_bucc_dev, read_mined, run, sentences, write_bucc
@@ -234,8 +235,22 @@ def test_sharded_indexes_small_jobs_and_submitit_jobs_mine_the_same_pairs(worksp
     assert list((work / "logs" / "mine").glob("*_log.err"))
 
 
+def test_the_jobs_of_one_mine_read_each_index_once(workspace, monkeypatch):
+    """Mine's jobs run in this process share the index read last (mine owns the cache): each language's
+    index is read once, not once a job."""
+    work, _ = workspace
+    for lang in ("de", "en"):
+        assert run("index", lang, "-w", str(work), "--factory", "IVF1,Flat")[0] == 0
+    reads, read = [], faiss.read_index
+    monkeypatch.setattr(faiss, "read_index", lambda path: reads.append(Path(path).name) or read(path))
+    code, output = run("mine", "de", "en", "-w", str(work), "--job-rows", "6")
+    assert code == 0, output
+    assert len(list((work / "mined" / ".neighbours").glob("de-en-*/*.npy"))) == 5 + 4
+    assert reads == ["en.faiss", "de.faiss"]
+
+
 def test_query_blocks_follow_the_searched_index_and_its_nprobe():
-    from bitextmine.search.faiss_index import IndexInfo
+    from bitextmine.search.index_files import IndexInfo
     from bitextmine.steps.mine import MineOptions, search_block_rows
 
     def info(factory: str, nprobe: int | None) -> IndexInfo:

@@ -7,7 +7,8 @@ import json
 import numpy as np
 
 from bitextmine.search.cost import ExactCost, measure_exact_cost
-from bitextmine.search.faiss_index import EXACT, choose_factory
+from bitextmine.search.factory import EXACT
+from bitextmine.search.factory_choice import choose_factory
 from bitextmine.search.gemm import ArrayVectors, GemmPlan
 from tests.helpers import random_unit, run
 

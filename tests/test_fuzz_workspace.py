@@ -31,7 +31,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from bitextmine.evaluation.thresholds import ThresholdRecord, store_threshold
+from bitextmine.calibration.thresholds import ThresholdRecord, store_threshold
 from tests.helpers import read_mined, sentences
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

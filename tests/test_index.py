@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import pickle
 import subprocess
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import faiss
 import numpy as np
@@ -13,24 +16,15 @@ import pytest
 
 from bitextmine.errors import BitextmineError
 from bitextmine.launch.jobs import run_jobs
-from bitextmine.search.faiss_index import (
-    RERANK_FETCH,
-    IndexInfo,
-    build_index,
-    check_training_sample,
-    choose_factory,
-    default_nprobe,
-    finish_sharded_build,
-    list_imbalance,
-    load_index,
-    save_index,
-    set_nprobe,
-    start_sharded_build,
-    training_rows,
-)
+from bitextmine.search.factory_choice import choose_factory
+from bitextmine.search.index_build import build_index, finish_sharded_build, start_sharded_build
+from bitextmine.search.index_files import IndexInfo, load_index, save_index
+from bitextmine.search.index_io import IndexCache, write_index
 from bitextmine.search.ivf_scan import search
 from bitextmine.search.knn import rerank
+from bitextmine.search.recall_tuning import RERANK_FETCH, default_nprobe, list_imbalance, set_nprobe
 from bitextmine.search.sharded import bytes_per_vector, plan_ranges
+from bitextmine.search.training import check_training_sample, training_rows
 from bitextmine.steps.index import populate_jobs
 from tests.helpers import clustered_unit, random_unit, run, store_vectors, unit
 
@@ -193,11 +187,50 @@ def test_save_load_round_trip(ivf, tmp_path):
         np.testing.assert_array_equal(got, want)
     overridden, overridden_info = load_index(index_dir, "de", vectors, nprobe=128)
     assert overridden_info.nprobe == 128 and faiss.extract_index_ivf(overridden).nprobe == 128
-    capped, _ = load_index(index_dir, "de", vectors, max_codes=10)
-    assert faiss.extract_index_ivf(capped).max_codes == 10
-    assert (search(capped, queries, 20)[1][:, 10:] == -1).all()
-    reloaded, _ = load_index(index_dir, "de", vectors)  # the same cached object: the cap is lifted
-    assert faiss.extract_index_ivf(reloaded).max_codes == 0
+    with IndexCache() as indexes:
+        capped, _ = load_index(index_dir, "de", vectors, max_codes=10, indexes=indexes)
+        assert faiss.extract_index_ivf(capped).max_codes == 10
+        assert (search(capped, queries, 20)[1][:, 10:] == -1).all()
+        reloaded, _ = load_index(index_dir, "de", vectors, indexes=indexes)
+        assert reloaded is capped and faiss.extract_index_ivf(reloaded).max_codes == 0  # the cap is lifted
+
+
+def counted_reads(monkeypatch) -> list[str]:
+    """The names of the index files FAISS reads from here on."""
+    reads, read = [], faiss.read_index
+    monkeypatch.setattr(faiss, "read_index", lambda path: reads.append(Path(path).name) or read(path))
+    return reads
+
+
+def test_load_index_keeps_the_file_loaded_only_in_the_callers_cache(ivf, tmp_path, monkeypatch):
+    vectors, index, info = ivf
+    save_index(index, info, tmp_path / "index")
+    reads = counted_reads(monkeypatch)
+    first, _ = load_index(tmp_path / "index", "de", vectors)
+    assert load_index(tmp_path / "index", "de", vectors)[0] is not first  # nothing kept between calls
+    with IndexCache() as indexes:
+        held, _ = load_index(tmp_path / "index", "de", vectors, indexes=indexes)
+        assert load_index(tmp_path / "index", "de", vectors, indexes=indexes)[0] is held
+    assert reads == ["de.faiss"] * 3
+
+
+def test_an_index_cache_holds_the_file_read_last_until_another_is_read_or_it_closes(tmp_path, monkeypatch):
+    a, b = tmp_path / "a.faiss", tmp_path / "b.faiss"
+    for path in (a, b):
+        write_index(faiss.IndexFlatIP(4), path)
+    reads = counted_reads(monkeypatch)
+    with IndexCache() as indexes:
+        first = indexes.read(a)
+        assert indexes.read(a) is first
+        indexes.read(b)  # frees a
+        indexes.read(a)
+        os.utime(a, ns=(1, 1))  # a written since: read again
+        indexes.read(a)
+    indexes.read(a)  # closed: nothing held
+    assert reads == ["a.faiss", "b.faiss", "a.faiss", "a.faiss", "a.faiss"]
+    copy = pickle.loads(pickle.dumps(indexes))  # a job's argument, sent to another process
+    copy.read(a)
+    assert reads[5:] == ["a.faiss"]
 
 
 def test_load_refuses_missing_and_stale_indexes(ivf, tmp_path):
@@ -236,7 +269,7 @@ def cpu_as_gpu(monkeypatch) -> list[str]:
         cloned.append(type(faiss.downcast_index(index)).__name__)
         return index
 
-    monkeypatch.setattr("bitextmine.search.faiss_index._check_gpu", lambda: None)
+    monkeypatch.setattr("bitextmine.search.index_build.check_gpu", lambda: None)
     monkeypatch.setattr(faiss, "index_cpu_to_all_gpus", to_gpu)
     monkeypatch.setattr(faiss, "index_gpu_to_cpu", lambda index: index, raising=False)
     return cloned
@@ -325,14 +358,14 @@ def test_other_language_queries_tune_nprobe_to_the_fewest_reaching_the_target(iv
 
 
 def test_automatic_ivf_flat_gives_way_to_flat_only_when_slower_than_exact(ivf, other_language, monkeypatch):
-    import bitextmine.search.faiss_index as index_module
+    from bitextmine.search import factory_choice, recall_tuning
 
     vectors, _, _ = ivf
-    monkeypatch.setattr(index_module, "FLAT_MAX", 1000)
-    real_probe = index_module.recall_probe
+    monkeypatch.setattr(factory_choice, "FLAT_MAX", 1000)
+    real_probe = recall_tuning.recall_probe
     for exact_seconds, factory in ((1e9, "IVF512,Flat"), (0.0, "Flat")):
         monkeypatch.setattr(
-            index_module,
+            recall_tuning,
             "recall_probe",
             lambda *a, s=exact_seconds, **kw: replace(real_probe(*a, **kw), exact_seconds=s),
         )

@@ -16,18 +16,19 @@ import pytest
 from bitextmine.errors import BitextmineError
 from bitextmine.faults import FAULT_ENV
 from bitextmine.launch.jobs import run_jobs
-from bitextmine.search import faiss_index
-from bitextmine.search.faiss_index import (
-    FLAT_QUANTIZER_MAX_LISTS,
+from bitextmine.search import training
+from bitextmine.search.factory_choice import FLAT_QUANTIZER_MAX_LISTS, choose_factory
+from bitextmine.search.index_build import (
+    build_index,
+    checkpoint_ranges,
+    finish_merged_build,
+    start_sharded_build,
+)
+from bitextmine.search.training import (
     MIN_TRAIN_PER_LIST,
     POINTS_PER_LIST,
     TRAIN_SAMPLE_BYTES,
-    build_index,
     check_training_sample,
-    checkpoint_ranges,
-    choose_factory,
-    finish_merged_build,
-    start_sharded_build,
     training_rows,
 )
 from bitextmine.steps.index import populate_jobs
@@ -68,7 +69,7 @@ def test_an_explicit_factory_trains_on_the_capped_sample_or_is_refused_in_one_li
 
 
 def test_a_refused_factory_fails_before_any_training_or_file(tmp_path, monkeypatch):
-    monkeypatch.setattr(faiss_index, "TRAIN_SAMPLE_BYTES", 4 * 16 * 1000)  # 1,000 rows of 16-d
+    monkeypatch.setattr(training, "TRAIN_SAMPLE_BYTES", 4 * 16 * 1000)  # 1,000 rows of 16-d
     vectors = store_vectors(tmp_path / "emb", clustered_unit(3000, 16), shard_rows=1000)
     with pytest.raises(BitextmineError, match="its 32 lists need 1,248 training rows"):
         build_index(vectors, "de", factory="IVF32,Flat")
@@ -174,7 +175,7 @@ def test_an_opq_sample_is_rotated_in_place_as_faiss_would_train():
     for chunk_rows in (4000, 1500):
         got = faiss.index_factory(16, factory, faiss.METRIC_INNER_PRODUCT)
         rotated = sample.copy()
-        faiss_index._train_rotated(faiss.downcast_index(got), rotated, chunk_rows=chunk_rows)
+        training._train_rotated(faiss.downcast_index(got), rotated, chunk_rows=chunk_rows)
         assert got.is_trained
         opq = faiss.downcast_VectorTransform(faiss.downcast_index(got).chain.at(0))
         np.testing.assert_allclose(rotated, opq.apply(sample), atol=1e-6)  # the sample itself, rotated

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bitextmine.calibration.thresholds import ThresholdChoice
 from bitextmine.errors import BitextmineError
-from bitextmine.evaluation.thresholds import ThresholdChoice
 from bitextmine.files import OutputTarget
 from bitextmine.mining.filters import NO_FILTERS, FilterSettings, PairFilter
 from bitextmine.mining.output import METADATA_KEY, mining_settings, output_format, write_pairs

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bitextmine.errors import BitextmineError
-from bitextmine.evaluation.thresholds import (
+from bitextmine.calibration.thresholds import (
     ThresholdChoice,
     ThresholdKey,
     parse_threshold,
@@ -22,6 +21,7 @@ from bitextmine.evaluation.thresholds import (
     resolve_threshold,
     store_threshold,
 )
+from bitextmine.errors import BitextmineError
 from tests.helpers import DE_EN
 
 
@@ -220,7 +220,7 @@ import sys, time
 from dataclasses import asdict, replace
 from pathlib import Path
 from tests.helpers import DE_EN
-from bitextmine.evaluation.thresholds import store_threshold
+from bitextmine.calibration.thresholds import store_threshold
 
 store, prefix, start = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
 while not start.exists():

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from bitextmine.calibration.bucc import plateau_rule, target_rule
 from bitextmine.cli.app import (
     BuccDir,
     DeviceOption,
@@ -33,7 +34,6 @@ from bitextmine.cli.app import (
 from bitextmine.cli.output import ProgressDisplay, emit_json, json_target, scores_table
 from bitextmine.cli.plots import CURVES, curve_lines, curve_range, save_calibration_plot
 from bitextmine.errors import BitextmineError
-from bitextmine.evaluation.bucc import plateau_rule, target_rule
 from bitextmine.files import output_target
 from bitextmine.workspace.layout import DEFAULT_WORKDIR, Workspace
 from bitextmine.workspace.scratch import scratch_folder
@@ -113,8 +113,9 @@ def calibrate(
     writes the settings, the chosen point and every threshold's P/R/F1, and --plot FILE.png draws them.
     With --embeddings DIR and --model-name NAME, the split's vectors come from DIR instead of a model.
     """
-    from bitextmine.evaluation.bucc import check_rule, read_bucc
-    from bitextmine.evaluation.calibration import MiningSettings, split_vectors_files
+    from bitextmine.calibration.bucc import check_rule, read_bucc
+    from bitextmine.calibration.split_mining import split_vectors_files
+    from bitextmine.mining.settings import MiningSettings
     from bitextmine.steps.calibrate import calibrate as calibrate_split
     from bitextmine.steps.calibrate import calibrate_embeddings
 

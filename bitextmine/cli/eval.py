@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from bitextmine.calibration.thresholds import parse_threshold
 from bitextmine.cli.app import (
     BuccDir,
     DeviceOption,
@@ -41,7 +42,6 @@ from bitextmine.cli.output import (
     results_table,
     scores_table,
 )
-from bitextmine.evaluation.thresholds import parse_threshold
 from bitextmine.workspace.layout import DEFAULT_WORKDIR, Workspace
 from bitextmine.workspace.scratch import scratch_folder
 
@@ -105,8 +105,9 @@ def eval_bucc(
     (--filters, --filter) apply to the pairs reaching the threshold, as in `mine`. --json FILE gets
     precision, recall and f1 in percent, the threshold and the filters' drop counts.
     """
-    from bitextmine.evaluation.bucc import read_bucc
-    from bitextmine.evaluation.calibration import MiningSettings, score_mined_file
+    from bitextmine.calibration.bucc import read_bucc
+    from bitextmine.calibration.split_mining import score_mined_file
+    from bitextmine.mining.settings import MiningSettings
     from bitextmine.steps.calibrate import evaluate_bucc
 
     set_threads(threads)

@@ -139,7 +139,7 @@ def index(
 def _index_line(built, workspace: Workspace) -> str:
     """What was built, in one line: the search settings that apply to it (an exact index has no nprobe),
     its recall and speed, and the file it is in (an exact index: its record, LANG.json)."""
-    from bitextmine.search.faiss_index import EXACT
+    from bitextmine.search.factory import EXACT
 
     settings = [built.factory, f"{built.count:,} vectors"]
     if built.nprobe is not None:

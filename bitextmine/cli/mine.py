@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 import typer
 from rich.table import Table
 
+from bitextmine.calibration.thresholds import parse_threshold
 from bitextmine.cli.app import (
     DeviceOption,
     JsonOption,
@@ -26,7 +27,6 @@ from bitextmine.cli.filter_options import FilterOption, FiltersPresetOption, fil
 from bitextmine.cli.launcher_options import NO_FLAGS, LauncherFlags, with_launcher_options
 from bitextmine.cli.output import ProgressDisplay, emit_json, json_target, results_table
 from bitextmine.cli.plots import histogram_lines
-from bitextmine.evaluation.thresholds import parse_threshold
 from bitextmine.files import read_json
 from bitextmine.text.languages import check_lang
 from bitextmine.workspace.layout import DEFAULT_WORKDIR, Workspace

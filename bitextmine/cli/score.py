@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 
 import typer
 
+from bitextmine.calibration.thresholds import parse_threshold
 from bitextmine.cli.app import (
     DeviceOption,
     JsonOption,
@@ -29,7 +30,6 @@ from bitextmine.cli.app import (
 from bitextmine.cli.filter_options import FilterOption, FiltersPresetOption, filter_settings, filtered_table
 from bitextmine.cli.mine import OutputFormat, preview_table
 from bitextmine.cli.output import ProgressDisplay, emit_json, json_target
-from bitextmine.evaluation.thresholds import parse_threshold
 from bitextmine.files import output_target
 from bitextmine.text.bitext import check_columns
 from bitextmine.text.languages import check_lang

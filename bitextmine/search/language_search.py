@@ -10,8 +10,10 @@ import numpy as np
 
 from bitextmine.encoder.encoder import pick_device
 from bitextmine.launch.jobs import Progress
-from bitextmine.search.faiss_index import EXACT, load_index, load_index_info
+from bitextmine.search.factory import EXACT
 from bitextmine.search.gemm import GemmPlan, gemm_neighbours
+from bitextmine.search.index_files import load_index, load_index_info
+from bitextmine.search.index_io import IndexCache
 from bitextmine.search.ivf_scan import search
 from bitextmine.search.knn import Neighbours, QueryBlocks, SearchShard, find_neighbours
 from bitextmine.search.sharded import ShardedIndex
@@ -31,15 +33,26 @@ class BaseSearch:
     device: str = "auto"
 
     def neighbours(
-        self, workspace: Workspace, blocks: QueryBlocks, queries: int, progress: Progress | None = None
+        self,
+        workspace: Workspace,
+        blocks: QueryBlocks,
+        queries: int,
+        progress: Progress | None = None,
+        indexes: IndexCache | None = None,
     ) -> Neighbours:
-        """The k nearest base rows of the `queries` query vectors that `blocks` yields, exact cosines."""
+        """The k nearest base rows of the `queries` query vectors that `blocks` yields, exact cosines; the
+        FAISS index is read through `indexes` where given (see `load_index`)."""
         base = open_language(workspace, self.base_lang).vectors
         if load_index_info(workspace.index_dir(), self.base_lang, base).factory == EXACT:
             plan = GemmPlan.for_device(str(pick_device(self.device)))
             return gemm_neighbours(blocks, queries, base, self.k, plan, progress)
         index, info = load_index(
-            workspace.index_dir(), self.base_lang, base, nprobe=self.nprobe, max_codes=self.max_codes
+            workspace.index_dir(),
+            self.base_lang,
+            base,
+            nprobe=self.nprobe,
+            max_codes=self.max_codes,
+            indexes=indexes,
         )
         if isinstance(index, ShardedIndex):
             shards = index.search_shards()

@@ -6,7 +6,7 @@ process, or on a cluster through the launcher) and saves each as ``L.PLAN.NNN.fa
 loads one shard at a time and merges the per-shard top-k, so memory stays at the largest shard.
 PLAN is a digest of what the shards depend on (the vectors' digest, rows, factory, ranges, seed):
 a rerun keeps the shard files of the same plan, so an interrupted build resumes shard by shard.
-An unsharded build goes the same way with parts of at most CHECKPOINT_ROWS rows (faiss_index.py), which
+An unsharded build goes the same way with parts of at most CHECKPOINT_ROWS rows (index_build.py), which
 `merge_shards` then joins into one index.
 """
 
@@ -24,8 +24,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from bitextmine.errors import BitextmineError
-from bitextmine.files import atomic_path
+from bitextmine.search.index_io import IndexCache, read_index, write_index
 from bitextmine.search.ivf_scan import list_sizes, search
 from bitextmine.search.knn import SearchShard, merge_top_k
 from bitextmine.workspace.embeddings import EmbeddingStore
@@ -107,19 +106,17 @@ def merge_shards(index_dir: Path, shards: list[ShardFile]) -> faiss.Index:
     return merged
 
 
-def write_index(index: faiss.Index, path: Path) -> None:
-    """Save atomically; a failed write (full disk) is a one-line error naming the file."""
-    with atomic_path(path) as tmp:
-        try:
-            faiss.write_index(index, str(tmp))
-        except RuntimeError as exc:
-            raise BitextmineError(f"{path}: cannot write the index: {str(exc).splitlines()[-1]}") from None
-
-
 class ShardedIndex:
-    """Row-range shards on disk searched one after another; the last one used stays loaded."""
+    """Row-range shards on disk searched one after another; the last one used stays loaded in `indexes`
+    (default: a cache of its own, freed with it)."""
 
-    def __init__(self, index_dir: Path, shards: list[ShardFile], template: faiss.Index) -> None:
+    def __init__(
+        self,
+        index_dir: Path,
+        shards: list[ShardFile],
+        template: faiss.Index,
+        indexes: IndexCache | None = None,
+    ) -> None:
         self.index_dir = Path(index_dir)
         self.shards = shards
         self.template = template  # trained, empty: what nlist and nprobe are read from
@@ -127,9 +124,10 @@ class ShardedIndex:
         self.max_codes = 0  # rows a query scans at most in each shard (0: no cap)
         self.ntotal = shards[-1].stop if shards else 0
         self._list_sizes: dict[str, np.ndarray] = {}  # per shard file, noted as shards load
+        self._indexes = IndexCache() if indexes is None else indexes
 
     def load(self, shard: ShardFile) -> faiss.Index:
-        index = read_index_cached(self.index_dir / shard.file)
+        index = self._indexes.read(self.index_dir / shard.file)
         ivf = faiss.try_extract_index_ivf(index)
         if ivf is not None:
             if shard.file not in self._list_sizes:
@@ -166,33 +164,3 @@ class ShardedIndex:
             best = merge_top_k(best, hits, k)
         sims, ids = best
         return np.nan_to_num(sims, nan=-np.inf), ids
-
-
-_loaded: dict[tuple[Path, int], faiss.Index] = {}
-
-
-def read_index_cached(path: Path) -> faiss.Index:
-    """The index file at `path`, kept loaded until another is read (the old one is freed first), so
-    successive query blocks reuse it and no more than one index is in memory."""
-    key = (path, path.stat().st_mtime_ns)
-    if key not in _loaded:
-        release_index()
-        _loaded[key] = read_index(path)
-    return _loaded[key]
-
-
-def read_index(path: Path) -> faiss.Index:
-    """The index in `path`; a file FAISS cannot read (cut short, damaged) is a one-line error naming it."""
-    try:
-        return faiss.read_index(str(path))
-    except RuntimeError:
-        lang = Path(path).name.split(".", 1)[0]  # LANG.faiss, LANG.PLAN.NNN.faiss, LANG.PLAN.template.faiss
-        raise BitextmineError(
-            f"{path}: cannot read this FAISS index (cut short or damaged); delete it and rerun "
-            f"`bitextmine index {lang}`"
-        ) from None
-
-
-def release_index() -> None:
-    """Free the index kept loaded."""
-    _loaded.clear()

@@ -7,12 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from bitextmine.encoder.cache import VectorSources
-from bitextmine.encoder.encoder import ProgressCallback, SentenceEncoder
-from bitextmine.errors import BitextmineError
-from bitextmine.evaluation.bucc import BuccSplit, Scores, SweepResult, check_rule
-from bitextmine.evaluation.calibration import (
-    MiningSettings,
+from bitextmine.calibration.bucc import BuccSplit, Scores, SweepResult, check_rule
+from bitextmine.calibration.split_mining import (
     SplitCandidates,
     calibrate_threshold,
     mine_split,
@@ -20,13 +16,17 @@ from bitextmine.evaluation.calibration import (
     read_split_vectors,
     scores_at,
 )
-from bitextmine.evaluation.thresholds import (
+from bitextmine.calibration.thresholds import (
     ThresholdChoice,
     ThresholdRecord,
     resolve_threshold,
     store_threshold,
 )
+from bitextmine.encoder.cache import VectorSources
+from bitextmine.encoder.encoder import ProgressCallback, SentenceEncoder
+from bitextmine.errors import BitextmineError
 from bitextmine.mining.filters import NO_FILTERS, FilterSettings, PairFilter
+from bitextmine.mining.settings import MiningSettings
 from bitextmine.text.languages import parse_pair
 from bitextmine.workspace.external import external_fingerprint
 from bitextmine.workspace.layout import DEFAULT_WORKDIR, Workspace

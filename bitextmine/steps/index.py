@@ -10,21 +10,20 @@ from bitextmine.errors import BitextmineError
 from bitextmine.launch.config import LauncherConfig
 from bitextmine.launch.jobs import Job, Progress, run_jobs
 from bitextmine.search.cost import EXACT_BUDGET_SECONDS, SAMPLE_QUERIES, ExactCost, measure_exact_cost
-from bitextmine.search.faiss_index import (
+from bitextmine.search.factory import EXACT
+from bitextmine.search.factory_choice import choose_factory
+from bitextmine.search.gemm import GemmPlan
+from bitextmine.search.index_build import (
     CHECKPOINT_ROWS,
-    EXACT,
-    IndexInfo,
     ShardedBuild,
     build_index,
     checkpoint_ranges,
-    choose_factory,
     exact_index_info,
     finish_merged_build,
     finish_sharded_build,
-    save_index,
     start_sharded_build,
 )
-from bitextmine.search.gemm import GemmPlan
+from bitextmine.search.index_files import IndexInfo, save_index
 from bitextmine.search.sharded import plan_ranges, populate_shard
 from bitextmine.text.languages import check_lang
 from bitextmine.workspace.embeddings import EmbeddingStore, ShardedVectors

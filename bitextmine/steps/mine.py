@@ -15,13 +15,12 @@ from typing import Any
 
 import numpy as np
 
+from bitextmine.calibration.thresholds import ThresholdChoice, resolve_threshold
 from bitextmine.errors import BitextmineError
-from bitextmine.evaluation.thresholds import ThresholdChoice, resolve_threshold
 from bitextmine.files import OutputTarget, atomic_open, output_target, write_json
 from bitextmine.launch.config import LauncherConfig
 from bitextmine.launch.jobs import Job, Progress, run_jobs
 from bitextmine.mining.filters import NO_FILTERS, FilterSettings, PairFilter
-from bitextmine.mining.margin import check_margin
 from bitextmine.mining.output import (
     FORMATS,
     MinedOutput,
@@ -30,12 +29,13 @@ from bitextmine.mining.output import (
     score_histogram,
     write_mined,
 )
-from bitextmine.mining.selection import NeighbourBlocks, check_strategy, select_candidates
-from bitextmine.search.faiss_index import IndexInfo, load_index_info
+from bitextmine.mining.selection import NeighbourBlocks, select_candidates
+from bitextmine.mining.settings import MiningSettings
+from bitextmine.search.index_files import IndexInfo, load_index_info
+from bitextmine.search.index_io import IndexCache
 from bitextmine.search.ivf_scan import query_block_rows
 from bitextmine.search.knn import Neighbours
 from bitextmine.search.language_search import BaseSearch
-from bitextmine.search.sharded import release_index
 from bitextmine.text.languages import check_lang
 from bitextmine.text.reader import warn_user
 from bitextmine.workspace.external import is_external
@@ -49,10 +49,7 @@ NEIGHBOUR_DTYPE = np.dtype([("id", "<i8"), ("cos", "<f4")])
 
 
 @dataclass
-class MineOptions:
-    k: int = 4
-    margin: str = "ratio"
-    strategy: str = "max"
+class MineOptions(MiningSettings):  # k, margin, strategy, then:
     threshold: float | str | None = None  # a number, "auto", "auto:PAIR" (calibrated) or None (keep all)
     thresholds: Path | None = None  # the threshold store of "auto"; default: WORK/thresholds.json
     nprobe: int | None = None
@@ -67,8 +64,7 @@ class MineOptions:
     format: str | None = None  # one of mining.output.FORMATS; default: from `output`'s suffix, or tsv.zst
 
     def __post_init__(self) -> None:  # before the search, not after it
-        check_margin(self.margin)
-        check_strategy(self.strategy)
+        super().__post_init__()
         if self.output is not None or self.format is not None:
             output_format(Path(self.output or "mined.tsv.zst"), self.format)
 
@@ -196,12 +192,17 @@ def _mine(
     pair_filter = PairFilter(options.filters, src_lang, tgt_lang)
     infos = [load_index_info(workspace.index_dir(), lang.lang, lang.vectors) for lang in (src, tgt)]
     work = _neighbour_dir(workspace, pair, options, *infos)
+    indexes = IndexCache()  # the index searched last stays loaded for the next job run in this process
     jobs = [
-        *_neighbour_jobs(workspace, work, "fwd", src, tgt, options, search_block_rows(options, infos[1])),
-        *_neighbour_jobs(workspace, work, "bwd", tgt, src, options, search_block_rows(options, infos[0])),
+        *_neighbour_jobs(
+            workspace, work, "fwd", src, tgt, options, search_block_rows(options, infos[1]), indexes
+        ),
+        *_neighbour_jobs(
+            workspace, work, "bwd", tgt, src, options, search_block_rows(options, infos[0]), indexes
+        ),
     ]
-    run_jobs(jobs, launcher, "mine", progress)
-    release_index()
+    with indexes:
+        run_jobs(jobs, launcher, "mine", progress)
     sizes = (len(src.vectors), len(tgt.vectors))
     scratch = work / SELECTION_DIR
     shutil.rmtree(scratch, ignore_errors=True)  # left by a killed run
@@ -271,6 +272,7 @@ def _neighbour_jobs(
     base: Language,
     options: MineOptions,
     block_rows: int,
+    indexes: IndexCache,
 ) -> list[Job]:
     rows = len(query.vectors)
     ranges = [(a, min(a + options.job_rows, rows)) for a in range(0, rows, options.job_rows)]
@@ -294,7 +296,7 @@ def _neighbour_jobs(
         Job(
             f"mine {t.query_lang}->{t.base_lang} rows {t.start:,}-{t.stop:,}",
             neighbours_job,
-            (t,),
+            (t, indexes),
             outputs=(t.out,),
             work=t.queries,
         )
@@ -323,8 +325,9 @@ class NeighbourTask:
         return self.stop - self.start
 
 
-def neighbours_job(task: NeighbourTask, progress: Progress | None = None) -> int:
-    """Job: the k nearest base rows of the task's query rows, saved to `task.out`."""
+def neighbours_job(task: NeighbourTask, indexes: IndexCache, progress: Progress | None = None) -> int:
+    """Job: the k nearest base rows of the task's query rows, saved to `task.out`; the index is read
+    through `indexes` (a job run in another process gets an empty copy)."""
     workspace = Workspace(task.root)
     queries = open_language(workspace, task.query_lang).vectors
 
@@ -335,7 +338,7 @@ def neighbours_job(task: NeighbourTask, progress: Progress | None = None) -> int
             queries.drop_pages()
 
     search = BaseSearch(task.base_lang, task.k, task.nprobe, task.max_codes, task.device)
-    found = search.neighbours(workspace, blocks, task.queries, progress)
+    found = search.neighbours(workspace, blocks, task.queries, progress, indexes)
     lists = np.empty(found.ids.shape, dtype=NEIGHBOUR_DTYPE)  # one .npy: byte-identical when rerun
     lists["id"], lists["cos"] = found.ids, found.sims
     with atomic_open(task.out, "wb") as fh:

@@ -7,11 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from bitextmine.calibration.thresholds import parse_threshold
 from bitextmine.encoder.spec import EncoderSpec
 from bitextmine.errors import BitextmineError
-from bitextmine.evaluation.thresholds import parse_threshold
 from bitextmine.mining.output import output_format
-from bitextmine.search.faiss_index import IndexInfo, load_index_info
+from bitextmine.search.index_files import IndexInfo, load_index_info
 from bitextmine.steps.encode import EncodeOptions, EncodeReporter, EncodeSummary, encode
 from bitextmine.steps.index import index
 from bitextmine.steps.mine import MineOptions, MineSummary, check_pair, mine

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import numpy as np
 
+from bitextmine.calibration.thresholds import ThresholdChoice, resolve_threshold
 from bitextmine.encoder.cache import embed
 from bitextmine.encoder.encoder import ProgressCallback, SentenceEncoder
 from bitextmine.errors import BitextmineError
-from bitextmine.evaluation.thresholds import ThresholdChoice, resolve_threshold
 from bitextmine.files import output_target
 from bitextmine.mining.filters import NO_FILTERS, FilterSettings, PairFilter
-from bitextmine.mining.margin import check_margin, margin_scores
+from bitextmine.mining.margin import margin_scores
 from bitextmine.mining.output import (
     MinedOutput,
     ScoredRows,
@@ -30,6 +30,7 @@ from bitextmine.mining.output import (
     output_format,
     write_pairs,
 )
+from bitextmine.mining.settings import MarginSettings
 from bitextmine.search.gemm import exact_neighbours
 from bitextmine.search.knn import Neighbours
 from bitextmine.search.language_search import BaseSearch
@@ -44,9 +45,7 @@ WRITE_ROWS = 500_000  # pairs written at a time
 
 
 @dataclass
-class ScoreOptions:
-    k: int = 4
-    margin: str = "ratio"
+class ScoreOptions(MarginSettings):  # k, margin, then:
     neighbourhood: str = "bitext"  # "bitext": its own other side; "workspace": the workspace's corpora
     threshold: float | str | None = None  # a number, "auto", "auto:PAIR" or None (write every pair)
     filters: FilterSettings = field(default_factory=lambda: NO_FILTERS)
@@ -55,7 +54,7 @@ class ScoreOptions:
     thresholds: Path | None = None  # the threshold store; default: the workspace's
 
     def __post_init__(self) -> None:
-        check_margin(self.margin)
+        super().__post_init__()
         if self.neighbourhood not in NEIGHBOURHOODS:
             choices = ", ".join(NEIGHBOURHOODS)
             raise BitextmineError(f"unknown neighbourhood {self.neighbourhood!r}; choose one of {choices}")

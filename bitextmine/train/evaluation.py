@@ -8,12 +8,13 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from bitextmine.calibration.bucc import read_bucc, sample_split
+from bitextmine.calibration.split_mining import calibrate_threshold, mine_split
 from bitextmine.encoder.encoder import SentenceEncoder
 from bitextmine.encoder.loading import LoadedModel
 from bitextmine.encoder.settings import EncoderSettings
-from bitextmine.evaluation.bucc import read_bucc, sample_split
-from bitextmine.evaluation.calibration import MiningSettings, calibrate_threshold, mine_split
 from bitextmine.evaluation.retrieval import evaluate_tatoeba
+from bitextmine.mining.settings import MiningSettings
 
 
 @dataclass

@@ -5,10 +5,10 @@ This is the one place that knows the layout; everything else asks it for paths:
     WORK/corpora/L/        text shards and their manifest (workspace/corpus.py)
     WORK/corpus-parts/L/   one part per input file, merged into the text shards (workspace/corpus_parts.py)
     WORK/emb/L/            embedding shards, their records and manifest (workspace/embeddings.py)
-    WORK/index/            L.json and L.faiss, or L.PLAN.NNN.faiss shards (search/faiss_index.py)
+    WORK/index/            L.json and L.faiss, or L.PLAN.NNN.faiss shards (search/index_files.py)
     WORK/mined/            PAIR.tsv.zst (or another format), PAIR.stats.json; .neighbours/ (steps/mine.py)
     WORK/cache/embeddings/ vectors of evaluation sets, by model and text (encoder/cache.py)
-    WORK/thresholds.json   calibrated thresholds by model, margin and pair (evaluation/thresholds.py)
+    WORK/thresholds.json   calibrated thresholds by model, margin and pair (calibration/thresholds.py)
     WORK/locks/            advisory locks (workspace/locks.py)
     WORK/logs/STEP/        logs of jobs run through a cluster launcher
     WORK/scratch/          scratch folders of running commands (workspace/scratch.py)

@@ -123,9 +123,10 @@ def _encoder_of(variant: str, args: argparse.Namespace):
 
 def run_f1(precision: str, args: argparse.Namespace) -> None:
     """Oracle dev F1 of each F1 pair with vectors encoded at `precision`."""
+    from bitextmine.calibration.bucc import read_bucc
+    from bitextmine.calibration.split_mining import calibrate_threshold, mine_split
     from bitextmine.encoder.encoder import SentenceEncoder
-    from bitextmine.evaluation.bucc import read_bucc
-    from bitextmine.evaluation.calibration import MiningSettings, calibrate_threshold, mine_split
+    from bitextmine.mining.settings import MiningSettings
 
     encoder = SentenceEncoder.load(
         str(MODEL), device=args.device, max_tokens=args.max_tokens, precision=precision

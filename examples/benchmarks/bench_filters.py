@@ -37,11 +37,12 @@ from benchlib import (
     table,
 )
 
+from bitextmine.calibration.bucc import BuccSide, BuccSplit, read_bucc, score_pairs
+from bitextmine.calibration.split_mining import kept_candidates, mine_vectors
 from bitextmine.encoder.cache import embed
 from bitextmine.encoder.encoder import SentenceEncoder
-from bitextmine.evaluation.bucc import BuccSide, BuccSplit, read_bucc, score_pairs
-from bitextmine.evaluation.calibration import MiningSettings, kept_candidates, mine_vectors
 from bitextmine.mining.filters import FilterSettings, PairFilter, parse_filters
+from bitextmine.mining.settings import MiningSettings
 from bitextmine.steps.calibrate import calibrate
 from bitextmine.text.lid import DEFAULT_MIN_CONFIDENCE, is_language
 

@@ -417,7 +417,7 @@ def search_ms(work: Path, nprobe: int | None, max_codes: int, n: int) -> dict:
 
 
 def scale_factory(n: int, args: argparse.Namespace) -> str:
-    from bitextmine.search.faiss_index import choose_factory
+    from bitextmine.search.factory_choice import choose_factory
 
     if args.list_size is None:
         return "Flat" if n <= 200_000 else args.factory or choose_factory(n, DIM)
@@ -427,7 +427,7 @@ def scale_factory(n: int, args: argparse.Namespace) -> str:
 
 def training_rule() -> str:
     """How the library sizes an IVF index's training sample (rows keep it: the rule changed once)."""
-    from bitextmine.search.faiss_index import TRAIN_PER_LIST
+    from bitextmine.search.training import TRAIN_PER_LIST
 
     return f"{TRAIN_PER_LIST} a list"
 
@@ -564,7 +564,7 @@ def reusable(work: Path, factory: str) -> bool:
 
 def prepare_and_index(work: Path, n: int, factory: str, args: argparse.Namespace, bases: dict) -> dict:
     """Fresh vectors for both languages, then `bitextmine index` for each in its own timed process."""
-    from bitextmine.search.faiss_index import choose_factory
+    from bitextmine.search.factory_choice import choose_factory
 
     shutil.rmtree(work, ignore_errors=True)
     started = time.perf_counter()
@@ -620,7 +620,7 @@ def ns_per_scanned_vector(r: dict) -> float | None:
 
 
 def report_scale(rows: list[dict]) -> str:
-    from bitextmine.search.faiss_index import TARGET_RECALL
+    from bitextmine.search.recall_tuning import TARGET_RECALL
 
     series: dict[str, list[dict]] = {}
     for r in rows:
@@ -990,8 +990,8 @@ def run_balance(args: argparse.Namespace) -> None:
 def measure_balance(n: int, distinct: int, de: np.ndarray, en: np.ndarray, args: argparse.Namespace) -> dict:
     import faiss
 
-    from bitextmine.search.faiss_index import training_rows
     from bitextmine.search.ivf_scan import list_sizes, query_block_rows, search
+    from bitextmine.search.training import training_rows
 
     rng = np.random.default_rng(n + distinct)
     subset = de[np.sort(rng.choice(len(de), distinct, replace=False))]

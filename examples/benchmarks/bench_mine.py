@@ -97,7 +97,7 @@ class Embeddings:
 
 
 def read_split(pair: str):
-    from bitextmine.evaluation.bucc import read_bucc
+    from bitextmine.calibration.bucc import read_bucc
 
     return read_bucc(BUCC / pair, pair, "dev")
 
@@ -106,7 +106,7 @@ def read_split(pair: str):
 
 
 def section_a(emb: Embeddings) -> str:
-    from bitextmine.evaluation.calibration import SplitCandidates, calibrate_threshold
+    from bitextmine.calibration.split_mining import SplitCandidates, calibrate_threshold
     from bitextmine.mining.arrays import mine_arrays
 
     rows, f1 = [], {}
@@ -146,7 +146,7 @@ def section_a(emb: Embeddings) -> str:
         "Vectors: `multilingual-e5-small-q4` (prefix `query: `, mean pooling), rounded through float16 as "
         "`bitextmine.encoder.cache.embed` returns them. Mining: `bitextmine.mining.arrays.mine_arrays` "
         "(exact kNN both ways, one-to-one). Threshold: "
-        "`bitextmine.evaluation.calibration.calibrate_threshold` (best F1 over the midpoints of the "
+        "`bitextmine.calibration.split_mining.calibrate_threshold` (best F1 over the midpoints of the "
         "candidate scores) on the same dev split, so F1 is an oracle upper bound for that split, not a "
         "held-out score.",
         "",
@@ -251,8 +251,9 @@ def index_job(store_root: Path, factory: str, out: Path, threads: int) -> None:
     """Runs in its own process: build, measure, search; writes a JSON line of results."""
     import faiss
 
-    from bitextmine.search.faiss_index import build_index, set_nprobe
+    from bitextmine.search.index_build import build_index
     from bitextmine.search.ivf_scan import search
+    from bitextmine.search.recall_tuning import set_nprobe
     from bitextmine.workspace.embeddings import EmbeddingStore
 
     faiss.omp_set_num_threads(threads)
@@ -330,7 +331,7 @@ def exact_kth(queries: np.ndarray, vectors, k: int) -> np.ndarray:
 def section_b(
     emb: Embeddings, sizes: list[int], sigma: float, scratch: Path, threads: int, keep: bool
 ) -> str:
-    from bitextmine.search.faiss_index import choose_factory
+    from bitextmine.search.factory_choice import choose_factory
 
     split = read_split("de-en")
     base = np.concatenate([emb(split.src.sentences, "de-en de"), emb(split.tgt.sentences, "de-en en")])
@@ -432,7 +433,7 @@ def _report_b(results, base, sizes, sigma, total, structure) -> str:
         f"gaussian noise sigma = {sigma} per dimension, renormalised, stored as float16 shards of "
         f"{SHARD_ROWS:,} rows through `bitextmine.workspace.embeddings.EmbeddingStore` (the {min(sizes):,} "
         "set is a prefix of the larger one). Each index is built by "
-        "`bitextmine.search.faiss_index.build_index` in its own process. "
+        "`bitextmine.search.index_build.build_index` in its own process. "
         f"Recall@{K}: the index module's measurement on {RECALL_QUERIES:,} random rows (a returned row "
         f"counts when its exact cosine reaches the exact {K}th best). Query time: one `search` of "
         f"{SEARCH_QUERIES:,} random rows, k = {K}, per 1,000 queries. All queries are rows of the indexed "

@@ -49,13 +49,13 @@ class Half:
     def sweep(self, target: float | None = None, plateau: float | None = None):
         """`calibrate`'s sweep of this half: best F1, the lowest threshold reaching `target` precision,
         or the middle of those within `plateau` F1 points of the best."""
-        from bitextmine.evaluation.bucc import sweep_threshold
+        from bitextmine.calibration.bucc import sweep_threshold
 
         return sweep_threshold(self.scores, self.is_gold, self.gold, target, plateau)
 
     def threshold(self, target: float | None = None, plateau: float | None = None) -> float:
         """The sweep's threshold; where no threshold reaches `target`, the most precise one."""
-        from bitextmine.evaluation.bucc import BuccError
+        from bitextmine.calibration.bucc import BuccError
 
         try:
             return self.sweep(target, plateau).threshold
@@ -66,7 +66,7 @@ class Half:
     def bagged_threshold(self, rng: np.random.Generator, draws: int = BAGGING_DRAWS) -> float:
         """The median of the best-F1 thresholds of `draws` bootstrap resamples of the candidates (gold
         pairs that no candidate found stay missed)."""
-        from bitextmine.evaluation.bucc import sweep_threshold
+        from bitextmine.calibration.bucc import sweep_threshold
 
         missed = self.gold - int(self.is_gold.sum())
         chosen = []
@@ -91,7 +91,7 @@ class Half:
 
 def halves(split, src: np.ndarray, tgt: np.ndarray, rng: np.random.Generator):
     """Two BuccSplits with their vectors: half the gold pairs each, other sentences dealt at random."""
-    from bitextmine.evaluation.bucc import BuccSide, BuccSplit
+    from bitextmine.calibration.bucc import BuccSide, BuccSplit
 
     gold = sorted(split.gold)
     in_a = set(rng.permutation(len(gold))[: len(gold) // 2].tolist())
@@ -122,7 +122,8 @@ def rows_of(full, sampled) -> list[int]:
 
 
 def mined_half(pair: str, split, src: np.ndarray, tgt: np.ndarray) -> Half:
-    from bitextmine.evaluation.calibration import MiningSettings, mine_vectors
+    from bitextmine.calibration.split_mining import mine_vectors
+    from bitextmine.mining.settings import MiningSettings
 
     mined = mine_vectors(split, src, tgt, MiningSettings())
     return Half(pair, mined.candidates.score, mined.is_gold, len(split.gold))
@@ -136,9 +137,9 @@ def joint_threshold(halves_a: list[Half]) -> float:
 
 
 def measure(model: Path, rounds: int, cache: Path, size_matched: bool) -> list[dict]:
+    from bitextmine.calibration.bucc import read_bucc, sample_split
     from bitextmine.encoder.cache import embed
     from bitextmine.encoder.encoder import SentenceEncoder
-    from bitextmine.evaluation.bucc import read_bucc, sample_split
 
     encoder = SentenceEncoder.load(str(model), precision="bf16")
     splits = {pair: read_bucc(SHARED / "data" / "bucc-like" / pair, pair, "dev") for pair in PAIRS}

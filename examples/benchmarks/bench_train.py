@@ -108,10 +108,11 @@ def keep(model_dir: Path, destination: Path) -> None:
 
 
 def evaluate(model_dir: Path) -> dict:
+    from bitextmine.calibration.bucc import read_bucc
+    from bitextmine.calibration.split_mining import calibrate_threshold, mine_split
     from bitextmine.encoder.encoder import SentenceEncoder
-    from bitextmine.evaluation.bucc import read_bucc
-    from bitextmine.evaluation.calibration import MiningSettings, calibrate_threshold, mine_split
     from bitextmine.evaluation.retrieval import evaluate_tatoeba
+    from bitextmine.mining.settings import MiningSettings
 
     encoder = SentenceEncoder.load(str(model_dir), device="cpu", precision="bf16")
     results = {}

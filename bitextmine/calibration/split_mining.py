@@ -8,31 +8,27 @@ from pathlib import Path
 
 import numpy as np
 
+from bitextmine.calibration.bucc import (
+    BuccError,
+    BuccSplit,
+    Scores,
+    SweepResult,
+    score_pairs,
+    sweep_threshold,
+)
 from bitextmine.encoder.cache import VectorSources, embed_reusing
 from bitextmine.encoder.encoder import ProgressCallback, SentenceEncoder
 from bitextmine.encoder.held import held_vectors
-from bitextmine.evaluation.bucc import BuccError, BuccSplit, Scores, SweepResult, score_pairs, sweep_threshold
 from bitextmine.mining.arrays import mine_arrays
 from bitextmine.mining.filters import PairFilter
-from bitextmine.mining.margin import check_margin
 from bitextmine.mining.mined_file import mined_format, mined_records
-from bitextmine.mining.selection import Candidates, check_strategy
+from bitextmine.mining.selection import Candidates
+from bitextmine.mining.settings import MiningSettings
 from bitextmine.text.cleaning import clean_line
 from bitextmine.text.languages import parse_pair
 from bitextmine.text.reader import Warn, warn_user
 from bitextmine.workspace.external import open_vectors
 from bitextmine.workspace.layout import Workspace
-
-
-@dataclass
-class MiningSettings:
-    k: int = 4
-    margin: str = "ratio"
-    strategy: str = "max"
-
-    def __post_init__(self) -> None:  # before encoding, not after it
-        check_margin(self.margin)
-        check_strategy(self.strategy)
 
 
 @dataclass

@@ -37,9 +37,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from bitextmine.calibration.bucc import BEST_F1, SweepResult
 from bitextmine.encoder.settings import BITEXTMINE_CONFIG
 from bitextmine.errors import BitextmineError
-from bitextmine.evaluation.bucc import BEST_F1, SweepResult
 from bitextmine.files import WriteError, read_json, write_json
 from bitextmine.mining.selection import STRATEGIES
 from bitextmine.text.languages import parse_pair

@@ -1,0 +1,82 @@
+"""Which index for n vectors of dim dimensions: exact search, IVF-Flat or OPQ+IVF-PQ, with no more
+inverted lists than the training sample can train (search/training.py)."""
+
+from __future__ import annotations
+
+import math
+
+from bitextmine.search.cost import EXACT_BUDGET_SECONDS
+from bitextmine.search.factory import EXACT
+from bitextmine.search.training import MIN_TRAIN_PER_LIST, POINTS_PER_LIST, sample_cap
+
+# Up to FLAT_MAX vectors exact search is affordable: a full kNN of 200k x 384 float32 (300 MB) against
+# itself is ~3e13 flops, minutes on a CPU and seconds on a GPU, with nothing to train. Up to IVF_FLAT_MAX
+# the uncompressed vectors of an IVF-Flat index still fit in RAM (4M x 384 x 4 B = 6 GB); beyond that
+# OPQ+PQ stores dim/8 bytes per vector (48 B instead of 1536 B at dim 384: 1e9 vectors in ~48 GB).
+# That compression costs recall on low-contrast e5 neighbourhoods: on the 200k covariance-noise set of
+# at default_nprobe, IVF2048,PQ48 found 0.19 of the en->de exact top-4 at any nprobe (0.63 after exact
+# re-ranking of its top 64), where IVF2048,SQ8 (384 B) found 0.933 at 256 probes and 0.963 at 512.
+FLAT_MAX = 200_000
+IVF_FLAT_MAX = 4_000_000
+MIN_LISTS, MAX_LISTS = 16, 262_144
+# `--list-size` indexes find a query's lists by a flat (exact, BLAS) search of the centroids up to this
+# many lists, an HNSW graph above: on 2 cores, for blocks of 65,536 queries and nprobe 8, the flat
+# search took 10.2 us a query over 820 centroids and 22.1 over 2,732, HNSW32 at FAISS's default efSearch
+# 23.8 and 29.4 while missing 1.1% and 2.7% of the nearest lists (bench_ivf.py coarse-search).
+# The library's own list count (no --list-size) takes the HNSW graph above this too.
+FLAT_QUANTIZER_MAX_LISTS = 4096
+
+
+def choose_factory(
+    n: int,
+    dim: int,
+    list_size: int | None = None,
+    exact_seconds: float | None = None,
+    budget: float = EXACT_BUDGET_SECONDS,
+) -> str:
+    """The index for `n` vectors of `dim` dimensions: exact, IVF-Flat, or OPQ+IVF-PQ (see FLAT_MAX).
+
+    Exact where mining exactly takes at most `budget` seconds by the measured `exact_seconds`
+    (search/cost.py); without a measurement, up to FLAT_MAX vectors.
+
+    With `list_size`, always IVF: n / list_size lists, so that the lists a query scans at a given nprobe
+    keep their length whatever n (with the default list count, which grows like sqrt(n), the list
+    length grows like sqrt(n) too), behind an HNSW coarse quantizer above FLAT_QUANTIZER_MAX_LISTS.
+    """
+    if list_size is not None:
+        nlist = max(1, min(round(n / list_size), n // POINTS_PER_LIST))
+        return _with_storage(n, dim, _coarse(nlist))
+    if (n <= FLAT_MAX) if exact_seconds is None else (exact_seconds <= budget):
+        return EXACT
+    nlist = min(_lists(n, 4 if n <= IVF_FLAT_MAX else 16), _affordable_lists(dim))
+    return _with_storage(n, dim, _coarse(nlist))
+
+
+def _coarse(nlist: int) -> str:
+    """IVF with `nlist` lists, found by an HNSW graph above FLAT_QUANTIZER_MAX_LISTS."""
+    return f"IVF{nlist}" + ("_HNSW32" if nlist > FLAT_QUANTIZER_MAX_LISTS else "")
+
+
+def _affordable_lists(dim: int) -> int:
+    """The most lists (a power of two) whose sample of MIN_TRAIN_PER_LIST rows each fits the cap."""
+    return _floor_pow2(max(sample_cap(dim) // MIN_TRAIN_PER_LIST, 1))
+
+
+def _with_storage(n: int, dim: int, ivf: str) -> str:
+    """Full vectors in the lists up to IVF_FLAT_MAX, else OPQ-rotated PQ codes of dim / 8 bytes."""
+    if n <= IVF_FLAT_MAX:
+        return f"{ivf},Flat"
+    m = max(d for d in range(1, max(1, dim // 8) + 1) if dim % d == 0)
+    # "np": no polysemous training, which only serves Hamming-filtered search and cost ~3 s per sub-quantizer
+    return f"OPQ{m},{ivf},PQ{m}np"
+
+
+def _lists(n: int, per_sqrt: int) -> int:
+    """A power of two near per_sqrt * sqrt(n), within [MIN_LISTS, MAX_LISTS] and n / POINTS_PER_LIST."""
+    nlist = 2 ** round(math.log2(max(per_sqrt * math.sqrt(n), 1)))
+    nlist = min(max(nlist, MIN_LISTS), MAX_LISTS)
+    return min(nlist, _floor_pow2(max(n // POINTS_PER_LIST, 1)))
+
+
+def _floor_pow2(x: int) -> int:
+    return 1 << (x.bit_length() - 1)

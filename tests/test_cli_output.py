@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from bitextmine.cli.output import LOG_EVERY_SECONDS, ProgressDisplay
+from bitextmine.cli.output import ProgressDisplay
 from bitextmine.cli.train import _LiveReporter
+from bitextmine.progress import LOG_EVERY_SECONDS
 
 
 class Clock:

@@ -12,11 +12,14 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "bitextmine"
 
 # A module may import its own subpackage and those of a lower rank, never a higher one. The base
-# modules (errors, files, faults) and `launch` (jobs and where they run) serve every stage.
+# modules (errors, files, faults, progress, unit_vectors) and `launch` (jobs and where they run)
+# serve every stage.
 RANKS = {
     "errors": 0,
     "files": 0,
     "faults": 0,
+    "progress": 0,
+    "unit_vectors": 0,
     "launch": 0,
     "text": 1,
     "workspace": 2,

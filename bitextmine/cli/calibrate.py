@@ -87,7 +87,7 @@ def calibrate(
         typer.Option(
             metavar="DIR",
             help="Calibrate vectors made elsewhere instead of encoding: DIR/PAIR.SPLIT.LANG.npy for each "
-            "side, float32 or float16 [lines, dim], row i for line i of the split's LANG file.",
+            "side, float32 or float16 \\[lines, dim], row i for line i of the split's LANG file.",
             rich_help_panel="Bring your own embeddings",
         ),
     ] = None,

@@ -10,18 +10,10 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    ProgressColumn,
-    Task,
-    TextColumn,
-    TimeElapsedColumn,
-)
 from rich.table import Table
 from rich.text import Text
 
+from bitextmine import progress
 from bitextmine.cli.app import err, info, out, shows, user_errors
 from bitextmine.files import OutputTarget, json_text, output_target
 
@@ -30,14 +22,9 @@ if TYPE_CHECKING:
 
 STDOUT = OutputTarget(Path("-"), through=True)  # `--json -`
 
-LOG_EVERY_SECONDS = 30.0  # how often a progress line is written when stderr is a file, not a terminal
 
-
-class ProgressDisplay:
-    """A step's progress on stderr. On a terminal a live bar; in a file (a Slurm log, `2> log`), where a
-    bar would show only its last frame once the run ends, a plain line every LOG_EVERY_SECONDS and one at
-    the end. With `rates`, sentences/s and tokens/s are shown too (`advance` then takes tokens). Nothing
-    under --quiet, nor where there is nothing to do (a total of 0: a rerun that finds the work done)."""
+class ProgressDisplay(progress.ProgressDisplay):
+    """A step's progress on the CLI's stderr console; nothing under --quiet."""
 
     def __init__(
         self,
@@ -47,72 +34,7 @@ class ProgressDisplay:
         rates: bool = False,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.description, self.total, self.rates, self.clock = description, total, rates, clock
-        self.done = self.tokens = 0
-        self.started = self.last_line = 0.0
-        self.bar: Progress | None = None
-        self.shown = shows(logging.INFO) and total != 0
-        if self.shown and err.is_terminal:
-            columns = [
-                TextColumn("{task.description}", "bold", markup=False),
-                BarColumn(),
-                MofNCompleteColumn(),
-            ]
-            self.bar = Progress(
-                *columns, *([_RateColumn()] if rates else []), TimeElapsedColumn(), console=err
-            )
-            self.task = self.bar.add_task(description, total=total, tokens=0)
-
-    def __enter__(self) -> ProgressDisplay:
-        self.started = self.last_line = self.clock()
-        if self.bar is not None:
-            self.bar.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.bar is not None:
-            self.bar.stop()
-        elif self.shown:
-            err.print(self.line(), highlight=False, soft_wrap=True)
-
-    def advance(self, n: int, tokens: int = 0) -> None:
-        self.done += n
-        self.tokens += tokens
-        if self.bar is not None:
-            self.bar.update(self.task, advance=n, tokens=self.tokens)
-        elif self.shown and self.clock() - self.last_line >= LOG_EVERY_SECONDS:
-            self.last_line = self.clock()
-            err.print(self.line(), highlight=False, soft_wrap=True)
-
-    def set_total(self, total: int) -> None:
-        self.total = total
-        if self.bar is not None:
-            self.bar.update(self.task, total=total)
-
-    def line(self) -> str:
-        """`description: done/total (percent), rates, elapsed` as one plain line."""
-        elapsed = self.clock() - self.started
-        of = "" if self.total is None else f"/{self.total:,} ({100 * self.done / max(self.total, 1):.0f}%)"
-        speed = ""
-        if self.rates and elapsed > 0:
-            speed = f", {self.done / elapsed:,.1f} sent/s, {self.tokens / elapsed:,.0f} tok/s"
-        return f"{self.description}: {self.done:,}{of}{speed}, {_clock_time(elapsed)}"
-
-
-def _clock_time(seconds: float) -> str:
-    minutes, seconds = divmod(int(seconds), 60)
-    return f"{minutes // 60}:{minutes % 60:02d}:{seconds:02d}"
-
-
-class _RateColumn(ProgressColumn):
-    """Sentences/s from the task's progress and tokens/s from its `tokens` field."""
-
-    def render(self, task: Task) -> Text:
-        elapsed = task.elapsed or 0.0
-        if elapsed <= 0:
-            return Text("")
-        tokens = task.fields.get("tokens", 0)
-        return Text(f"{task.completed / elapsed:,.1f} sent/s  {tokens / elapsed:,.0f} tok/s", style="cyan")
+        super().__init__(description, total, rates=rates, clock=clock, console=err, shown=shows(logging.INFO))
 
 
 def results_table(

@@ -26,7 +26,8 @@ from bitextmine.cli.app import (
     user_errors,
     warn,
 )
-from bitextmine.cli.output import LOG_EVERY_SECONDS, emit_json, fields_table, json_target
+from bitextmine.cli.output import emit_json, fields_table, json_target
+from bitextmine.progress import LOG_EVERY_SECONDS
 from bitextmine.train.objectives.names import OBJECTIVES, parse_objectives
 from bitextmine.train.recipes import RECIPES, recipe_named, with_recipe
 

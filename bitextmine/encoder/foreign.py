@@ -14,7 +14,7 @@ import numpy as np
 from bitextmine.encoder.encoder import Encoded, ProgressCallback, SentenceEncoder
 from bitextmine.encoder.spec import EncoderSpec
 from bitextmine.errors import BitextmineValueError, whole_number
-from bitextmine.mining.arrays import unit_rows
+from bitextmine.unit_vectors import unit_rows
 
 WINDOW = 1024  # sentences handed to the object at a time: the steps in which progress is reported
 

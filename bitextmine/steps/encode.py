@@ -34,7 +34,7 @@ from bitextmine.workspace.layout import Workspace
 from bitextmine.workspace.locks import workspace_locks
 
 if TYPE_CHECKING:
-    from bitextmine.cli.output import ProgressDisplay
+    from bitextmine.progress import ProgressDisplay
 
 _log = logging.getLogger(__name__)
 InputPaths = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]

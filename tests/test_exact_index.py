@@ -8,7 +8,7 @@ import numpy as np
 
 from bitextmine.search.cost import ExactCost, measure_exact_cost
 from bitextmine.search.factory import EXACT
-from bitextmine.search.factory_choice import choose_factory
+from bitextmine.search.factory_choice import auto_nprobe, choose_factory
 from bitextmine.search.gemm import ArrayVectors, GemmPlan
 from tests.helpers import random_unit, run
 
@@ -31,6 +31,13 @@ def test_exact_is_chosen_by_the_measured_time_not_the_size():
     assert choose_factory(10_000, 384) == EXACT  # no measurement: by size, as before
 
 
+def test_the_automatic_ivf_flat_probes_16_lists_and_other_factories_are_tuned():
+    assert auto_nprobe(choose_factory(300_000, 384, exact_seconds=700.0)) == 16
+    assert auto_nprobe("IVF8,Flat") == 8  # never more probes than lists
+    assert auto_nprobe(choose_factory(10**7, 384, exact_seconds=1e6)) is None  # PQ: tuned by recall
+    assert auto_nprobe("Flat") is None
+
+
 def test_index_writes_no_faiss_file_for_exact_search_and_ivf_above_the_budget(indexed_workspace):
     work, _ = indexed_workspace
     info = json.loads((work / "index" / "de.json").read_text())
@@ -45,6 +52,7 @@ def test_index_writes_no_faiss_file_for_exact_search_and_ivf_above_the_budget(in
         assert "slower than exact search" in info["note"] and not (work / "index" / "de.faiss").exists()
     else:
         assert info["factory"].startswith("IVF") and (work / "index" / "de.faiss").exists()
+        assert info["nprobe"] == auto_nprobe(info["factory"])  # not tuned by recall
     assert np.isfinite(info["recall"])
     code, output = run("index", "de", "-w", str(work), "--exact-budget", "0", "--factory", "IVF1,Flat")
     assert code == 0, output

@@ -53,9 +53,9 @@ def ivf(tmp_path_factory):
     [
         (0, 384, "Flat"),
         (200_000, 384, "Flat"),
-        (200_001, 384, "IVF2048,Flat"),
-        (1_000_000, 384, "IVF4096,Flat"),
-        (4_000_000, 384, "IVF8192_HNSW32,Flat"),  # an HNSW graph finds the lists above 4,096
+        (200_001, 384, "IVF200,Flat"),  # lists of DEFAULT_LIST_SIZE vectors up to 4M
+        (1_000_000, 384, "IVF1000,Flat"),
+        (4_000_000, 384, "IVF4000,Flat"),
         (4_000_001, 384, "OPQ48,IVF32768_HNSW32,PQ48np"),
         (
             10**9,
@@ -363,7 +363,7 @@ def test_automatic_ivf_flat_gives_way_to_flat_only_when_slower_than_exact(ivf, o
     vectors, _, _ = ivf
     monkeypatch.setattr(factory_choice, "FLAT_MAX", 1000)
     real_probe = recall_tuning.recall_probe
-    for exact_seconds, factory in ((1e9, "IVF512,Flat"), (0.0, "Flat")):
+    for exact_seconds, factory in ((1e9, f"IVF{round(len(vectors) / 1000)},Flat"), (0.0, "Flat")):
         monkeypatch.setattr(
             recall_tuning,
             "recall_probe",

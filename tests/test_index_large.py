@@ -52,8 +52,7 @@ def test_default_training_sample_is_held_to_its_cap_with_64_rows_a_list(n, dim):
 def test_the_cap_lowers_the_list_count_only_where_it_binds():
     assert choose_factory(10**7, 384) == "OPQ48,IVF32768_HNSW32,PQ48np"  # 65,536 without the cap
     assert choose_factory(10**7, 1024) == "OPQ128,IVF16384_HNSW32,PQ128np"
-    assert choose_factory(3 * 10**6, 384) == "IVF8192_HNSW32,Flat"  # 4 sqrt(N), as before
-    assert choose_factory(10**6, 384) == "IVF4096,Flat"  # a flat coarse search up to 4,096 lists
+    assert choose_factory(3 * 10**6, 384) == "IVF3000,Flat"  # lists of 1,000 vectors, as before
 
 
 def test_an_explicit_factory_trains_on_the_capped_sample_or_is_refused_in_one_line():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from bitextmine.search.cost import EXACT_BUDGET_SECONDS
-from bitextmine.search.factory import EXACT
+from bitextmine.search.factory import EXACT, ivf_lists
 from bitextmine.search.training import MIN_TRAIN_PER_LIST, POINTS_PER_LIST, sample_cap
 
 # Up to FLAT_MAX vectors exact search is affordable: a full kNN of 200k x 384 float32 (300 MB) against
@@ -18,6 +18,12 @@ from bitextmine.search.training import MIN_TRAIN_PER_LIST, POINTS_PER_LIST, samp
 # re-ranking of its top 64), where IVF2048,SQ8 (384 B) found 0.933 at 256 probes and 0.963 at 512.
 FLAT_MAX = 200_000
 IVF_FLAT_MAX = 4_000_000
+# The default IVF-Flat: lists of 1,000 vectors probed 16 at a time kept 99.69% and 99.09% of exact
+# mining's pairs on real de-en text at 100k and 300k a side, in 35% and 14% of its mining time; 8 probes
+# kept 98.47% at 100k (examples/benchmarks/results/bench_scale_real.md). Fixed lists keep a query's scan
+# the same length at every N.
+DEFAULT_LIST_SIZE = 1000
+AUTO_NPROBE = 16
 MIN_LISTS, MAX_LISTS = 16, 262_144
 # `--list-size` indexes find a query's lists by a flat (exact, BLAS) search of the centroids up to this
 # many lists, an HNSW graph above: on 2 cores, for blocks of 65,536 queries and nprobe 8, the flat
@@ -37,19 +43,32 @@ def choose_factory(
     """The index for `n` vectors of `dim` dimensions: exact, IVF-Flat, or OPQ+IVF-PQ (see FLAT_MAX).
 
     Exact where mining exactly takes at most `budget` seconds by the measured `exact_seconds`
-    (search/cost.py); without a measurement, up to FLAT_MAX vectors.
+    (search/cost.py); without a measurement, up to FLAT_MAX vectors. Above, up to IVF_FLAT_MAX vectors,
+    IVF-Flat with lists of DEFAULT_LIST_SIZE vectors, searched at AUTO_NPROBE (`auto_nprobe`).
 
     With `list_size`, always IVF: n / list_size lists, so that the lists a query scans at a given nprobe
-    keep their length whatever n (with the default list count, which grows like sqrt(n), the list
-    length grows like sqrt(n) too), behind an HNSW coarse quantizer above FLAT_QUANTIZER_MAX_LISTS.
+    keep their length whatever n (with a list count growing like sqrt(n), the list length grows like
+    sqrt(n) too), behind an HNSW coarse quantizer above FLAT_QUANTIZER_MAX_LISTS.
     """
     if list_size is not None:
-        nlist = max(1, min(round(n / list_size), n // POINTS_PER_LIST))
-        return _with_storage(n, dim, _coarse(nlist))
+        return _with_storage(n, dim, _coarse(_lists_of_size(n, list_size)))
     if (n <= FLAT_MAX) if exact_seconds is None else (exact_seconds <= budget):
         return EXACT
-    nlist = min(_lists(n, 4 if n <= IVF_FLAT_MAX else 16), _affordable_lists(dim))
+    if n <= IVF_FLAT_MAX:
+        nlist = min(_lists_of_size(n, DEFAULT_LIST_SIZE), _affordable_lists(dim))
+    else:
+        nlist = min(_lists(n), _affordable_lists(dim))
     return _with_storage(n, dim, _coarse(nlist))
+
+
+def auto_nprobe(factory: str) -> int | None:
+    """The lists probed in an index of `choose_factory`'s own IVF-Flat choice (None: tune by recall)."""
+    nlist = ivf_lists(factory)
+    return min(AUTO_NPROBE, nlist) if nlist and factory.endswith(",Flat") else None
+
+
+def _lists_of_size(n: int, list_size: int) -> int:
+    return max(1, min(round(n / list_size), n // POINTS_PER_LIST))
 
 
 def _coarse(nlist: int) -> str:
@@ -71,9 +90,9 @@ def _with_storage(n: int, dim: int, ivf: str) -> str:
     return f"OPQ{m},{ivf},PQ{m}np"
 
 
-def _lists(n: int, per_sqrt: int) -> int:
-    """A power of two near per_sqrt * sqrt(n), within [MIN_LISTS, MAX_LISTS] and n / POINTS_PER_LIST."""
-    nlist = 2 ** round(math.log2(max(per_sqrt * math.sqrt(n), 1)))
+def _lists(n: int) -> int:
+    """A power of two near 16 sqrt(n), within [MIN_LISTS, MAX_LISTS] and n / POINTS_PER_LIST."""
+    nlist = 2 ** round(math.log2(max(16 * math.sqrt(n), 1)))
     nlist = min(max(nlist, MIN_LISTS), MAX_LISTS)
     return min(nlist, _floor_pow2(max(n // POINTS_PER_LIST, 1)))
 

@@ -11,7 +11,7 @@ from bitextmine.launch.config import LauncherConfig
 from bitextmine.launch.jobs import Job, Progress, run_jobs
 from bitextmine.search.cost import EXACT_BUDGET_SECONDS, SAMPLE_QUERIES, ExactCost, measure_exact_cost
 from bitextmine.search.factory import EXACT
-from bitextmine.search.factory_choice import choose_factory
+from bitextmine.search.factory_choice import auto_nprobe, choose_factory
 from bitextmine.search.gemm import GemmPlan
 from bitextmine.search.index_build import (
     CHECKPOINT_ROWS,
@@ -68,7 +68,7 @@ def _same_model(workspace: Workspace, lang: str, vectors: ShardedVectors) -> boo
 class IndexOptions:
     factory: str | None = None  # a FAISS factory string; None: exact or IVF by the measured cost
     list_size: int | None = None  # IVF with N / list_size lists (not with `factory`)
-    nprobe: int | None = None  # None: tuned to reach `target_recall`
+    nprobe: int | None = None  # None: `auto_nprobe` for the automatic IVF-Flat, else tuned by recall
     queries_from: str | None = None  # the language that measures recall; "self"; None: en, else another
     target_recall: float | None = None
     fetch: int | None = None
@@ -121,9 +121,10 @@ def index(
         auto = options.factory is None and options.list_size is None
         max_bytes = options.max_memory_gb and options.max_memory_gb * 1e9
         ranges = plan_ranges(len(vectors), chosen, vectors.dim, max_bytes)
-        tuning = dict(
-            nprobe=options.nprobe, fetch=options.fetch, queries=queries, target_recall=options.target_recall
-        )
+        nprobe = options.nprobe
+        if nprobe is None and auto and options.target_recall is None:
+            nprobe = auto_nprobe(chosen)
+        tuning = dict(nprobe=nprobe, fetch=options.fetch, queries=queries, target_recall=options.target_recall)
         sharded = len(ranges) > 1 or (launcher is not None and launcher.launcher != "local")
         if options.gpu and not sharded:
             index, info = build_index(

@@ -124,7 +124,9 @@ def index(
         nprobe = options.nprobe
         if nprobe is None and auto and options.target_recall is None:
             nprobe = auto_nprobe(chosen)
-        tuning = dict(nprobe=nprobe, fetch=options.fetch, queries=queries, target_recall=options.target_recall)
+        tuning = dict(
+            nprobe=nprobe, fetch=options.fetch, queries=queries, target_recall=options.target_recall
+        )
         sharded = len(ranges) > 1 or (launcher is not None and launcher.launcher != "local")
         if options.gpu and not sharded:
             index, info = build_index(

@@ -79,10 +79,11 @@ def test_block_top_by_groups_equals_a_full_top_k():
     products = torch.from_numpy(
         as_stored(clustered_unit(300, 64, seed=16)) @ as_stored(random_unit(4096, 64)).T
     )
-    values, ids = block_top(products.to(torch.bfloat16), 9, group=64)
     want_values, _ = torch.topk(products.to(torch.bfloat16), 9, dim=1)
-    assert torch.equal(values, want_values)
-    assert torch.equal(torch.gather(products.to(torch.bfloat16), 1, ids), values)
+    for group, levels in ((64, 1), (16, 2), (8, 3)):  # 2 and 3 levels: group maxima taken by groups
+        values, ids = block_top(products.to(torch.bfloat16), 9, group, levels)
+        assert torch.equal(values, want_values), (group, levels)
+        assert torch.equal(torch.gather(products.to(torch.bfloat16), 1, ids), values)
 
 
 def test_long_base_blocks_take_the_grouped_top_k_and_stay_exact():

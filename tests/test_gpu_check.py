@@ -28,10 +28,13 @@ def test_the_gpu_check_runs_every_section_on_the_cpu(tiny_model_dir, tmp_path):
     )
     assert done.returncode == 0, done.stderr
     rows = {row["section"]: row for row in json.loads((tmp_path / "gpu_check_dry_run.json").read_text())}
-    assert sorted(rows) == ["attention", "encode", "mine-10m", "mine-1m"]
+    assert sorted(rows) == ["attention", "encode", "mine-10m", "mine-1m", "search-plans"]
     assert not [row for row in rows.values() if "error" in row]
     # the CPU has one backend of the three; bf16 on a 2-layer 32-d random model is loose (the real
     # check is on the GPU, with the shared model's shape: >= 0.99997 there)
     assert rows["attention"]["sdpa"]["min_cos"] > 0.9
     assert rows["mine-1m"]["pairs_identical_to_cpu"] and rows["mine-10m"]["queries_per_s"] > 0
     assert all(key in rows["encode"] for key in ("speedup", "min_cos_vs_st"))
+    plans = rows["search-plans"]
+    assert len(plans["queries_per_s_by_plan"]) == 20 and plans["fastest"] in rows["mine-10m"]["plan"]
+    assert all(ms > 0 for ms in plans["stage_ms"].values())

@@ -77,6 +77,8 @@ class GemmPlan:
     base_rows: int
     extra: int = EXTRA
     resident_bytes: int = 0
+    group: int = GROUP  # columns a group of `block_top` (CUDA)
+    levels: int = 1  # rounds of group maxima in `block_top`
 
     @classmethod
     def for_device(cls, device: str = "cpu", precision: str = "auto", extra: int = EXTRA) -> GemmPlan:
@@ -253,7 +255,7 @@ class _BaseProducts:
         torch.topk in mining 10M x 10M on an H100), by torch.topk on a CPU (there the gathers of
         `block_top` cost more than they save: 1.3 s against 0.74 s for 8,192 x 50,000 products)."""
         if products.device.type == "cuda":
-            return block_top(products, keep)
+            return block_top(products, keep, self.plan.group, self.plan.levels)
         return torch.topk(products, min(keep, products.shape[1]), dim=1)
 
     def rerank(self, q32: torch.Tensor, ids: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -322,16 +324,22 @@ class _Best:
         self.values, self.ids = values, ids
 
 
-def block_top(products: torch.Tensor, keep: int, group: int = GROUP) -> tuple[torch.Tensor, torch.Tensor]:
-    """torch.topk(products, keep, dim=1) (up to the order of equal values), in two cheap steps where a
-    row is long: the `keep` groups of `group` consecutive columns with the highest maximum hold a row's
-    `keep` best values (any group outside them has `keep` groups above it, each with a larger value),
-    so one max pass and a top-k over the group maxima leave `keep * group` columns to rank."""
+def block_top(
+    products: torch.Tensor, keep: int, group: int = GROUP, levels: int = 1
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """torch.topk(products, keep, dim=1) (up to the order of equal values), in cheap steps where a row is
+    long: the `keep` groups of `group` consecutive columns with the highest maximum hold a row's `keep`
+    best values (any group outside them has `keep` groups above it, each with a larger value), so one max
+    pass and a top-k over the group maxima leave `keep * group` columns to rank. With `levels` > 1 the
+    top-k over the group maxima is itself taken by groups."""
     rows, width = products.shape
     if width % group or width <= keep * group:
         return torch.topk(products, min(keep, width), dim=1)
-    groups = products.view(rows, width // group, group)
-    _, best_groups = torch.topk(groups.amax(dim=2), keep, dim=1)
+    maxima = products.view(rows, width // group, group).amax(dim=2)
+    if levels > 1:
+        _, best_groups = block_top(maxima, keep, group, levels - 1)
+    else:
+        _, best_groups = torch.topk(maxima, keep, dim=1)
     columns = (best_groups[:, :, None] * group + torch.arange(group, device=products.device)).flatten(1)
     values, picked = torch.topk(torch.gather(products, 1, columns), keep, dim=1)
     return values, torch.gather(columns, 1, picked)

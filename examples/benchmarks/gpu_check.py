@@ -13,8 +13,11 @@ Sections, each a row in OUT/gpu_check.json (and gpu_check.md):
 2. encode: packed encoding (auto backend, bf16) against sentence-transformers (bf16) on the sentences;
 3. mine-1m: exact mining (search/gemm.py) of 1M x 1M vectors on the GPU, and the pairs of a 100k x 100k
    subsample against the same mining on the CPU;
-4. mine-10m: exact search of 10M queries against 10M vectors for a fixed time, the rate and GPU memory,
-   and the time the whole 10M x 10M mining (both directions) takes at that rate.
+4. search-plans: exact search of SWEEP_QUERIES queries against 1M vectors with each block shape and
+   grouped top-k of PLANS (the rate of each), and the time of each stage of one product block;
+5. mine-10m: exact search of 10M queries against 10M vectors for a fixed time with the fastest plan of
+   search-plans, the rate and GPU memory, and the time the whole 10M x 10M mining (both directions)
+   takes at that rate.
 
 `--dry-run` runs every section at toy sizes on the CPU (the test suite does), so the script is known to
 work before a GPU is lent.
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import itertools
 import json
 import shutil
 import sys
@@ -31,6 +35,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -50,11 +55,16 @@ SIZES = {  # full run / dry run
     "compare_rows": (100_000, 1_000),
     "big_rows": (10_000_000, 20_000),
     "big_seconds": (90.0, 5.0),
+    "sweep_rows": (1_000_000, 5_000),
+    "sweep_queries": (65_536, 512),
     "dim": (384, 32),
 }
 PAIR_SHARE = 50_592 / 1_050_592  # the scale set's share of hidden pairs
 BACKENDS = ("xformers", "varlen", "sdpa")
 MAX_TOKENS = (4096, 32768)  # tokens a packed batch: the default, and a GPU-sized one
+# search-plans: (query rows, base rows) of a product block x (columns a group, levels) of `block_top`
+BLOCKS = ((32_768, 262_144), (65_536, 131_072), (16_384, 524_288), (32_768, 131_072), (65_536, 262_144))
+GROUPS = ((64, 1), (128, 1), (32, 2), (16, 3))
 
 
 def main() -> None:
@@ -65,7 +75,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--dry-run", action="store_true", help="toy sizes on the CPU")
     parser.add_argument("--big-seconds", type=float, help="mine-10m's search time [default: 90]")
-    parser.add_argument("--sections", default="attention,encode,mine-1m,mine-10m", help="comma-separated")
+    parser.add_argument(
+        "--sections", default="attention,encode,mine-1m,search-plans,mine-10m", help="comma-separated"
+    )
     args = parser.parse_args()
     if args.report:
         rows = json.loads((args.out / "gpu_check.json").read_text())
@@ -80,11 +92,16 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         model = build_model(args.model_shape, Path(scratch) / "model", tiny=args.dry_run)
         sentences = read_sentences(args.sentences)
+        dim = size["dim"]
         sections: list[tuple[str, Callable[[], dict]]] = [
             ("attention", lambda: attention_row(model, sentences[: size["attention_sentences"]], device)),
             ("encode", lambda: encode_row(model, sentences[: size["encode_sentences"]], device)),
             ("mine-1m", lambda: mine_row(size["mine_rows"], size["compare_rows"], size["dim"], device)),
-            ("mine-10m", lambda: big_row(size["big_rows"], size["big_seconds"], size["dim"], device)),
+            (
+                "search-plans",
+                lambda: plans_row(size["sweep_rows"], size["sweep_queries"], size["dim"], device),
+            ),
+            ("mine-10m", lambda: big_row(size["big_rows"], size["big_seconds"], dim, device, rows)),
         ]
         for name, run in sections:
             if name not in args.sections.split(","):
@@ -249,15 +266,97 @@ def pair_set(mined) -> set[tuple[int, int]]:
     return set(zip(mined.src.tolist(), mined.tgt.tolist(), strict=True))
 
 
-def big_row(rows: int, budget_seconds: float, dim: int, device: str) -> dict:
-    """10M queries against 10M vectors, searched for `budget_seconds` (after the base is on the GPU)."""
+def near_queries(rows: int, queries: int, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """Random unit base rows, and queries that are noisy copies of some of them (float16 values)."""
     generator = torch.Generator().manual_seed(2)
     base = torch.nn.functional.normalize(torch.randn(rows, dim, generator=generator), dim=1)
-    queries = base[torch.randperm(rows, generator=generator)[: min(rows, 2_000_000)]]
-    queries = queries + 0.3 * torch.nn.functional.normalize(torch.randn(queries.shape, generator=generator))
-    base = base.half().float().numpy()
-    queries = torch.nn.functional.normalize(queries, dim=1).half().float().numpy()
-    plan = GemmPlan.for_device(device)
+    near = base[torch.randperm(rows, generator=generator)[: min(rows, queries)]]
+    near = near + 0.3 * torch.nn.functional.normalize(torch.randn(near.shape, generator=generator))
+    near = torch.nn.functional.normalize(near, dim=1)
+    return base.half().float().numpy(), near.half().float().numpy()
+
+
+def plans_row(rows: int, n_queries: int, dim: int, device: str) -> dict:
+    """Each plan's rate (best of two runs) over the same queries and base, and one block's stages."""
+    from bitextmine.search.gemm import ArrayVectors
+
+    base, queries = near_queries(rows, n_queries, dim)
+    default = GemmPlan.for_device(device)
+    rates = {}
+    for (query_rows, base_rows), (group, levels) in itertools.product(BLOCKS, GROUPS):
+        plan = replace(default, query_rows=query_rows, base_rows=base_rows, group=group, levels=levels)
+        seconds = []
+        for _ in range(2):
+            started = time.perf_counter()
+            gemm_neighbours(lambda: [(0, queries)], len(queries), ArrayVectors(base), 4, plan)
+            seconds.append(time.perf_counter() - started)
+        rates[plan_name(plan)] = round(len(queries) / min(seconds))
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    best = max(rates, key=rates.get)
+    return {
+        "base_rows": rows,
+        "queries": len(queries),
+        "queries_per_s_by_plan": rates,
+        "fastest": best,
+        "default": plan_name(default),
+        "stage_ms": stage_times(
+            default, min(default.query_rows, len(queries)), min(default.base_rows, rows), dim, device
+        ),
+    }
+
+
+def plan_name(plan: GemmPlan) -> str:
+    return f"{plan.query_rows}x{plan.base_rows} group {plan.group} levels {plan.levels}"
+
+
+def parse_plan(name: str, device: str) -> GemmPlan:
+    rows, _, group, _, levels = name.split()
+    query_rows, base_rows = map(int, rows.split("x"))
+    default = GemmPlan.for_device(device)
+    return replace(default, query_rows=query_rows, base_rows=base_rows, group=int(group), levels=int(levels))
+
+
+def stage_times(plan: GemmPlan, rows: int, cols: int, dim: int, device: str) -> dict:
+    """Milliseconds of each stage for one block of `plan` (mean of 5, after a warm-up): the product, the
+    group maxima along rows (one direction) and along columns (what serving the other direction from the
+    same product would add), the top-k of the maxima, and the gather and top-k of the kept columns."""
+    from bitextmine.search.gemm import block_top
+
+    keep, group = 4 + plan.extra + 1, plan.group
+    rows, cols = rows // group * group, cols // group * group
+    q = torch.nn.functional.normalize(torch.randn(rows, dim, device=device), dim=1).to(plan.dtype)
+    b = torch.nn.functional.normalize(torch.randn(cols, dim, device=device), dim=1).to(plan.dtype)
+    out = torch.empty(rows, cols, dtype=plan.dtype, device=device)
+    maxima = out.view(rows, cols // group, group).amax(dim=2)
+    stages = {
+        "product": lambda: torch.matmul(q, b.T, out=out),
+        "row_group_max": lambda: out.view(rows, cols // group, group).amax(dim=2),
+        "top_k_of_maxima": lambda: torch.topk(maxima, keep, dim=1),
+        "block_top": lambda: block_top(out, keep, group, plan.levels),
+        "column_group_max": lambda: out.view(rows // group, group, cols).amax(dim=1),
+        "torch_top_k": lambda: torch.topk(out, keep, dim=1),
+    }
+    return {name: round(1000 * timed(run, device), 2) for name, run in stages.items()}
+
+
+def timed(run: Callable[[], object], device: str, repeats: int = 5) -> float:
+    run()
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    sync()
+    started = time.perf_counter()
+    for _ in range(repeats):
+        run()
+    sync()
+    return (time.perf_counter() - started) / repeats
+
+
+def big_row(rows: int, budget_seconds: float, dim: int, device: str, earlier: list[dict]) -> dict:
+    """10M queries against 10M vectors, searched for `budget_seconds` (after the base is on the GPU), with
+    the fastest plan of the search-plans row where it ran."""
+    base, queries = near_queries(rows, 2_000_000, dim)
+    fastest = [r["fastest"] for r in earlier if r["section"] == "search-plans" and "fastest" in r]
+    plan = parse_plan(fastest[0], device) if fastest else GemmPlan.for_device(device)
     done = 0
     started = None
 
@@ -284,8 +383,7 @@ def big_row(rows: int, budget_seconds: float, dim: int, device: str) -> dict:
         "setup_seconds": round(started - loading, 1),
         "queries_per_s": round(rate),
         "both_directions_10m_seconds_at_rate": round(2 * rows / rate),
-        "plan": plan.describe(),
-        "block": [plan.query_rows, plan.base_rows],
+        "plan": f"{plan.describe()}, {plan_name(plan)}",
     }
 
 

@@ -64,7 +64,8 @@ BACKENDS = ("xformers", "varlen", "sdpa")
 MAX_TOKENS = (4096, 32768)  # tokens a packed batch: the default, and a GPU-sized one
 # search-plans: (query rows, base rows) of a product block x (columns a group, levels) of `block_top`
 BLOCKS = ((32_768, 262_144), (65_536, 131_072), (16_384, 524_288), (32_768, 131_072), (65_536, 262_144))
-GROUPS = ((64, 1), (128, 1), (32, 2), (16, 3))
+GROUPS = ((32, 1), (64, 1), (128, 1), (256, 1), (64, 2))
+CHECKED_QUERIES = 1024  # queries whose neighbours each plan must give as the float32 products do
 
 
 def main() -> None:
@@ -282,15 +283,17 @@ def plans_row(rows: int, n_queries: int, dim: int, device: str) -> dict:
 
     base, queries = near_queries(rows, n_queries, dim)
     default = GemmPlan.for_device(device)
-    rates = {}
+    want = reference_ids(queries[:CHECKED_QUERIES], base, device)
+    rates, unlike = {}, {}
     for (query_rows, base_rows), (group, levels) in itertools.product(BLOCKS, GROUPS):
         plan = replace(default, query_rows=query_rows, base_rows=base_rows, group=group, levels=levels)
         seconds = []
         for _ in range(2):
             started = time.perf_counter()
-            gemm_neighbours(lambda: [(0, queries)], len(queries), ArrayVectors(base), 4, plan)
+            found = gemm_neighbours(lambda: [(0, queries)], len(queries), ArrayVectors(base), 4, plan)
             seconds.append(time.perf_counter() - started)
         rates[plan_name(plan)] = round(len(queries) / min(seconds))
+        unlike[plan_name(plan)] = int((found.ids[: len(want)] != want).any(axis=1).sum())
         if device == "cuda":
             torch.cuda.empty_cache()
     best = max(rates, key=rates.get)
@@ -298,12 +301,28 @@ def plans_row(rows: int, n_queries: int, dim: int, device: str) -> dict:
         "base_rows": rows,
         "queries": len(queries),
         "queries_per_s_by_plan": rates,
+        "checked_queries": len(want),
+        "rows_unlike_fp32_reference_by_plan": unlike,
         "fastest": best,
         "default": plan_name(default),
         "stage_ms": stage_times(
             default, min(default.query_rows, len(queries)), min(default.base_rows, rows), dim, device
         ),
     }
+
+
+def reference_ids(queries: np.ndarray, base: np.ndarray, device: str) -> np.ndarray:
+    """The top 4 rows of each query by float32 products (TF32 off), in base chunks on `device`."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    q = torch.from_numpy(queries).to(device)
+    sims, ids = [], []
+    for start in range(0, len(base), 262_144):
+        block = torch.from_numpy(base[start : start + 262_144]).to(device)
+        top = torch.topk(q @ block.T, min(4, len(block)), dim=1)
+        sims.append(top.values)
+        ids.append(top.indices + start)
+    best = torch.topk(torch.cat(sims, dim=1), 4, dim=1).indices
+    return torch.gather(torch.cat(ids, dim=1), 1, best).cpu().numpy()
 
 
 def plan_name(plan: GemmPlan) -> str:
@@ -319,8 +338,9 @@ def parse_plan(name: str, device: str) -> GemmPlan:
 
 def stage_times(plan: GemmPlan, rows: int, cols: int, dim: int, device: str) -> dict:
     """Milliseconds of each stage for one block of `plan` (mean of 5, after a warm-up): the product, the
-    group maxima along rows (one direction) and along columns (what serving the other direction from the
-    same product would add), the top-k of the maxima, and the gather and top-k of the kept columns."""
+    group maxima along rows (one direction: strided groups as `block_top` takes them, and consecutive
+    columns for comparison) and along columns (what serving the other direction from the same product
+    would add), the top-k of the maxima, `block_top` whole, and torch.topk for comparison."""
     from bitextmine.search.gemm import block_top
 
     keep, group = 4 + plan.extra + 1, plan.group
@@ -328,10 +348,11 @@ def stage_times(plan: GemmPlan, rows: int, cols: int, dim: int, device: str) -> 
     q = torch.nn.functional.normalize(torch.randn(rows, dim, device=device), dim=1).to(plan.dtype)
     b = torch.nn.functional.normalize(torch.randn(cols, dim, device=device), dim=1).to(plan.dtype)
     out = torch.empty(rows, cols, dtype=plan.dtype, device=device)
-    maxima = out.view(rows, cols // group, group).amax(dim=2)
+    maxima = out.view(rows, group, cols // group).amax(dim=1)
     stages = {
         "product": lambda: torch.matmul(q, b.T, out=out),
-        "row_group_max": lambda: out.view(rows, cols // group, group).amax(dim=2),
+        "row_group_max": lambda: out.view(rows, group, cols // group).amax(dim=1),
+        "row_group_max_consecutive_columns": lambda: out.view(rows, cols // group, group).amax(dim=2),
         "top_k_of_maxima": lambda: torch.topk(maxima, keep, dim=1),
         "block_top": lambda: block_top(out, keep, group, plan.levels),
         "column_group_max": lambda: out.view(rows // group, group, cols).amax(dim=1),

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bitextmine.calibration.thresholds import parse_threshold
-from bitextmine.encoder.spec import EncoderSpec
+from bitextmine.encoder.spec import EncoderSpec, encoder_kept
 from bitextmine.errors import BitextmineError
 from bitextmine.mining.output import output_format
 from bitextmine.search.index_files import IndexInfo, load_index_info
@@ -70,10 +70,11 @@ def mine_files(
     if isinstance(options.threshold, str):
         parse_threshold(options.threshold)  # a mistyped one fails before the encoding, not after it
     options.output_target(workspace, src, tgt, inputs=[src_file, tgt_file])
-    encoded = {
-        lang: encode([path], lang, workspace, model, encode_options, reporter)
-        for path, lang in ((src_file, src), (tgt_file, tgt))
-    }
+    with encoder_kept():  # both files: one model load
+        encoded = {
+            lang: encode([path], lang, workspace, model, encode_options, reporter)
+            for path, lang in ((src_file, src), (tgt_file, tgt))
+        }
     indexed = {lang: _index_unless_current(workspace, lang, reporter) for lang in langs}
     queries = sum(len(open_language(workspace, lang).vectors) for lang in langs)
     reporter.step_started(f"mining {src}-{tgt}", queries)

@@ -12,7 +12,6 @@ from bitextmine.launch.jobs import Job, Progress, run_jobs
 from bitextmine.search.cost import EXACT_BUDGET_SECONDS, SAMPLE_QUERIES, ExactCost, measure_exact_cost
 from bitextmine.search.factory import EXACT
 from bitextmine.search.factory_choice import choose_factory
-from bitextmine.search.gemm import GemmPlan
 from bitextmine.search.index_build import (
     CHECKPOINT_ROWS,
     ShardedBuild,
@@ -172,6 +171,8 @@ def _exact_cost(
         sample, other_rows = vectors.take(np.arange(min(SAMPLE_QUERIES, len(vectors)))), None
     else:
         sample, other_rows = queries[1], len(open_language(workspace, queries[0]).vectors)
+    from bitextmine.search.gemm import GemmPlan  # torch: imported where exact search runs
+
     plan = GemmPlan.for_device("cuda" if options.gpu else "cpu")
     return measure_exact_cost(vectors, sample, other_rows, plan)
 

@@ -78,6 +78,7 @@ def test_a_named_workdir_and_the_json_of_the_steps(tmp_path, texts, tiny_model_d
     assert result["workspace"] == str(work) and not (tmp_path / "p-work").exists()
     assert sorted(result["encoded"]) == ["de", "en"] and result["encoded"]["de"]["rows"] == 25
     assert result["indexed"]["de"]["factory"] == "Flat" and result["mined"]["counts"]["src_sentences"] == 25
+    assert "indexing" not in printed  # an exact index: nothing built, no progress line
 
 
 @pytest.mark.integration

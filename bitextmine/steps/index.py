@@ -95,7 +95,8 @@ def index(
     built as row-range shards, one job a shard (a rerun keeps the shards already saved). Any other is
     populated in parts of `options.checkpoint_rows` rows, saved as they complete and merged at the end,
     so that a rerun after a kill keeps the trained template and the parts done (with `gpu`: in memory,
-    in one pass). `progress` counts the rows added either way.
+    in one pass). `progress` counts the rows added either way, from 0 at the start of a build; an exact
+    index (nothing to build) never calls it.
     """
     options = options or IndexOptions()
     queries_from = options.queries_from
@@ -117,6 +118,8 @@ def index(
             source = queries[0] if queries else "self"
             info = exact_index_info(vectors, lang, source, cost)
             return save_index(None, info, workspace.index_dir())
+        if progress is not None:
+            progress(0)  # a build starts (before its training): an exact index reports nothing
         auto = options.factory is None and options.list_size is None
         max_bytes = options.max_memory_gb and options.max_memory_gb * 1e9
         ranges = plan_ranges(len(vectors), chosen, vectors.dim, max_bytes)

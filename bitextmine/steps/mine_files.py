@@ -25,8 +25,9 @@ class MineFilesReporter(EncodeReporter):
     """What `mine_files` tells as it goes: the encode step's reports, then each index build and the
     search, announced by `step_started` and counted by `advance`."""
 
-    def step_started(self, name: str, total: int) -> None:
-        """A step after the encoding begins: `name` ("indexing de", "mining de-en") over `total` rows."""
+    def step_started(self, name: str, total: int, deferred: bool = False) -> None:
+        """A step after the encoding begins: `name` ("indexing de", "mining de-en") over `total` rows;
+        `deferred`: its work starts at its first `advance`, if any (an exact index has none)."""
 
     def index_ready(self, lang: str, built: IndexInfo | None) -> None:
         """`lang`'s index is ready: `built` now, or (None) the one there covered the vectors already."""
@@ -89,7 +90,7 @@ def _index_unless_current(workspace: Workspace, lang: str, reporter: MineFilesRe
         load_index_info(workspace.index_dir(), lang, vectors)
         built = None
     except BitextmineError:  # none, stale or unreadable: `index` builds it again
-        reporter.step_started(f"indexing {lang}", len(vectors))
+        reporter.step_started(f"indexing {lang}", len(vectors), deferred=True)
         built = index(workspace, lang, progress=reporter.advance)
     reporter.index_ready(lang, built)
     return built

@@ -2,8 +2,15 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-# The CPU wheel of torch; any torch in pyproject's range works, this one avoids a CUDA download.
-TORCH  ?= torch==2.13.0
+# torch goes in first, so that pip does not take PyPI's build, on Linux the CUDA one (2.7 GB of wheels for
+# torch 2.13.0 against 0.19 GB): where nvidia-smi lists no GPU, the CPU wheel from PyTorch's index, TORCH_INDEX
+# (empty: pip's own indexes), and from pip's own, saying so, where that index cannot be reached. Any torch in
+# pyproject's range works.
+TORCH       ?= torch==2.13.0
+TORCH_INDEX ?= $(if $(shell nvidia-smi -L 2>/dev/null),,https://download.pytorch.org/whl/cpu)
+REACHABLE   = $(BIN)/python -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=15)'
+NO_TORCH_INDEX = make install: no $(TORCH) from $(TORCH_INDEX) (unreachable, or none for this Python): \
+  installing it from pip's own indexes, where PyPI's Linux build brings CUDA (2.7 GB)
 SHARED ?= ../shared
 MODEL  ?= $(SHARED)/models/multilingual-e5-small-q4
 BUCC   ?= $(SHARED)/data/bucc-like
@@ -15,7 +22,10 @@ install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet $(TORCH)
+	@if [ -n '$(TORCH_INDEX)' ] && $(REACHABLE) '$(TORCH_INDEX)/' 2>/dev/null; then \
+	  echo "installing $(TORCH) from $(TORCH_INDEX)"; \
+	  $(BIN)/pip install --quiet --index-url '$(TORCH_INDEX)' '$(TORCH)' && exit 0; \
+	  fi; [ -z '$(TORCH_INDEX)' ] || echo "$(NO_TORCH_INDEX)" >&2; $(BIN)/pip install --quiet '$(TORCH)'
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 

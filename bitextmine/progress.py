@@ -27,7 +27,8 @@ class ProgressDisplay:
     `2> log`), where a bar would show only its last frame once the run ends, a plain line every
     LOG_EVERY_SECONDS and one at the end. With `rates`, sentences/s and tokens/s are shown too (`advance`
     then takes tokens). Nothing unless `shown`, nor where there is nothing to do (a total of 0: a rerun
-    that finds the work done)."""
+    that finds the work done). A `deferred` display starts at its first `advance` (0 units count), so a
+    step that reports no work (an exact index: nothing to build) shows none."""
 
     def __init__(
         self,
@@ -38,8 +39,10 @@ class ProgressDisplay:
         clock: Callable[[], float] = time.monotonic,
         console: Console | None = None,
         shown: bool = True,
+        deferred: bool = False,
     ) -> None:
         self.description, self.total, self.rates, self.clock = description, total, rates, clock
+        self.deferred, self.running = deferred, False
         self.done = self.tokens = 0
         self.started = self.last_line = 0.0
         self.bar: Progress | None = None
@@ -57,18 +60,27 @@ class ProgressDisplay:
             self.task = self.bar.add_task(description, total=total, tokens=0)
 
     def __enter__(self) -> ProgressDisplay:
-        self.started = self.last_line = self.clock()
-        if self.bar is not None:
-            self.bar.start()
+        if not self.deferred:
+            self._start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if not self.running:
+            return
         if self.bar is not None:
             self.bar.stop()
         elif self.shown:
             self.console.print(self.line(), highlight=False, soft_wrap=True)
 
+    def _start(self) -> None:
+        self.running = True
+        self.started = self.last_line = self.clock()
+        if self.bar is not None:
+            self.bar.start()
+
     def advance(self, n: int, tokens: int = 0) -> None:
+        if not self.running:
+            self._start()
         self.done += n
         self.tokens += tokens
         if self.bar is not None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import tomllib
 import typing
 
 import pytest
 from typer.testing import CliRunner
 
+import bitextmine
 from bitextmine.cli import app
 from bitextmine.cli.app import AttentionOption, PrecisionOption
 from bitextmine.cli.encode import Pooling
@@ -19,6 +21,7 @@ from bitextmine.mining.output import FORMATS
 from bitextmine.mining.settings import MiningSettings
 from bitextmine.steps.mine import MineOptions
 from bitextmine.steps.score import ScoreOptions
+from tests.helpers import REPO
 
 runner = CliRunner()
 
@@ -139,9 +142,13 @@ def test_the_cli_poolings_are_the_encoders():
     assert typing.get_args(Pooling) == POOLING_MODES
 
 
-def test_version():
+def test_version_is_written_once_in_the_package():
+    """pyproject.toml takes the package's version from bitextmine.__version__, which --version prints."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert "version" not in project["project"] and project["project"]["dynamic"] == ["version"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "bitextmine.__version__"}
     result = runner.invoke(app, ["--version"])
-    assert result.exit_code == 0 and result.output.startswith("bitextmine 0.")
+    assert result.exit_code == 0 and result.output == f"bitextmine {bitextmine.__version__}\n"
 
 
 @pytest.mark.parametrize("options", [MineOptions, ScoreOptions, MiningSettings])

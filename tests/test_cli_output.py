@@ -48,6 +48,19 @@ def test_nothing_to_do_is_no_progress_line(capsys):
     assert capsys.readouterr().err == ""
 
 
+def test_a_deferred_display_starts_at_its_first_advance(capsys):
+    clock = Clock()
+    with ProgressDisplay("indexing de", 25, clock=clock, deferred=True):  # an exact index: nothing to build
+        clock.now += 40
+    assert capsys.readouterr().err == ""
+    with ProgressDisplay("indexing de", 25, clock=clock, deferred=True) as progress:
+        clock.now += 40  # the cost measured, not shown
+        progress.advance(0)  # the build starts
+        clock.now += 10
+        progress.advance(25)
+    assert capsys.readouterr().err == "indexing de: 25/25 (100%), 0:00:10\n"
+
+
 def test_training_in_a_log_is_a_line_every_interval_after_evaluations_and_at_the_end(capsys):
     clock = Clock()
     reporter = _LiveReporter(clock=clock)

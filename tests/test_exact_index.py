@@ -57,3 +57,12 @@ def test_index_writes_no_faiss_file_for_exact_search_and_ivf_above_the_budget(in
     code, output = run("index", "de", "-w", str(work), "--exact-budget", "0", "--factory", "IVF1,Flat")
     assert code == 0, output
     assert (work / "index" / "de.faiss").exists()
+
+
+def test_an_exact_index_prints_no_progress_for_the_build_it_does_not_do(workspace):
+    work, _ = workspace
+    code, output = run("index", "de", "-w", str(work))
+    assert code == 0 and "note: exact search by matrix products" in output, output
+    assert "indexing de" not in output
+    code, output = run("index", "de", "-w", str(work), "--factory", "IVF1,Flat")
+    assert code == 0 and "indexing de: 25/25 (100%)" in output, output

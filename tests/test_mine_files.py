@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from bitextmine.encoder.encoder import SentenceEncoder
 from bitextmine.steps.mine_files import default_workdir
 from tests.helpers import run, sentences
 
@@ -77,6 +78,26 @@ def test_a_named_workdir_and_the_json_of_the_steps(tmp_path, texts, tiny_model_d
     assert result["workspace"] == str(work) and not (tmp_path / "p-work").exists()
     assert sorted(result["encoded"]) == ["de", "en"] and result["encoded"]["de"]["rows"] == 25
     assert result["indexed"]["de"]["factory"] == "Flat" and result["mined"]["counts"]["src_sentences"] == 25
+    assert "indexing" not in printed  # an exact index: nothing built, no progress line
+
+
+@pytest.mark.integration
+def test_the_model_is_loaded_once_for_both_files_and_released_after(
+    tmp_path, texts, tiny_model_dir, monkeypatch
+):
+    loads = []
+    load = SentenceEncoder.load.__func__
+
+    def counted(cls, name_or_path, **settings):
+        loads.append(name_or_path)
+        return load(cls, name_or_path, **settings)
+
+    monkeypatch.setattr(SentenceEncoder, "load", classmethod(counted))
+    model = tiny_model_dir("bert")
+    assert mine_files(texts, model, tmp_path / "pairs.jsonl")[0] == 0
+    assert loads == [str(model)]
+    assert mine_files(texts, model, tmp_path / "pairs.parquet")[0] == 0  # the same workspace, a new load
+    assert loads == [str(model)] * 2
 
 
 @pytest.mark.parametrize(

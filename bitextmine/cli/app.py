@@ -20,7 +20,6 @@ import sys
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from importlib.metadata import version
 from pathlib import Path
 from typing import Annotated, Any, Literal, NoReturn, TypeVar
 
@@ -29,6 +28,7 @@ from rich.console import Console, ConsoleDimensions
 from rich.text import Text
 from typer.core import TyperGroup
 
+from bitextmine import __version__
 from bitextmine.errors import BitextmineError, BitextmineWarning, is_out_of_memory, os_error_message
 from bitextmine.mining.margin import MARGINS, MAX_K
 from bitextmine.mining.selection import STRATEGIES
@@ -114,7 +114,7 @@ out = _Console()
 
 def _print_version(asked: bool) -> None:
     if asked:
-        out.print(f"bitextmine {version('bitextmine')}", highlight=False)
+        out.print(f"bitextmine {__version__}", highlight=False)
         raise typer.Exit()
 
 

@@ -133,7 +133,8 @@ def index(
             exact_budget=EXACT_BUDGET_SECONDS if exact_budget is None else exact_budget,
         )
         config = cluster.config("index", workspace.logs_dir("index"))
-        progress = ProgressDisplay(f"indexing {lang}", len(open_language(workspace, lang).vectors))
+        rows = len(open_language(workspace, lang).vectors)
+        progress = ProgressDisplay(f"indexing {lang}", rows, deferred=True)  # none for an exact index
         with progress:
             built = index_language(workspace, lang, options, progress.advance, config)
     out.print(_index_line(built, workspace), highlight=False)

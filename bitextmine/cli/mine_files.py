@@ -40,9 +40,9 @@ class _MineFilesDisplay(_RichEncodeReporter):
         self._end_step()
         super().encoder_ready(encoder, rows_to_encode)
 
-    def step_started(self, name: str, total: int) -> None:
+    def step_started(self, name: str, total: int, deferred: bool = False) -> None:
         self._end_step()
-        self.progress = ProgressDisplay(name, total).__enter__()
+        self.progress = ProgressDisplay(name, total, deferred=deferred).__enter__()
 
     def index_ready(self, lang: str, built) -> None:
         self._end_step()

@@ -33,8 +33,12 @@ class ProgressDisplay(progress.ProgressDisplay):
         *,
         rates: bool = False,
         clock: Callable[[], float] = time.monotonic,
+        deferred: bool = False,
     ) -> None:
-        super().__init__(description, total, rates=rates, clock=clock, console=err, shown=shows(logging.INFO))
+        shown = shows(logging.INFO)
+        super().__init__(
+            description, total, rates=rates, clock=clock, console=err, shown=shown, deferred=deferred
+        )
 
 
 def results_table(

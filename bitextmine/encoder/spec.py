@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 from bitextmine.encoder.encoder import SentenceEncoder
@@ -41,8 +43,23 @@ class EncoderSpec:
 
 
 _loaded: dict[EncoderSpec, SentenceEncoder] = {}
+_kept = 0  # `encoder_kept` scopes open: `release_encoder` waits for the last to close
 
 
 def release_encoder() -> None:
-    """Free the encoder kept loaded by `EncoderSpec.load`."""
-    _loaded.clear()
+    """Free the encoder kept loaded by `EncoderSpec.load`, unless an `encoder_kept` scope is open."""
+    if not _kept:
+        _loaded.clear()
+
+
+@contextmanager
+def encoder_kept() -> Iterator[None]:
+    """Keep the encoder `EncoderSpec.load` loads across the steps run within (each `encode` releases it
+    when it ends), so that several of them load the model once; released at the end."""
+    global _kept
+    _kept += 1
+    try:
+        yield
+    finally:
+        _kept -= 1
+        release_encoder()

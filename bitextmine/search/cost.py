@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from bitextmine.search.gemm import GemmPlan, VectorSource, gemm_neighbours
+if TYPE_CHECKING:
+    from bitextmine.search.gemm import GemmPlan, VectorSource
 
 EXACT_BUDGET_SECONDS = 60.0
 SAMPLE_BASE_ROWS = 262_144  # base rows timed: the rate no longer depends on the size beyond a few blocks
@@ -53,6 +55,8 @@ def measure_exact_cost(
 ) -> ExactCost:
     """Time `queries` (at most SAMPLE_QUERIES) against at most SAMPLE_BASE_ROWS rows of `base`, once
     warmed up; `other_rows` is the other language's size (None: the same as `base`'s)."""
+    from bitextmine.search.gemm import gemm_neighbours  # torch: imported where exact search runs
+
     queries = queries[:SAMPLE_QUERIES]
     sample = _Head(base, min(len(base), SAMPLE_BASE_ROWS))
     gemm_neighbours(lambda: [(0, queries[:16])], min(16, len(queries)), sample, 4, plan)  # warm-up

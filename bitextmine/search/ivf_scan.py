@@ -11,9 +11,13 @@ to the float rounding of the scores. `bench_ivf.py scale` times both on the same
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import faiss
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 MISSING_SIM = np.finfo(np.float32).min  # what FAISS reports for an inner product not found
 # A probed list is scored for all the block's queries that probe it with one matrix product, and a
@@ -82,6 +86,8 @@ def scan_lists(
     """The k best (inner product, id) of each float32 query over the rows of its `probes` (list numbers
     [len(queries), nprobe], -1 = none), list by list as `search` does after the probe search; at most
     `max_codes` rows a query when > 0 (`scanned_rows`)."""
+    import torch  # imported on the first IVF-Flat scan: FAISS's other searches run without it
+
     nprobe = probes.shape[1]
     if max_codes > 0:
         limits = scanned_rows(list_sizes(ivf), probes, max_codes)

@@ -8,10 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bitextmine.encoder.encoder import pick_device
 from bitextmine.launch.jobs import Progress
 from bitextmine.search.factory import EXACT
-from bitextmine.search.gemm import GemmPlan, gemm_neighbours
 from bitextmine.search.index_files import load_index, load_index_info
 from bitextmine.search.index_io import IndexCache
 from bitextmine.search.ivf_scan import search
@@ -44,6 +42,10 @@ class BaseSearch:
         FAISS index is read through `indexes` where given (see `load_index`)."""
         base = open_language(workspace, self.base_lang).vectors
         if load_index_info(workspace.index_dir(), self.base_lang, base).factory == EXACT:
+            # torch, imported here only: IVF and other FAISS searches run without it
+            from bitextmine.encoder.encoder import pick_device
+            from bitextmine.search.gemm import GemmPlan, gemm_neighbours
+
             plan = GemmPlan.for_device(str(pick_device(self.device)))
             return gemm_neighbours(blocks, queries, base, self.k, plan, progress)
         index, info = load_index(

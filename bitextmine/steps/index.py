@@ -12,7 +12,6 @@ from bitextmine.launch.jobs import Job, Progress, run_jobs
 from bitextmine.search.cost import EXACT_BUDGET_SECONDS, SAMPLE_QUERIES, ExactCost, measure_exact_cost
 from bitextmine.search.factory import EXACT
 from bitextmine.search.factory_choice import auto_nprobe, choose_factory
-from bitextmine.search.gemm import GemmPlan
 from bitextmine.search.index_build import (
     CHECKPOINT_ROWS,
     ShardedBuild,
@@ -96,7 +95,8 @@ def index(
     built as row-range shards, one job a shard (a rerun keeps the shards already saved). Any other is
     populated in parts of `options.checkpoint_rows` rows, saved as they complete and merged at the end,
     so that a rerun after a kill keeps the trained template and the parts done (with `gpu`: in memory,
-    in one pass). `progress` counts the rows added either way.
+    in one pass). `progress` counts the rows added either way, from 0 at the start of a build; an exact
+    index (nothing to build) never calls it.
     """
     options = options or IndexOptions()
     queries_from = options.queries_from
@@ -118,6 +118,8 @@ def index(
             source = queries[0] if queries else "self"
             info = exact_index_info(vectors, lang, source, cost)
             return save_index(None, info, workspace.index_dir())
+        if progress is not None:
+            progress(0)  # a build starts (before its training): an exact index reports nothing
         auto = options.factory is None and options.list_size is None
         max_bytes = options.max_memory_gb and options.max_memory_gb * 1e9
         ranges = plan_ranges(len(vectors), chosen, vectors.dim, max_bytes)
@@ -175,6 +177,8 @@ def _exact_cost(
         sample, other_rows = vectors.take(np.arange(min(SAMPLE_QUERIES, len(vectors)))), None
     else:
         sample, other_rows = queries[1], len(open_language(workspace, queries[0]).vectors)
+    from bitextmine.search.gemm import GemmPlan  # torch: imported where exact search runs
+
     plan = GemmPlan.for_device("cuda" if options.gpu else "cpu")
     return measure_exact_cost(vectors, sample, other_rows, plan)
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bitextmine.calibration.thresholds import parse_threshold
-from bitextmine.encoder.spec import EncoderSpec
+from bitextmine.encoder.spec import EncoderSpec, encoder_kept
 from bitextmine.errors import BitextmineError
 from bitextmine.mining.output import output_format
 from bitextmine.search.index_files import IndexInfo, load_index_info
@@ -25,8 +25,9 @@ class MineFilesReporter(EncodeReporter):
     """What `mine_files` tells as it goes: the encode step's reports, then each index build and the
     search, announced by `step_started` and counted by `advance`."""
 
-    def step_started(self, name: str, total: int) -> None:
-        """A step after the encoding begins: `name` ("indexing de", "mining de-en") over `total` rows."""
+    def step_started(self, name: str, total: int, deferred: bool = False) -> None:
+        """A step after the encoding begins: `name` ("indexing de", "mining de-en") over `total` rows;
+        `deferred`: its work starts at its first `advance`, if any (an exact index has none)."""
 
     def index_ready(self, lang: str, built: IndexInfo | None) -> None:
         """`lang`'s index is ready: `built` now, or (None) the one there covered the vectors already."""
@@ -70,10 +71,11 @@ def mine_files(
     if isinstance(options.threshold, str):
         parse_threshold(options.threshold)  # a mistyped one fails before the encoding, not after it
     options.output_target(workspace, src, tgt, inputs=[src_file, tgt_file])
-    encoded = {
-        lang: encode([path], lang, workspace, model, encode_options, reporter)
-        for path, lang in ((src_file, src), (tgt_file, tgt))
-    }
+    with encoder_kept():  # both files: one model load
+        encoded = {
+            lang: encode([path], lang, workspace, model, encode_options, reporter)
+            for path, lang in ((src_file, src), (tgt_file, tgt))
+        }
     indexed = {lang: _index_unless_current(workspace, lang, reporter) for lang in langs}
     queries = sum(len(open_language(workspace, lang).vectors) for lang in langs)
     reporter.step_started(f"mining {src}-{tgt}", queries)
@@ -88,7 +90,7 @@ def _index_unless_current(workspace: Workspace, lang: str, reporter: MineFilesRe
         load_index_info(workspace.index_dir(), lang, vectors)
         built = None
     except BitextmineError:  # none, stale or unreadable: `index` builds it again
-        reporter.step_started(f"indexing {lang}", len(vectors))
+        reporter.step_started(f"indexing {lang}", len(vectors), deferred=True)
         built = index(workspace, lang, progress=reporter.advance)
     reporter.index_ready(lang, built)
     return built

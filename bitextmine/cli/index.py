@@ -109,7 +109,6 @@ def index(
     from bitextmine.search.cost import EXACT_BUDGET_SECONDS
     from bitextmine.steps.index import IndexOptions
     from bitextmine.steps.index import index as index_language
-    from bitextmine.workspace.language import open_language
 
     workspace = Workspace(workdir)
     with user_errors():
@@ -127,9 +126,8 @@ def index(
             exact_budget=EXACT_BUDGET_SECONDS if exact_budget is None else exact_budget,
         )
         config = cluster.config("index", workspace.logs_dir("index"))
-        progress = ProgressDisplay(f"indexing {lang}", len(open_language(workspace, lang).vectors))
-        with progress:
-            built = index_language(workspace, lang, options, progress.advance, config)
+        with ProgressDisplay() as progress:
+            built = index_language(workspace, lang, options, progress, launcher=config)
     out.print(_index_line(built, workspace), highlight=False)
     if built.note:
         info(f"note: {built.note}")

@@ -1,8 +1,9 @@
-"""How to load an encoder: what a job on another machine needs to rebuild it."""
+"""How to load an encoder: what a job on another machine needs to rebuild it, and `LoadedEncoder`, the
+encoder its owner keeps loaded for the jobs run in this process."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from bitextmine.encoder.encoder import SentenceEncoder
 
@@ -20,15 +21,6 @@ class EncoderSpec:
     attention: str = "auto"  # the packed attention backend (encoder/attention.py)
 
     def load(self) -> SentenceEncoder:
-        """The encoder, loaded once until `release_encoder`: the jobs of a step run here reuse the step's."""
-        if self not in _loaded:
-            _loaded.clear()  # one encoder in memory at a time
-            encoder = self._load()
-            # the spec with "auto" resolved (what a step sends its jobs) names the same encoder
-            _loaded[self] = _loaded[replace(self, precision=encoder.precision)] = encoder
-        return _loaded[self]
-
-    def _load(self) -> SentenceEncoder:
         return SentenceEncoder.load(
             self.model,
             device=self.device,
@@ -40,9 +32,18 @@ class EncoderSpec:
         )
 
 
-_loaded: dict[EncoderSpec, SentenceEncoder] = {}
+class LoadedEncoder:
+    """The encoder of `spec`, loaded once for its owner: the encode step loads it and hands it to its
+    shard jobs, so those run in this process reuse it; a job sent to another process gets the spec alone
+    and loads the encoder there."""
 
+    def __init__(self, spec: EncoderSpec, encoder: SentenceEncoder | None = None) -> None:
+        self.spec, self._encoder = spec, encoder
 
-def release_encoder() -> None:
-    """Free the encoder kept loaded by `EncoderSpec.load`."""
-    _loaded.clear()
+    def get(self) -> SentenceEncoder:
+        if self._encoder is None:
+            self._encoder = self.spec.load()
+        return self._encoder
+
+    def __reduce__(self) -> tuple[type[LoadedEncoder], tuple[EncoderSpec]]:
+        return LoadedEncoder, (self.spec,)  # the weights stay here

@@ -5,8 +5,8 @@ The public Python API (docs/api.md). The workspace steps are the functions the c
     import bitextmine as bm
 
     work = bm.Workspace("bitextmine-work")
-    bm.encode(["de.txt"], "de", work, model="intfloat/multilingual-e5-small")
-    bm.encode(["en.txt"], "en", work, model="intfloat/multilingual-e5-small")
+    bm.encode(work, ["de.txt"], "de", model="intfloat/multilingual-e5-small")
+    bm.encode(work, ["en.txt"], "en", model="intfloat/multilingual-e5-small")
     bm.index(work, "de"), bm.index(work, "en")
     summary = bm.mine(work, "de", "en", bm.MineOptions(threshold=1.06))
 
@@ -31,9 +31,10 @@ _EXPORTS = {
     "Workspace": "bitextmine.workspace.layout",
     "BitextmineError": "bitextmine.errors",
     "BitextmineWarning": "bitextmine.errors",
+    "Progress": "bitextmine.progress",
+    "ProgressDisplay": "bitextmine.progress",
     "encode": "bitextmine.steps.encode",
     "EncodeOptions": "bitextmine.steps.encode",
-    "EncodeReporter": "bitextmine.steps.encode",
     "EncodeSummary": "bitextmine.steps.encode",
     "import_embeddings": "bitextmine.steps.encode",
     "index": "bitextmine.steps.index",
@@ -49,7 +50,9 @@ _EXPORTS = {
     "ScoreSummary": "bitextmine.steps.score",
     "read_bitext": "bitextmine.text.bitext",
     "calibrate": "bitextmine.steps.calibrate",
+    "CalibrateOptions": "bitextmine.steps.calibrate",
     "evaluate_bucc": "bitextmine.steps.calibrate",
+    "EvaluateOptions": "bitextmine.steps.calibrate",
     "MiningSettings": "bitextmine.mining.settings",
     "read_bucc": "bitextmine.calibration.bucc",
     "sample_split": "bitextmine.calibration.bucc",
@@ -71,11 +74,12 @@ __all__ = [
     "RECIPES",
     "BitextmineError",
     "BitextmineWarning",
+    "CalibrateOptions",
     "Candidates",
     "EncodeOptions",
-    "EncodeReporter",
     "EncodeSummary",
     "EncoderSpec",
+    "EvaluateOptions",
     "FilterSettings",
     "IndexInfo",
     "IndexOptions",
@@ -83,6 +87,8 @@ __all__ = [
     "MineOptions",
     "MineSummary",
     "MiningSettings",
+    "Progress",
+    "ProgressDisplay",
     "ScoreOptions",
     "ScoreSummary",
     "SentenceEncoder",
@@ -132,15 +138,10 @@ if TYPE_CHECKING:
     from bitextmine.mining.filters import FilterSettings, parse_filters
     from bitextmine.mining.selection import Candidates
     from bitextmine.mining.settings import MiningSettings
+    from bitextmine.progress import Progress, ProgressDisplay
     from bitextmine.search.index_files import IndexInfo
-    from bitextmine.steps.calibrate import calibrate, evaluate_bucc
-    from bitextmine.steps.encode import (
-        EncodeOptions,
-        EncodeReporter,
-        EncodeSummary,
-        encode,
-        import_embeddings,
-    )
+    from bitextmine.steps.calibrate import CalibrateOptions, EvaluateOptions, calibrate, evaluate_bucc
+    from bitextmine.steps.encode import EncodeOptions, EncodeSummary, encode, import_embeddings
     from bitextmine.steps.index import IndexOptions, index
     from bitextmine.steps.mine import MineOptions, MineSummary, mine
     from bitextmine.steps.score import ScoreOptions, ScoreSummary, score_bitext

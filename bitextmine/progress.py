@@ -1,86 +1,121 @@
-"""Progress of long work on stderr: a live bar on a terminal, a plain line every LOG_EVERY_SECONDS in a
-file. The command line shows it unless --quiet (cli/output.py); the Python API where a call is given
-`show_progress_bar=True` (quiet by default, as a library should be)."""
+"""Progress of long work: `Progress`, what every step reports it to, and `ProgressDisplay`, which shows it
+on stderr (a live bar on a terminal, a plain line every LOG_EVERY_SECONDS in a file). The command line
+shows it unless --quiet (cli/output.py); the Python API where a call is given `show_progress_bar=True`
+or a `ProgressDisplay` (quiet by default, as a library should be)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from rich.console import Console
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
-    Progress,
     ProgressColumn,
     Task,
     TextColumn,
     TimeElapsedColumn,
 )
+from rich.progress import Progress as RichProgress
 from rich.text import Text
 
 LOG_EVERY_SECONDS = 30.0  # how often a progress line is written when stderr is a file, not a terminal
 
 
-class ProgressDisplay:
-    """Progress on `console` (stderr by default). On a terminal a live bar; in a file (a Slurm log,
-    `2> log`), where a bar would show only its last frame once the run ends, a plain line every
-    LOG_EVERY_SECONDS and one at the end. With `rates`, sentences/s and tokens/s are shown too (`advance`
-    then takes tokens). Nothing unless `shown`, nor where there is nothing to do (a total of 0: a rerun
-    that finds the work done). A `deferred` display starts at its first `advance` (0 units count), so a
-    step that reports no work (an exact index: nothing to build) shows none."""
+Advance = Callable[..., None]  # `Progress.advance` as a callback: units done (and tokens, while encoding)
+
+
+class Progress:
+    """How a step tells its caller how far it has come: the one progress type of the steps (steps/*.py).
+    A step opens a stage of `total` units (rows, queries, sentences) with `stage`, counts the units done
+    with `advance` and ends the stage itself. This one tells nothing; `ProgressDisplay` shows it."""
+
+    def start(self, description: str, total: int | None, *, rates: bool = False) -> None:
+        """A stage of `total` units begins (None: not known yet); `rates`: its units are sentences,
+        advanced with their tokens."""
+
+    def advance(self, n: int, tokens: int = 0) -> None:
+        """`n` more units of the stage are done (of `tokens` tokens)."""
+
+    def end(self) -> None:
+        """The stage has ended."""
+
+    @contextmanager
+    def stage(self, description: str, total: int | None, *, rates: bool = False) -> Iterator[Progress]:
+        """`start`, then `end` once the block is left, however it is left."""
+        self.start(description, total, rates=rates)
+        try:
+            yield self
+        finally:
+            self.end()
+
+
+class ProgressDisplay(Progress):
+    """Progress on `console` (stderr by default), one stage after another. On a terminal a live bar; in
+    a file (a Slurm log, `2> log`), where a bar would show only its last frame once the run ends, a plain
+    line every LOG_EVERY_SECONDS and one at the end of the stage. With `rates`, sentences/s and tokens/s
+    are shown too. Nothing unless `shown`, nor where there is nothing to do (a total of 0: a rerun that
+    finds the work done). As a context manager with a `description`, it is that one stage."""
 
     def __init__(
         self,
-        description: str,
-        total: int | None,
+        description: str | None = None,
+        total: int | None = None,
         *,
         rates: bool = False,
         clock: Callable[[], float] = time.monotonic,
         console: Console | None = None,
         shown: bool = True,
-        deferred: bool = False,
     ) -> None:
-        self.description, self.total, self.rates, self.clock = description, total, rates, clock
-        self.deferred, self.running = deferred, False
+        self.first = None if description is None else (description, total, rates)
+        self.clock, self.visible = clock, shown
+        self.console = console or Console(stderr=True)
+        self.description, self.total, self.rates = "", total, rates
         self.done = self.tokens = 0
         self.started = self.last_line = 0.0
-        self.bar: Progress | None = None
-        self.console = console or Console(stderr=True)
-        self.shown = shown and total != 0
+        self.bar: RichProgress | None = None
+        self.shown = self.open = False
+
+    def __enter__(self) -> ProgressDisplay:
+        if self.first is not None:
+            description, total, rates = self.first
+            self.start(description, total, rates=rates)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.end()
+
+    def start(self, description: str, total: int | None, *, rates: bool = False) -> None:
+        self.end()
+        self.description, self.total, self.rates = description, total, rates
+        self.done = self.tokens = 0
+        self.started = self.last_line = self.clock()
+        self.shown, self.open = self.visible and total != 0, True
         if self.shown and self.console.is_terminal:
             columns = [
                 TextColumn("{task.description}", "bold", markup=False),
                 BarColumn(),
                 MofNCompleteColumn(),
             ]
-            self.bar = Progress(
+            self.bar = RichProgress(
                 *columns, *([_RateColumn()] if rates else []), TimeElapsedColumn(), console=self.console
             )
             self.task = self.bar.add_task(description, total=total, tokens=0)
+            self.bar.start()
 
-    def __enter__(self) -> ProgressDisplay:
-        if not self.deferred:
-            self._start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if not self.running:
+    def end(self) -> None:
+        if not self.open:
             return
+        self.open = False
         if self.bar is not None:
             self.bar.stop()
+            self.bar = None
         elif self.shown:
             self.console.print(self.line(), highlight=False, soft_wrap=True)
 
-    def _start(self) -> None:
-        self.running = True
-        self.started = self.last_line = self.clock()
-        if self.bar is not None:
-            self.bar.start()
-
     def advance(self, n: int, tokens: int = 0) -> None:
-        if not self.running:
-            self._start()
         self.done += n
         self.tokens += tokens
         if self.bar is not None:

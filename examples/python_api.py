@@ -35,14 +35,12 @@ def main() -> None:
         corpus = work.root / "input" / f"{lang}.txt"
         corpus.parent.mkdir(parents=True, exist_ok=True)
         corpus.write_text("".join(f"{sentence}\n" for sentence in side.sentences), encoding="utf-8")
-        encoded = bm.encode(corpus, lang, work, model, show_progress_bar=True)
+        encoded = bm.encode(work, corpus, lang, model, show_progress_bar=True)
         info = bm.index(work, lang)
         print(f"{lang}: {encoded.rows:,} sentences encoded, index {info.factory}")
 
     encoder = bm.load_encoder(str(model))
-    calibration = bm.calibrate(
-        split, encoder, cache_dir=work.embedding_cache_dir(), store=work.thresholds_file()
-    )
+    calibration = bm.calibrate(work, split, encoder)
     result = calibration.result
     print(f"calibrated: threshold {result.threshold:.4f}, F1 {100 * result.scores.f1:.2f}")
     mined = bm.mine(work, "de", "en", bm.MineOptions(threshold="auto"))

@@ -41,13 +41,11 @@ class Round:
 def mine_round(model: str, args: argparse.Namespace, work: bm.Workspace) -> Round:
     """Encode, index, calibrate and mine with `model` in `work`."""
     for lang in (args.src, "en"):
-        bm.encode([args.mono / f"news.{lang}.txt.zst"], lang, work, model)
+        bm.encode(work, [args.mono / f"news.{lang}.txt.zst"], lang, model)
         bm.index(work, lang)
     split = bm.read_bucc(args.bucc, f"{args.src}-en", "dev")
     encoder = bm.load_encoder(model)
-    calibration = bm.calibrate(
-        split, encoder, cache_dir=work.embedding_cache_dir(), store=work.thresholds_file()
-    )
+    calibration = bm.calibrate(work, split, encoder)
     mined = bm.mine(work, args.src, "en", bm.MineOptions(threshold="auto"))
     result = calibration.result
     return Round(model, result.threshold, 100 * result.scores.f1, mined.output, mined.kept)

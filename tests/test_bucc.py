@@ -18,7 +18,7 @@ from bitextmine.calibration.split_mining import score_mined_file
 from bitextmine.errors import BitextmineError, BitextmineWarning
 from bitextmine.files import OutputTarget
 from bitextmine.mining.filters import NO_FILTERS, PairFilter
-from bitextmine.mining.output import FORMATS, output_format, write_pairs
+from bitextmine.mining.mined_file import FORMATS, output_format, write_pairs
 from bitextmine.text.reader import Row
 from tests.helpers import require_shared
 

@@ -133,7 +133,9 @@ def test_calibrate_and_eval_read_compressed_split_files_and_a_jsonl_mined_file(
     mined = tmp_path / "de-en.jsonl"
     mined.write_text("".join(json.dumps({"score": 1.5, "src": s, "tgt": t}) + "\n" for s, t in gold))
     code, output = eval_bucc_dev(bucc, "--mined", str(mined), "--json", str(tmp_path / "r.json"))
-    assert code == 0 and json.loads((tmp_path / "r.json").read_text())["f1"] == 100.0, output
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert code == 0 and report["f1"] == 100.0, output
+    assert report["margin"] is report["strategy"] is None  # the file's pairs were mined elsewhere, not here
 
 
 def test_the_old_thresholds_of_a_model_dir_are_still_read(tmp_path, bucc, tiny_model_dir):

@@ -17,7 +17,7 @@ from bitextmine.encoder.attention import ATTENTION_BACKENDS
 from bitextmine.encoder.precision import PRECISIONS
 from bitextmine.encoder.st_files import POOLING_MODES
 from bitextmine.errors import BitextmineError
-from bitextmine.mining.output import FORMATS
+from bitextmine.mining.mined_file import FORMATS
 from bitextmine.mining.settings import MiningSettings
 from bitextmine.steps.mine import MineOptions
 from bitextmine.steps.score import ScoreOptions

@@ -48,19 +48,6 @@ def test_nothing_to_do_is_no_progress_line(capsys):
     assert capsys.readouterr().err == ""
 
 
-def test_a_deferred_display_starts_at_its_first_advance(capsys):
-    clock = Clock()
-    with ProgressDisplay("indexing de", 25, clock=clock, deferred=True):  # an exact index: nothing to build
-        clock.now += 40
-    assert capsys.readouterr().err == ""
-    with ProgressDisplay("indexing de", 25, clock=clock, deferred=True) as progress:
-        clock.now += 40  # the cost measured, not shown
-        progress.advance(0)  # the build starts
-        clock.now += 10
-        progress.advance(25)
-    assert capsys.readouterr().err == "indexing de: 25/25 (100%), 0:00:10\n"
-
-
 def test_training_in_a_log_is_a_line_every_interval_after_evaluations_and_at_the_end(capsys):
     clock = Clock()
     reporter = _LiveReporter(clock=clock)
@@ -75,3 +62,18 @@ def test_training_in_a_log_is_a_line_every_interval_after_evaluations_and_at_the
     assert lines[0] == "train: step 2, loss 2.5000, lr 1.00e-05, pairs/s 12.0, elapsed 1.0 min"
     assert lines[1] == "train: step 4, loss 2.5000, lr 1.00e-05, pairs/s 12.0, elapsed 1.0 min"
     assert lines[2].endswith("tatoeba (step 4) 91.23") and lines[3] == lines[2] and len(lines) == 4
+
+
+def test_one_display_shows_each_stage_a_step_opens(capsys):
+    """A step reports to one Progress, stage after stage (mine-files: encode, index, mine)."""
+    clock = Clock()
+    with ProgressDisplay(clock=clock) as progress:
+        with progress.stage("indexing de", 4):
+            progress.advance(4)
+        with progress.stage("mining de-en", 10):
+            clock.now += 20
+            progress.advance(10)
+    assert capsys.readouterr().err.splitlines() == [
+        "indexing de: 4/4 (100%), 0:00:00",
+        "mining de-en: 10/10 (100%), 0:00:20",
+    ]

@@ -19,7 +19,7 @@ from bitextmine.launch.jobs import run_jobs
 from bitextmine.search.factory_choice import choose_factory
 from bitextmine.search.index_build import build_index, finish_sharded_build, start_sharded_build
 from bitextmine.search.index_files import IndexInfo, load_index, save_index
-from bitextmine.search.index_io import IndexCache, write_index
+from bitextmine.search.index_io import IndexCache, file_sha256, write_index
 from bitextmine.search.ivf_scan import search
 from bitextmine.search.knn import rerank
 from bitextmine.search.recall_tuning import RERANK_FETCH, default_nprobe, list_imbalance, set_nprobe
@@ -212,6 +212,31 @@ def test_load_index_keeps_the_file_loaded_only_in_the_callers_cache(ivf, tmp_pat
         held, _ = load_index(tmp_path / "index", "de", vectors, indexes=indexes)
         assert load_index(tmp_path / "index", "de", vectors, indexes=indexes)[0] is held
     assert reads == ["de.faiss"] * 3
+
+
+def test_checksums_are_confirmed_once_for_the_owner_of_a_cache_and_on_every_load_without(
+    ivf, tmp_path, monkeypatch
+):
+    """What a process confirmed was kept in a module-level set that no caller owned; now the caller's
+    IndexCache keeps it (mine's jobs share one), and a load without a cache checks the files again."""
+    vectors, index, info = ivf
+    save_index(index, info, tmp_path / "index")
+    hashed = []
+
+    def counted(path: Path) -> str:
+        hashed.append(path.name)
+        return file_sha256(path)
+
+    for module in ("index_io", "index_files"):
+        monkeypatch.setattr(f"bitextmine.search.{module}.file_sha256", counted)
+    for _ in range(2):
+        load_index(tmp_path / "index", "de", vectors)
+    with IndexCache() as indexes:
+        for _ in range(2):
+            load_index(tmp_path / "index", "de", vectors, indexes=indexes)
+        os.utime(tmp_path / "index" / "de.faiss", ns=(1, 1))  # written since: hashed again
+        load_index(tmp_path / "index", "de", vectors, indexes=indexes)
+    assert hashed == ["de.faiss"] * 4
 
 
 def test_an_index_cache_holds_the_file_read_last_until_another_is_read_or_it_closes(tmp_path, monkeypatch):

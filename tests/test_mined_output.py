@@ -12,7 +12,7 @@ import pytest
 from bitextmine.errors import BitextmineError
 from bitextmine.files import OutputTarget
 from bitextmine.mining.filters import NO_FILTERS, PairFilter
-from bitextmine.mining.output import write_pairs
+from bitextmine.mining.mined_file import write_pairs
 from tests.helpers import read_mined, run, sentences
 
 pytestmark = pytest.mark.integration

@@ -16,7 +16,7 @@ from bitextmine.calibration.thresholds import ThresholdChoice
 from bitextmine.errors import BitextmineError
 from bitextmine.files import OutputTarget
 from bitextmine.mining.filters import NO_FILTERS, FilterSettings, PairFilter
-from bitextmine.mining.output import METADATA_KEY, mining_settings, output_format, write_pairs
+from bitextmine.mining.mined_file import METADATA_KEY, mining_settings, output_format, write_pairs
 from bitextmine.text.reader import Row
 
 # sentences a CSV reader mangles by default: a leading quote, pandas' NA markers, a comma, a '#'
@@ -122,5 +122,5 @@ def test_score_refuses_one_language_twice_in_jsonl_before_encoding(tmp_path):
     bitext = read_bitext([str(tmp_path / "a"), str(tmp_path / "b")])
     no_encoder = None  # reaching the encoder would be an AttributeError, not this error
     with pytest.raises(BitextmineError, match="both sides are 'en'"):
-        score_bitext(bitext, ("en", "en"), no_encoder, tmp_path / "out.jsonl", Workspace(tmp_path / "w"))
+        score_bitext(Workspace(tmp_path / "w"), bitext, ("en", "en"), no_encoder, tmp_path / "out.jsonl")
     assert not (tmp_path / "out.jsonl").exists()

@@ -246,16 +246,18 @@ def test_encode_takes_one_corpus_file_given_as_a_string(tmp_path, tiny_model_dir
     corpus.write_text("".join(f"{line}\n" for line in TRAINING_TEXT))
     work = bitextmine.Workspace(tmp_path / "work")
     model = tiny_model_dir("bert")
-    with pytest.raises(ValueError, match="show_progress_bar=True or a reporter, not both"):
+    with pytest.raises(ValueError, match="show_progress_bar=True or a progress, not both"):
         bitextmine.encode(
-            str(corpus), "de", work, model, reporter=bitextmine.EncodeReporter(), show_progress_bar=True
+            work, str(corpus), "de", model, progress=bitextmine.Progress(), show_progress_bar=True
         )
     with pytest.raises(TypeError, match=r"not a Plain; vectors made .* through import_embeddings"):
-        bitextmine.encode(corpus, "de", work, Plain())
-    summary = bitextmine.encode(str(corpus), "de", work, model, show_progress_bar=True)
+        bitextmine.encode(work, corpus, "de", Plain())
+    with pytest.raises(TypeError, match=r"encode: the first argument is a bitextmine\.Workspace, not a str"):
+        bitextmine.encode(str(corpus), "de", work, model)  # the order before the steps took theirs first
+    summary = bitextmine.encode(work, str(corpus), "de", model, show_progress_bar=True)
     assert summary.rows == len(TRAINING_TEXT)
     assert re.match(r"encoding de: 8/8 \(100%\)", capsys.readouterr().err)
-    assert bitextmine.encode(corpus, "de", work, str(model), show_progress_bar=True).shards_encoded == 0
+    assert bitextmine.encode(work, corpus, "de", str(model), show_progress_bar=True).shards_encoded == 0
     assert capsys.readouterr().err == ""  # nothing left to encode: no progress shown
 
 

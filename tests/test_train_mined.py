@@ -17,7 +17,7 @@ from bitextmine.cli import app
 from bitextmine.errors import BitextmineError
 from bitextmine.files import OutputTarget
 from bitextmine.mining.filters import NO_FILTERS, PairFilter
-from bitextmine.mining.output import FORMATS, output_format, write_pairs
+from bitextmine.mining.mined_file import FORMATS, output_format, write_pairs
 from bitextmine.text.reader import Row
 from bitextmine.train.data import Pair, PairBatch, find_sources, read_source, token_batches
 from bitextmine.train.loop import TrainConfig, batch_loss

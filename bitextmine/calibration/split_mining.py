@@ -17,13 +17,14 @@ from bitextmine.calibration.bucc import (
     sweep_threshold,
 )
 from bitextmine.encoder.cache import VectorSources, embed_reusing
-from bitextmine.encoder.encoder import ProgressCallback, SentenceEncoder
+from bitextmine.encoder.encoder import SentenceEncoder
 from bitextmine.encoder.held import held_vectors
 from bitextmine.mining.arrays import mine_arrays
 from bitextmine.mining.filters import PairFilter
 from bitextmine.mining.mined_file import mined_format, mined_records
 from bitextmine.mining.selection import Candidates
 from bitextmine.mining.settings import MiningSettings
+from bitextmine.progress import Advance
 from bitextmine.text.cleaning import clean_line
 from bitextmine.text.languages import parse_pair
 from bitextmine.text.reader import Warn, warn_user
@@ -44,7 +45,7 @@ def mine_split(
     encoder: SentenceEncoder,
     settings: MiningSettings,
     cache_dir: Path | None = None,
-    progress: ProgressCallback | None = None,
+    progress: Advance | None = None,
     scratch: Path | None = None,
     *,
     reuse: Workspace | None = None,

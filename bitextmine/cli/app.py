@@ -14,7 +14,6 @@ import glob
 import inspect
 import io
 import logging
-import os
 import re
 import sys
 import warnings
@@ -29,6 +28,7 @@ from rich.text import Text
 from typer.core import TyperGroup
 
 from bitextmine import __version__
+from bitextmine.encoder.threads import usable_cores
 from bitextmine.errors import BitextmineError, BitextmineWarning, is_out_of_memory, os_error_message
 from bitextmine.mining.margin import MARGINS, MAX_K
 from bitextmine.mining.selection import STRATEGIES
@@ -439,19 +439,6 @@ def set_threads(threads: int | None) -> None:
         torch.set_num_interop_threads(1)
 
 
-def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity where the OS has one: not macOS)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
-def thread_summary() -> str:
-    import torch
-
-    return f"{torch.get_num_threads()} threads + {torch.get_num_interop_threads()} inter-op"
-
-
 def encoder_spec(
     model: str,
     device: str,
@@ -486,7 +473,4 @@ def print_precision_check(encoder) -> None:
     """Print a precision self-check run now (not one read back from an earlier run)."""
     check = encoder.precision_check
     if check is not None and not check.cached:
-        info(
-            f"{check.precision} self-check vs fp32 on {check.sentences} built-in sentences: mean cosine "
-            f"{check.mean_cosine:.6f}, min {check.min_cosine:.6f}"
-        )
+        info(check.describe())

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
@@ -36,10 +35,6 @@ from bitextmine.cli.plots import CURVES, curve_lines, curve_range, save_calibrat
 from bitextmine.errors import BitextmineError
 from bitextmine.files import output_target
 from bitextmine.workspace.layout import DEFAULT_WORKDIR, Workspace
-from bitextmine.workspace.scratch import scratch_folder
-
-if TYPE_CHECKING:
-    from bitextmine.steps.calibrate import Calibration
 
 
 @app.command()
@@ -113,16 +108,15 @@ def calibrate(
     writes the settings, the chosen point and every threshold's P/R/F1, and --plot FILE.png draws them.
     With --embeddings DIR and --model-name NAME, the split's vectors come from DIR instead of a model.
     """
-    from bitextmine.calibration.bucc import check_rule, read_bucc
+    from bitextmine.calibration.bucc import read_bucc
     from bitextmine.calibration.split_mining import split_vectors_files
-    from bitextmine.mining.settings import MiningSettings
+    from bitextmine.steps.calibrate import CalibrateOptions, calibrate_embeddings
     from bitextmine.steps.calibrate import calibrate as calibrate_split
-    from bitextmine.steps.calibrate import calibrate_embeddings
 
     workspace = Workspace(workdir)
     store = thresholds or workspace.thresholds_file()
     with user_errors():
-        check_rule(target_precision, plateau)
+        options = CalibrateOptions(k, margin, strategy, target_precision, plateau, thresholds)
         model_given = context.get_parameter_source("model").name == "COMMANDLINE"  # not BITEXTMINE_MODEL
         _check_vector_options(embeddings, model_name, model_given, device, precision, threads)
         inputs = [*bucc_files(bucc, pair, split), store]
@@ -131,29 +125,14 @@ def calibrate(
         json_out = json_target(json_path, inputs=[*inputs, plot], workspace=workspace)
         plot_out = None if plot is None else output_target(plot, inputs=inputs, workspace=workspace)
         data = read_bucc(bucc, pair, split)
-        settings = MiningSettings(k, margin, strategy)
-        rule = {"store": store, "target_precision": target_precision, "plateau": plateau}
         if embeddings is not None:
-            with scratch_folder(workspace, "calibrate") as scratch:
-                calibration = calibrate_embeddings(
-                    data, embeddings, model_name or "", settings, scratch=scratch, **rule
-                )
+            calibration = calibrate_embeddings(workspace, data, embeddings, model_name or "", options)
         else:
             set_threads(threads)
             encoder = load_encoder(require_model(model), device, precision)
-            progress = ProgressDisplay(f"encoding {pair} {split}", data.sentences, rates=True)
-            with progress, scratch_folder(workspace, "calibrate") as scratch:
-                calibration = calibrate_split(
-                    data,
-                    encoder,
-                    settings,
-                    workspace.embedding_cache_dir(),
-                    progress.advance,
-                    scratch=scratch,
-                    reuse=workspace,
-                    **rule,
-                )
-        report = calibration_report(calibration)
+            with ProgressDisplay() as progress:
+                calibration = calibrate_split(workspace, data, encoder, options, progress)
+        report = calibration.to_json()
         title = f"calibrate {pair} {split} ({margin} margin, {strategy})"
         if plot_out is not None:
             save_calibration_plot(plot_out, report["curve"], report["chosen"], title)
@@ -176,31 +155,6 @@ def calibrate(
     if plot is not None:
         out.print(f"plot written to {plot}", highlight=False, soft_wrap=True)
     emit_json(json_out, report)
-
-
-def calibration_report(calibration: Calibration) -> dict[str, Any]:
-    """What `calibrate --json` writes: the settings, the stored record, where the sentence vectors came
-    from, the chosen point and the curve (every threshold tried, decreasing, with precision, recall and
-    F1 in percent, kept and true pairs)."""
-    result = calibration.result
-    chosen = {"threshold": result.threshold, **result.scores.as_percent()}
-    chosen |= {"kept": result.scores.predicted, "true_positives": result.scores.true_positives}
-    return {
-        "pair": calibration.pair,
-        "split": calibration.split,
-        "margin": calibration.settings.margin,
-        "strategy": calibration.settings.strategy,
-        "k": calibration.settings.k,
-        "model": calibration.record.model,
-        "fingerprint": calibration.record.fingerprint,
-        "rule": result.rule,
-        "candidates": result.candidates,
-        "gold": result.scores.gold,
-        "stored_in": str(calibration.stored_in),
-        "vectors": None if calibration.sources is None else asdict(calibration.sources),
-        "chosen": chosen,
-        "curve": result.curve.rows(),
-    }
 
 
 def _check_vector_options(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Annotated, Literal
 
 import typer
@@ -19,15 +18,10 @@ from bitextmine.cli.app import (
     checked_by,
     encoder_spec,
     fail,
-    info,
     out,
-    print_precision_check,
     require_model,
     set_threads,
-    thread_summary,
-    usable_cores,
     user_errors,
-    warn,
 )
 from bitextmine.cli.launcher_options import NO_FLAGS, LauncherFlags, with_launcher_options
 from bitextmine.cli.output import ProgressDisplay, emit_json, fields_table, json_target
@@ -39,45 +33,6 @@ from bitextmine.workspace.layout import DEFAULT_WORKDIR, Workspace
 
 # encoder/st_files.py's POOLING_MODES (tests/test_cli_choices.py)
 Pooling = Literal["cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken"]
-
-
-class _RichEncodeReporter:
-    """The methods of steps.encode.EncodeReporter, drawn with rich (not a subclass: importing the step
-    loads torch, which the CLI does only once a command runs)."""
-
-    def __init__(self) -> None:
-        self.progress: ProgressDisplay | None = None
-
-    def warn(self, message: str) -> None:
-        warn(message)
-
-    def corpus_ready(self, manifest, rebuilt: bool) -> None:
-        verb = "built" if rebuilt else "reusing"
-        info(f"{verb} {len(manifest.shards)} text shard(s), {manifest.rows:,} sentences of '{manifest.lang}'")
-
-    def encoder_ready(self, encoder, rows_to_encode: int) -> None:
-        print_precision_check(encoder)
-        info(
-            f"model {encoder.loaded.name} ({encoder.mode}, {encoder.device}, {encoder.precision}, "
-            f"{usable_cores()} cores, "
-            f"{thread_summary()}, pooling {encoder.settings.pooling}, "
-            f"prefix {encoder.settings.prefix!r}, max length {encoder.max_length})"
-        )
-        self.progress = ProgressDisplay("encoding", rows_to_encode, rates=True).__enter__()
-
-    def vectors_ready(self, source, model, rows_to_import: int) -> None:
-        info(
-            f"vectors {source.path} ({source.rows:,} x {source.dim}, {source.vectors.dtype}) "
-            f"of model {model.name}"
-        )
-        self.progress = ProgressDisplay("importing", rows_to_import).__enter__()
-
-    def advance(self, sentences: int, tokens: int = 0) -> None:
-        self.progress.advance(sentences, tokens)
-
-    def close(self) -> None:
-        if self.progress is not None:
-            self.progress.__exit__(None, None, None)
 
 
 def _summary_table(summary) -> Table:
@@ -296,29 +251,19 @@ def encode(
             flags = ", ".join(flag for flag, used in given.items() if used)
             message = f"--embeddings imports vectors in this process, without a model: {flags} cannot apply"
             fail(BitextmineError(message))
-        summary = _import(files, lang, workspace, embeddings, model_name, dim, embeddings_dtype, options)
-        emit_json(json_out, asdict(summary))
+        summary = _import(workspace, files, lang, embeddings, model_name, dim, embeddings_dtype, options)
+        emit_json(json_out, summary.to_json())
         return
     model = require_model(model)
     set_threads(threads)
     overrides = {"pooling": pooling, "prefix": prefix, "max_length": max_length}
-    reporter = _RichEncodeReporter()
     with user_errors():
+        spec = encoder_spec(model, device, precision, overrides, max_tokens, padded, attention)
         config = cluster.config("encode", workspace.logs_dir("encode"))
-        try:
-            summary = encode_files(
-                files,
-                lang,
-                workspace,
-                encoder_spec(model, device, precision, overrides, max_tokens, padded, attention),
-                options,
-                reporter,
-                config,
-            )
-        finally:
-            reporter.close()
+        with ProgressDisplay() as progress:
+            summary = encode_files(workspace, files, lang, spec, options, progress, launcher=config)
     out.print(_summary_table(summary))
-    emit_json(json_out, asdict(summary))
+    emit_json(json_out, summary.to_json())
 
 
 def _columns(text_column: int | None, meta_column: int | None) -> Columns | None:
@@ -330,25 +275,21 @@ def _columns(text_column: int | None, meta_column: int | None) -> Columns | None
         return Columns(text_column, meta_column)
 
 
-def _import(files, lang, workspace, embeddings, model_name, dim, dtype, options):
+def _import(workspace, files, lang, embeddings, model_name, dim, dtype, options):
     """`encode --embeddings`: the corpus pass, then the rows of the vectors file instead of a model."""
     from bitextmine.steps.encode import import_embeddings
 
-    reporter = _RichEncodeReporter()
-    with user_errors():
-        try:
-            summary = import_embeddings(
-                files,
-                lang,
-                workspace,
-                embeddings,
-                model_name=model_name or "",
-                dim=dim,
-                dtype=dtype,
-                options=options,
-                reporter=reporter,
-            )
-        finally:
-            reporter.close()
+    with user_errors(), ProgressDisplay() as progress:
+        summary = import_embeddings(
+            workspace,
+            files,
+            lang,
+            embeddings,
+            model_name=model_name or "",
+            dim=dim,
+            dtype=dtype,
+            options=options,
+            progress=progress,
+        )
     out.print(_summary_table(summary))
     return summary

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
 
@@ -43,7 +42,6 @@ from bitextmine.cli.output import (
     scores_table,
 )
 from bitextmine.workspace.layout import DEFAULT_WORKDIR, Workspace
-from bitextmine.workspace.scratch import scratch_folder
 
 eval_app = typer.Typer(
     help="Benchmarks and analyses: BUCC-format P/R/F1, Tatoeba accuracy, xsim error rate, word "
@@ -106,58 +104,34 @@ def eval_bucc(
     precision, recall and f1 in percent, the threshold and the filters' drop counts.
     """
     from bitextmine.calibration.bucc import read_bucc
-    from bitextmine.calibration.split_mining import score_mined_file
-    from bitextmine.mining.settings import MiningSettings
-    from bitextmine.steps.calibrate import evaluate_bucc
+    from bitextmine.steps.calibrate import EvaluateOptions, evaluate_bucc, evaluate_mined_file
 
     set_threads(threads)
     workspace = Workspace(workdir)
     with user_errors():
-        settings = filter_settings(filters, filter_items)
+        options = EvaluateOptions(
+            k, margin, strategy, threshold, thresholds, filter_settings(filters, filter_items)
+        )
         inputs = [*bucc_files(bucc, pair, split), mined, thresholds]
         json_out = json_target(json_path, inputs=inputs, workspace=workspace)
         data = read_bucc(bucc, pair, split)
         if mined is not None:
-            scores = score_mined_file(mined, data)
-            used, candidates, source, dropped, vectors = None, scores.predicted, None, {}, None
+            evaluation = evaluate_mined_file(data, mined)
         else:
             encoder = load_encoder(require_model(model), device, precision)
-            progress = ProgressDisplay(f"encoding {pair} {split}", data.sentences, rates=True)
-            with progress, scratch_folder(workspace, "eval-bucc") as scratch:
-                evaluation = evaluate_bucc(
-                    data,
-                    encoder,
-                    threshold,
-                    MiningSettings(k, margin, strategy),
-                    workspace.embedding_cache_dir(),
-                    progress.advance,
-                    store=thresholds or workspace.thresholds_file(),
-                    filters=settings,
-                    scratch=scratch,
-                    reuse=Workspace(workdir),
-                )
-            scores, used, candidates = evaluation.scores, evaluation.threshold, evaluation.candidates
-            source, dropped, vectors = evaluation.source, evaluation.filtered, evaluation.sources
-    summary = {
-        "pair": pair,
-        "split": split,
-        **scores.as_percent(),
-        "threshold": used,
-        "threshold_source": source,
-        "margin": margin,
-        "strategy": strategy,
-        "predicted": scores.predicted,
-        "gold": scores.gold,
-        "filtered": dropped,
-        "vectors": None if vectors is None else asdict(vectors),
-    }
-    print_results(scores_table(f"eval bucc {pair} {split}", scores, used, candidates), summary, json_out)
-    if dropped:
-        out.print(fields_table("dropped by the filters", [(k, f"{v:,}") for k, v in dropped.items()]))
-    if source is not None:
-        out.print(f"threshold {used:.6f}: {source}", highlight=False, soft_wrap=True)
-    if vectors is not None:
-        out.print(vectors.describe(), highlight=False, soft_wrap=True)
+            with ProgressDisplay() as progress:
+                evaluation = evaluate_bucc(workspace, data, encoder, options, progress)
+    scores, used = evaluation.scores, evaluation.threshold
+    table = scores_table(f"eval bucc {pair} {split}", scores, used, evaluation.candidates)
+    print_results(table, evaluation.to_json(), json_out)
+    if evaluation.filtered:
+        out.print(
+            fields_table("dropped by the filters", [(k, f"{v:,}") for k, v in evaluation.filtered.items()])
+        )
+    if evaluation.source is not None:
+        out.print(f"threshold {used:.6f}: {evaluation.source}", highlight=False, soft_wrap=True)
+    if evaluation.sources is not None:
+        out.print(evaluation.sources.describe(), highlight=False, soft_wrap=True)
 
 
 def _encode_fn(model: str, device: str, precision: str, workdir: Path) -> Callable:

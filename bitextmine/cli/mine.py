@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 from rich.table import Table
@@ -27,19 +28,19 @@ from bitextmine.cli.filter_options import FilterOption, FiltersPresetOption, fil
 from bitextmine.cli.launcher_options import NO_FLAGS, LauncherFlags, with_launcher_options
 from bitextmine.cli.output import ProgressDisplay, emit_json, json_target, results_table
 from bitextmine.cli.plots import histogram_lines
-from bitextmine.files import read_json
 from bitextmine.text.languages import check_lang
 from bitextmine.workspace.layout import DEFAULT_WORKDIR, Workspace
 
 if TYPE_CHECKING:
-    from bitextmine.steps.mine import MineSummary
+    from bitextmine.steps.mine import MineOptions, MineSummary
 
-OutputFormat = Literal["tsv.zst", "tsv.gz", "tsv", "jsonl", "parquet"]  # mining.output.FORMATS
+OutputFormat = Literal["tsv.zst", "tsv.gz", "tsv", "jsonl", "parquet"]  # mining.mined_file.FORMATS
 
 
 @app.command()
 @with_launcher_options
 def mine(
+    context: typer.Context,
     src: Annotated[str, typer.Argument(help="Source language (e.g. de).", callback=checked_by(check_lang))],
     tgt: Annotated[str, typer.Argument(help="Target language (e.g. en).", callback=checked_by(check_lang))],
     workdir: WorkdirOption = DEFAULT_WORKDIR,
@@ -110,38 +111,27 @@ def mine(
     tsv.gz, tsv, jsonl or parquet. Two languages encoded by different models are refused unless --force.
     --json gets the stats file's content.
     """
-    from bitextmine.steps.mine import MineOptions
     from bitextmine.steps.mine import mine as mine_pair
-    from bitextmine.workspace.language import open_language
 
     workspace = Workspace(workdir)
     with user_errors():
         json_out = json_target(json_path, inputs=[thresholds, output], workspace=workspace)
         config = cluster.config("mine", workspace.logs_dir("mine"))
-        options = MineOptions(
-            k=k,
-            margin=margin,
-            strategy=strategy,
-            threshold=threshold,
-            thresholds=thresholds,
-            nprobe=nprobe,
-            device=device,
-            max_codes=max_codes,
-            model=model,
-            job_rows=job_rows,
-            force=force,
-            filters=filter_settings(filters, filter_items),
-            output=output,
-            format=output_format,
-        )
-        queries = sum(len(open_language(workspace, lang).vectors) for lang in (src, tgt))
-        progress = ProgressDisplay(f"mining {src}-{tgt}", queries)
-        with progress:
-            summary = mine_pair(workspace, src, tgt, options, progress.advance, config)
+        options = mine_options(context.params)
+        with ProgressDisplay() as progress:
+            summary = mine_pair(workspace, src, tgt, options, progress, launcher=config)
     print_mine_summary(summary)
-    if json_out is not None:
-        with user_errors():
-            emit_json(json_out, read_json(summary.stats))
+    emit_json(json_out, summary.to_json())
+
+
+def mine_options(flags: dict[str, Any]) -> MineOptions:
+    """The MineOptions of a command's parsed flags (`typer.Context.params`): those named as its fields,
+    the pair filters of --filters and --filter, and --format (`mine` has every flag, `mine-files` some)."""
+    from bitextmine.steps.mine import MineOptions
+
+    given = {f.name: flags[f.name] for f in fields(MineOptions) if f.name in flags and f.name != "filters"}
+    filters = filter_settings(flags["filters"], flags["filter_items"])
+    return MineOptions(**given, filters=filters, format=flags["output_format"])
 
 
 def print_mine_summary(summary: MineSummary) -> None:

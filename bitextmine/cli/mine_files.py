@@ -3,7 +3,6 @@ mine)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
 
@@ -20,41 +19,19 @@ from bitextmine.cli.app import (
     ThresholdsOption,
     app,
     encoder_spec,
-    info,
     out,
     require_model,
     user_errors,
 )
-from bitextmine.cli.encode import _RichEncodeReporter
-from bitextmine.cli.filter_options import FilterOption, FiltersPresetOption, filter_settings
-from bitextmine.cli.mine import OutputFormat, print_mine_summary
+from bitextmine.cli.filter_options import FilterOption, FiltersPresetOption
+from bitextmine.cli.mine import OutputFormat, mine_options, print_mine_summary
 from bitextmine.cli.output import ProgressDisplay, emit_json, json_target
-from bitextmine.files import read_json
 from bitextmine.workspace.layout import Workspace
-
-
-class _MineFilesDisplay(_RichEncodeReporter):
-    """The encode step's displays, one for each file, then one for each index build and the search."""
-
-    def encoder_ready(self, encoder, rows_to_encode: int) -> None:
-        self._end_step()
-        super().encoder_ready(encoder, rows_to_encode)
-
-    def step_started(self, name: str, total: int, deferred: bool = False) -> None:
-        self._end_step()
-        self.progress = ProgressDisplay(name, total, deferred=deferred).__enter__()
-
-    def index_ready(self, lang: str, built) -> None:
-        self._end_step()
-        info(f"index {lang}: " + ("reused" if built is None else f"{built.factory}, {built.count:,} vectors"))
-
-    def _end_step(self) -> None:
-        self.close()
-        self.progress = None
 
 
 @app.command("mine-files")
 def mine_files(
+    context: typer.Context,
     src_file: Annotated[Path, typer.Argument(help="Source text file, one sentence a line (.gz, .zst, .xz).")],
     tgt_file: Annotated[Path, typer.Argument(help="Target text file, one sentence a line.")],
     src: Annotated[str, typer.Option("--src", help="Source language (e.g. de).")],
@@ -98,33 +75,17 @@ def mine_files(
     and embedding shards, the indexes and the neighbour lists, and an interrupted run resumes. The
     options are `mine`'s; the summary is mine's, with the workspace. --json gets the steps' results.
     """
-    from bitextmine.steps.mine import MineOptions
     from bitextmine.steps.mine_files import default_workdir
     from bitextmine.steps.mine_files import mine_files as mine_both
 
     with user_errors():
-        options = MineOptions(
-            k=k,
-            margin=margin,
-            strategy=strategy,
-            threshold=threshold,
-            thresholds=thresholds,
-            device=device,
-            filters=filter_settings(filters, filter_items),
-            output=output,
-            format=output_format,
-        )
+        options = mine_options(context.params)
         workspace = Workspace(workdir or default_workdir(output, output_format))
         inputs = [src_file, tgt_file, thresholds, output]
         json_out = json_target(json_path, inputs=inputs, workspace=workspace)
         spec = encoder_spec(require_model(model), device, precision)
-        display = _MineFilesDisplay()
-        try:
-            summary = mine_both(
-                src_file, tgt_file, (src, tgt), spec, output, workspace, options, reporter=display
-            )
-        finally:
-            display.close()
+        with ProgressDisplay() as progress:
+            summary = mine_both(workspace, (src_file, tgt_file), (src, tgt), spec, options, progress)
     print_mine_summary(summary.mined)
     out.print(
         f"workspace {summary.workspace} kept: a rerun reuses its shards, indexes and neighbour lists",
@@ -132,12 +93,4 @@ def mine_files(
         markup=False,
         soft_wrap=True,
     )
-    emit_json(
-        json_out,
-        {
-            "workspace": summary.workspace,
-            "encoded": {lang: asdict(encoded) for lang, encoded in summary.encoded.items()},
-            "indexed": {lang: built and built.to_json() for lang, built in summary.indexed.items()},
-            "mined": read_json(summary.mined.stats),
-        },
-    )
+    emit_json(json_out, summary.to_json())

@@ -24,21 +24,17 @@ STDOUT = OutputTarget(Path("-"), through=True)  # `--json -`
 
 
 class ProgressDisplay(progress.ProgressDisplay):
-    """A step's progress on the CLI's stderr console; nothing under --quiet."""
+    """A step's progress on the CLI's stderr console, stage after stage; nothing under --quiet."""
 
     def __init__(
         self,
-        description: str,
-        total: int | None,
+        description: str | None = None,
+        total: int | None = None,
         *,
         rates: bool = False,
         clock: Callable[[], float] = time.monotonic,
-        deferred: bool = False,
     ) -> None:
-        shown = shows(logging.INFO)
-        super().__init__(
-            description, total, rates=rates, clock=clock, console=err, shown=shown, deferred=deferred
-        )
+        super().__init__(description, total, rates=rates, clock=clock, console=err, shown=shows(logging.INFO))
 
 
 def results_table(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -121,9 +120,8 @@ def score(
             thresholds=thresholds,
         )
         encoder = load_encoder(require_model(model), device, precision)
-        progress = ProgressDisplay(f"encoding {src}-{tgt}", 2 * len(data), rates=True)
-        with progress:
-            summary = score_bitext(data, (src, tgt), encoder, output, workspace, options, progress.advance)
+        with ProgressDisplay() as progress:
+            summary = score_bitext(workspace, data, (src, tgt), encoder, output, options, progress)
     out.print(preview_table(summary.pair, summary.written.preview))
     if summary.filtered:
         out.print(
@@ -139,4 +137,4 @@ def score(
         f"{summary.written.path} ({summary.seconds:.1f} s)",
         highlight=False,
     )
-    emit_json(json_out, asdict(summary))
+    emit_json(json_out, summary.to_json())

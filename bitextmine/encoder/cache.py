@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from bitextmine.encoder.encoder import ProgressCallback, SentenceEncoder
+from bitextmine.encoder.encoder import SentenceEncoder
 from bitextmine.encoder.foreign import ForeignEncoder, SupportsEncode, as_encoder
 from bitextmine.errors import BitextmineValueError
 from bitextmine.files import atomic_open
-from bitextmine.progress import progress_display
+from bitextmine.progress import Advance, progress_display
 
 if TYPE_CHECKING:
     from bitextmine.encoder.held import HeldVectors
@@ -55,7 +55,7 @@ def embed(
     encoder: str | os.PathLike[str] | SentenceEncoder | SupportsEncode,
     sentences: str | Sequence[str],
     cache_dir: Path | None = None,
-    progress: ProgressCallback | None = None,
+    progress: Advance | None = None,
     *,
     batch_size: int | None = None,
     show_progress_bar: bool = False,
@@ -79,7 +79,7 @@ def embed(
     return vectors[0] if isinstance(sentences, str) else vectors
 
 
-def _both(first: ProgressCallback | None, second: ProgressCallback | None) -> ProgressCallback | None:
+def _both(first: Advance | None, second: Advance | None) -> Advance | None:
     if first is None or second is None:
         return first or second
 
@@ -94,7 +94,7 @@ def embed_reusing(
     encoder: SentenceEncoder | ForeignEncoder,
     sentences: Sequence[str],
     cache_dir: Path | None = None,
-    progress: ProgressCallback | None = None,
+    progress: Advance | None = None,
     held: HeldLookup | None = None,
     *,
     batch_size: int | None = None,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,9 +25,10 @@ from bitextmine.encoder.precision import (
     resolve_precision,
 )
 from bitextmine.encoder.settings import EncoderSettings, resolve_settings
+from bitextmine.encoder.threads import thread_summary, usable_cores
 from bitextmine.errors import BitextmineError, whole_number
+from bitextmine.progress import Advance
 
-ProgressCallback = Callable[[int, int], None]  # (sentences, tokens) just encoded
 _log = logging.getLogger(__name__)
 
 
@@ -172,6 +173,14 @@ class SentenceEncoder:
     def mode(self) -> str:
         return f"packed ({self._packed_forward.attention.name})" if self._packed_forward else "padded"
 
+    def describe(self) -> str:
+        """One line for people: the model, and how it runs here."""
+        return (
+            f"model {self.loaded.name} ({self.mode}, {self.device}, {self.precision}, "
+            f"{usable_cores()} cores, {thread_summary()}, pooling {self.settings.pooling}, "
+            f"prefix {self.settings.prefix!r}, max length {self.max_length})"
+        )
+
     def tokenize(self, sentences: Sequence[str]) -> Tokenized:
         texts = [self.settings.prefix + s for s in sentences]
         batch = self.loaded.tokenizer(texts, truncation=True, max_length=self.max_length)
@@ -185,7 +194,7 @@ class SentenceEncoder:
     def encode(
         self,
         sentences: str | Sequence[str],
-        progress: ProgressCallback | None = None,
+        progress: Advance | None = None,
         window: int = 4096,
         *,
         batch_size: int | None = None,

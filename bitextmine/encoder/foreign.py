@@ -4,6 +4,7 @@ sentence-transformers: the object is only called."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 from collections.abc import Sequence
@@ -11,9 +12,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from bitextmine.encoder.encoder import Encoded, ProgressCallback, SentenceEncoder
+from bitextmine.encoder.encoder import Encoded, SentenceEncoder
 from bitextmine.encoder.spec import EncoderSpec
 from bitextmine.errors import BitextmineValueError, whole_number
+from bitextmine.progress import Advance
 from bitextmine.unit_vectors import unit_rows
 
 WINDOW = 1024  # sentences handed to the object at a time: the steps in which progress is reported
@@ -36,7 +38,7 @@ class ForeignEncoder:
     def encode(
         self,
         sentences: Sequence[str],
-        progress: ProgressCallback | None = None,
+        progress: Advance | None = None,
         *,
         batch_size: int | None = None,
     ) -> Encoded:
@@ -90,7 +92,7 @@ def as_encoder(
     """A model dir or hub id (loaded as `load_encoder` loads it, and kept loaded for the next call with
     the same name), a SentenceEncoder, or an object with `.encode`, as an encoder `embed` can use."""
     if isinstance(encoder, str | os.PathLike):
-        return EncoderSpec(os.fspath(encoder)).load()
+        return _named_encoder(os.fspath(encoder))
     if isinstance(encoder, SentenceEncoder | ForeignEncoder):
         return encoder
     if callable(getattr(encoder, "encode", None)):
@@ -99,3 +101,8 @@ def as_encoder(
         f"encoder: expected a model dir or hub id, a bitextmine SentenceEncoder or an object with "
         f".encode(list[str]) (a SentenceTransformer), not a {type(encoder).__name__}"
     )
+
+
+@functools.lru_cache(maxsize=1)  # `embed(name, ...)` in a loop loads the model once; one model at a time
+def _named_encoder(model: str) -> SentenceEncoder:
+    return EncoderSpec(model).load()

@@ -45,6 +45,12 @@ class PrecisionCheck:
     sentences: int
     cached: bool = False  # True when read back from an earlier run
 
+    def describe(self) -> str:
+        return (
+            f"{self.precision} self-check vs fp32 on {self.sentences} built-in sentences: mean cosine "
+            f"{self.mean_cosine:.6f}, min {self.min_cosine:.6f}"
+        )
+
 
 def resolve_precision(name: str, device: torch.device) -> str:
     """`auto` is bf16 on GPUs and CPUs with native bf16 arithmetic, else fp32; others are validated."""

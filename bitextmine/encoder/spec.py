@@ -1,10 +1,9 @@
-"""How to load an encoder: what a job on another machine needs to rebuild it."""
+"""How to load an encoder: what a job on another machine needs to rebuild it, and `LoadedEncoder`, the
+encoder its owner keeps loaded for the jobs run in this process."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from bitextmine.encoder.encoder import SentenceEncoder
 
@@ -22,15 +21,6 @@ class EncoderSpec:
     attention: str = "auto"  # the packed attention backend (encoder/attention.py)
 
     def load(self) -> SentenceEncoder:
-        """The encoder, loaded once until `release_encoder`: the jobs of a step run here reuse the step's."""
-        if self not in _loaded:
-            _loaded.clear()  # one encoder in memory at a time
-            encoder = self._load()
-            # the spec with "auto" resolved (what a step sends its jobs) names the same encoder
-            _loaded[self] = _loaded[replace(self, precision=encoder.precision)] = encoder
-        return _loaded[self]
-
-    def _load(self) -> SentenceEncoder:
         return SentenceEncoder.load(
             self.model,
             device=self.device,
@@ -42,24 +32,18 @@ class EncoderSpec:
         )
 
 
-_loaded: dict[EncoderSpec, SentenceEncoder] = {}
-_kept = 0  # `encoder_kept` scopes open: `release_encoder` waits for the last to close
+class LoadedEncoder:
+    """The encoder of `spec`, loaded once for its owner: the encode step loads it and hands it to its
+    shard jobs, so those run in this process reuse it; a job sent to another process gets the spec alone
+    and loads the encoder there."""
 
+    def __init__(self, spec: EncoderSpec, encoder: SentenceEncoder | None = None) -> None:
+        self.spec, self._encoder = spec, encoder
 
-def release_encoder() -> None:
-    """Free the encoder kept loaded by `EncoderSpec.load`, unless an `encoder_kept` scope is open."""
-    if not _kept:
-        _loaded.clear()
+    def get(self) -> SentenceEncoder:
+        if self._encoder is None:
+            self._encoder = self.spec.load()
+        return self._encoder
 
-
-@contextmanager
-def encoder_kept() -> Iterator[None]:
-    """Keep the encoder `EncoderSpec.load` loads across the steps run within (each `encode` releases it
-    when it ends), so that several of them load the model once; released at the end."""
-    global _kept
-    _kept += 1
-    try:
-        yield
-    finally:
-        _kept -= 1
-        release_encoder()
+    def __reduce__(self) -> tuple[type[LoadedEncoder], tuple[EncoderSpec]]:
+        return LoadedEncoder, (self.spec,)  # the weights stay here

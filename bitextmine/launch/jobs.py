@@ -20,8 +20,8 @@ from typing import Any
 
 from bitextmine.errors import BitextmineError, is_out_of_memory
 from bitextmine.launch.config import LauncherConfig
+from bitextmine.progress import Advance
 
-Progress = Callable[..., None]  # called with a number of work units done (a job may pass more detail)
 _log = logging.getLogger(__name__)
 
 
@@ -45,7 +45,7 @@ def run_jobs(
     jobs: Sequence[Job],
     config: LauncherConfig | None = None,
     step: str = "jobs",
-    progress: Progress | None = None,
+    progress: Advance | None = None,
 ) -> list[Any]:
     """Run every job not yet done, here (`config` None or launcher `local`) or through submitit.
 
@@ -82,7 +82,7 @@ def _ignore(*_: object) -> None:
     """The progress callback when none is given."""
 
 
-def _run_here(job: Job, retries: int, progress: Progress) -> Any:
+def _run_here(job: Job, retries: int, progress: Advance) -> Any:
     attempt = 1
     while True:
         try:

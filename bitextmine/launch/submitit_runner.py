@@ -23,7 +23,8 @@ from typing import Any
 
 from bitextmine.errors import BitextmineError
 from bitextmine.launch.config import LauncherConfig
-from bitextmine.launch.jobs import Job, Progress, count_attempts
+from bitextmine.launch.jobs import Job, count_attempts
+from bitextmine.progress import Advance
 
 _DEFAULT_POLL_SECONDS = {"slurm": 5.0, "submitit-local": 0.5}
 _STDERR_TAIL_LINES = 5
@@ -119,7 +120,7 @@ class SubmititRun:
         jobs: Sequence[Job],
         config: LauncherConfig,
         step: str,
-        progress: Progress,
+        progress: Advance,
     ) -> None:
         self.jobs, self.config, self.step, self.progress = jobs, config, step, progress
         submitit = _import_submitit(config.launcher)

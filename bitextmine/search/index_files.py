@@ -5,7 +5,6 @@ undamaged and built from the embeddings it must cover (else a one-line error nam
 from __future__ import annotations
 
 import glob
-import hashlib
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ import faiss
 from bitextmine.errors import BitextmineError
 from bitextmine.files import json_record, read_json, remove_temporaries, write_json
 from bitextmine.search.factory import EXACT, ivf_lists
-from bitextmine.search.index_io import IndexCache, read_index, write_index
+from bitextmine.search.index_io import IndexCache, file_sha256, read_index, write_index
 from bitextmine.search.recall_tuning import set_max_codes, set_nprobe
 from bitextmine.search.sharded import ShardedIndex, ShardFile
 from bitextmine.workspace.embeddings import ShardedVectors
@@ -81,7 +80,7 @@ def save_index(index: faiss.Index | ShardedIndex | None, info: IndexInfo, index_
         if other.name not in keep and other.name != f"{info.lang}.faiss":
             other.unlink()
     remove_temporaries(index_dir, f"{glob.escape(info.lang)}.*")
-    info = replace(info, checksums={name: _sha256(index_dir / name) for name in _index_files(info)})
+    info = replace(info, checksums={name: file_sha256(index_dir / name) for name in _index_files(info)})
     write_json(index_dir / f"{info.lang}.json", info.to_json())
     return info
 
@@ -93,11 +92,6 @@ def _index_files(info: IndexInfo) -> list[str]:
     if info.shards:
         return [f"{info.lang}.{info.plan}.template.faiss", *(shard["file"] for shard in info.shards)]
     return [f"{info.lang}.faiss"]
-
-
-def _sha256(path: Path) -> str:
-    with open(path, "rb") as fh:
-        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def load_index(
@@ -117,7 +111,7 @@ def load_index(
     are searched."""
     index_dir = Path(index_dir)
     info = load_index_info(index_dir, lang, vectors)
-    _check_files(index_dir, info)
+    _check_files(index_dir, info, indexes)
     if info.shards:
         template = read_index(index_dir / f"{lang}.{info.plan}.template.faiss")
         index = ShardedIndex(index_dir, [ShardFile(**s) for s in info.shards], template, indexes)
@@ -181,24 +175,17 @@ def _shards_in_order(shards: list[Any], count: int) -> bool:
     return not shards or row == count
 
 
-_verified: set[tuple[Path, int, int, str]] = set()  # (file, mtime, size, sha256) checked in this process
-
-
-def _check_files(index_dir: Path, info: IndexInfo) -> None:
-    """Each file of the index holds the bytes `save_index` wrote: checked once a process (a pass over
-    the files; mining then reads them from the page cache)."""
+def _check_files(index_dir: Path, info: IndexInfo, indexes: IndexCache | None) -> None:
+    """Each file of the index holds the bytes `save_index` wrote: checked on every load, or once for
+    the owner of `indexes` while the files do not change."""
     for name, expected in info.checksums.items():
         path = index_dir / name
-        stat = path.stat()
-        key = (path, stat.st_mtime_ns, stat.st_size, expected)
-        if key in _verified:
-            continue
-        if _sha256(path) != expected:
+        intact = indexes.holds_bytes(path, expected) if indexes is not None else file_sha256(path) == expected
+        if not intact:
             raise BitextmineError(
                 f"{path}: damaged FAISS index (not the bytes `bitextmine index` wrote: its checksum "
                 f"differs); delete it and rerun `bitextmine index {info.lang}`"
             )
-        _verified.add(key)
 
 
 def _stale(lang: str) -> BitextmineError:

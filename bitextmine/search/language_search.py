@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bitextmine.launch.jobs import Progress
+from bitextmine.progress import Advance
 from bitextmine.search.factory import EXACT
 from bitextmine.search.index_files import load_index, load_index_info
 from bitextmine.search.index_io import IndexCache
@@ -35,7 +35,7 @@ class BaseSearch:
         workspace: Workspace,
         blocks: QueryBlocks,
         queries: int,
-        progress: Progress | None = None,
+        progress: Advance | None = None,
         indexes: IndexCache | None = None,
     ) -> Neighbours:
         """The k nearest base rows of the `queries` query vectors that `blocks` yields, exact cosines; the

@@ -4,8 +4,9 @@ threshold."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from bitextmine.calibration.bucc import BuccSplit, Scores, SweepResult, check_rule
 from bitextmine.calibration.split_mining import (
@@ -14,6 +15,7 @@ from bitextmine.calibration.split_mining import (
     mine_split,
     mine_vectors,
     read_split_vectors,
+    score_mined_file,
     scores_at,
 )
 from bitextmine.calibration.thresholds import (
@@ -23,13 +25,33 @@ from bitextmine.calibration.thresholds import (
     store_threshold,
 )
 from bitextmine.encoder.cache import VectorSources
-from bitextmine.encoder.encoder import ProgressCallback, SentenceEncoder
+from bitextmine.encoder.encoder import SentenceEncoder
 from bitextmine.errors import BitextmineError
 from bitextmine.mining.filters import NO_FILTERS, FilterSettings, PairFilter
 from bitextmine.mining.settings import MiningSettings
+from bitextmine.progress import Progress
 from bitextmine.text.languages import parse_pair
 from bitextmine.workspace.external import external_fingerprint
-from bitextmine.workspace.layout import DEFAULT_WORKDIR, Workspace
+from bitextmine.workspace.layout import Workspace, check_workspace
+from bitextmine.workspace.scratch import scratch_folder
+
+
+@dataclass
+class CalibrateOptions(MiningSettings):  # k, margin, strategy, then the rule (at most one):
+    target_precision: float | None = None  # the lowest threshold reaching this precision; None: best F1
+    plateau: float | None = None  # the middle of the thresholds within this many F1 points of the best
+    thresholds: Path | None = None  # the threshold store; default: the workspace's
+
+    def __post_init__(self) -> None:  # before the encoding, not after it
+        super().__post_init__()
+        check_rule(self.target_precision, self.plateau)
+
+
+@dataclass
+class EvaluateOptions(MiningSettings):  # k, margin, strategy, then:
+    threshold: float | str = "auto"  # a number, "auto", "auto:PAIR" or "oracle" (the best on the split)
+    thresholds: Path | None = None  # the threshold store of "auto"; default: the workspace's
+    filters: FilterSettings = field(default_factory=lambda: NO_FILTERS)
 
 
 @dataclass
@@ -43,136 +65,184 @@ class Calibration:
     sources: VectorSources | None  # how many sentence vectors were encoded, reused, read from the cache
     # (None: the vectors were made elsewhere, `calibrate_embeddings`)
 
+    def to_json(self) -> dict[str, Any]:
+        """The settings, the stored record, where the sentence vectors came from, the chosen point and
+        the curve (every threshold tried, decreasing, with precision, recall and F1 in percent, kept and
+        true pairs)."""
+        result = self.result
+        chosen = {"threshold": result.threshold, **result.scores.as_percent()}
+        chosen |= {"kept": result.scores.predicted, "true_positives": result.scores.true_positives}
+        return {
+            "pair": self.pair,
+            "split": self.split,
+            "margin": self.settings.margin,
+            "strategy": self.settings.strategy,
+            "k": self.settings.k,
+            "model": self.record.model,
+            "fingerprint": self.record.fingerprint,
+            "rule": result.rule,
+            "candidates": result.candidates,
+            "gold": result.scores.gold,
+            "stored_in": str(self.stored_in),
+            "vectors": None if self.sources is None else asdict(self.sources),
+            "chosen": chosen,
+            "curve": result.curve.rows(),
+        }
+
 
 @dataclass
 class BuccEvaluation:
+    pair: str
+    split: str
+    settings: MiningSettings | None  # None: a mined file was scored
     scores: Scores
-    threshold: float
+    threshold: float | None
     candidates: int  # one-to-one candidates before the threshold
-    source: str  # where the threshold came from, for people
+    source: str | None  # where the threshold came from, for people
     filtered: dict[str, int]  # pairs each filter dropped among those reaching the threshold
-    sources: VectorSources  # how many sentence vectors were encoded, reused, read from the cache
+    sources: VectorSources | None  # how many sentence vectors were encoded, reused, read from the cache
 
-
-def default_store() -> Path:
-    """The threshold store of the commands' default workspace, ``./bitextmine-work/thresholds.json``."""
-    return Workspace(DEFAULT_WORKDIR).thresholds_file()
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pair": self.pair,
+            "split": self.split,
+            **self.scores.as_percent(),
+            "threshold": self.threshold,
+            "threshold_source": self.source,
+            "margin": None if self.settings is None else self.settings.margin,
+            "strategy": None if self.settings is None else self.settings.strategy,
+            "predicted": self.scores.predicted,
+            "gold": self.scores.gold,
+            "filtered": self.filtered,
+            "vectors": None if self.sources is None else asdict(self.sources),
+        }
 
 
 def calibrate(
+    workspace: Workspace,
     split: BuccSplit,
     encoder: SentenceEncoder,
-    settings: MiningSettings | None = None,
-    cache_dir: Path | None = None,
-    progress: ProgressCallback | None = None,
-    *,
-    store: Path | None = None,
-    target_precision: float | None = None,
-    plateau: float | None = None,
-    scratch: Path | None = None,
-    reuse: Workspace | None = None,
+    options: CalibrateOptions | None = None,
+    progress: Progress | None = None,
 ) -> Calibration:
     """Encode and mine the split exactly and find the threshold with the best F1, the lowest whose
-    precision is at least `target_precision`, or the middle of those within `plateau` F1 points of the
-    best; record it in the threshold `store` (default: the default workspace's) under the encoder's
-    fingerprint, margin and the pair, for `threshold="auto"`. Sentences whose vectors the `reuse`
-    workspace holds (same encoder and precision, see encoder/held.py) are not encoded again. The
-    mining's scratch goes to `scratch` (a workspace's scratch folder), else to $TMPDIR."""
-    settings = settings or MiningSettings()
-    check_rule(target_precision, plateau)  # before the encoding, not after it
-    mined = mine_split(split, encoder, settings, cache_dir, progress, reuse=reuse, scratch=scratch)
+    precision is at least `options.target_precision`, or the middle of those within `options.plateau`
+    F1 points of the best; record it in the threshold store (`options.thresholds`, default the
+    workspace's) under the encoder's fingerprint, margin and the pair, for `threshold="auto"`. Sentences
+    whose vectors the workspace holds (same encoder and precision, see encoder/held.py) are not encoded
+    again, the others are cached in it; `progress` counts the sentences encoded."""
+    check_workspace(workspace, "calibrate")
+    options, progress = options or CalibrateOptions(), progress or Progress()
+    mined = _mine_split(workspace, split, encoder, options, progress, "calibrate")
     model = (encoder.loaded.name, encoder.fingerprint)
-    return _store_calibration(mined, model, settings, store, target_precision, plateau)
+    return _store_calibration(mined, model, options, options.thresholds or workspace.thresholds_file())
 
 
 def calibrate_embeddings(
+    workspace: Workspace,
     split: BuccSplit,
     vectors_dir: Path,
     model_name: str,
-    settings: MiningSettings | None = None,
-    *,
-    store: Path | None = None,
-    target_precision: float | None = None,
-    plateau: float | None = None,
-    scratch: Path | None = None,
+    options: CalibrateOptions | None = None,
 ) -> Calibration:
     """`calibrate` on vectors made elsewhere: `vectors_dir`/PAIR.SPLIT.LANG.npy, one row a line of the
     split's LANG file (`read_split_vectors`), by the model `model_name`. The threshold is stored under
     the fingerprint that `encode --embeddings --model-name` gives that name, where `mine --threshold
     auto` finds it for the languages imported under it."""
+    check_workspace(workspace, "calibrate_embeddings")
     if not model_name:
         raise BitextmineError(f"{vectors_dir}: --embeddings needs --model-name, the model that made them")
-    settings = settings or MiningSettings()
-    check_rule(target_precision, plateau)
+    options = options or CalibrateOptions()
     src, tgt = read_split_vectors(vectors_dir, split)
-    mined = mine_vectors(split, src, tgt, settings, scratch)
+    with scratch_folder(workspace, "calibrate") as scratch:
+        mined = mine_vectors(split, src, tgt, options, scratch)
     model = (model_name, external_fingerprint(model_name))
-    return _store_calibration(mined, model, settings, store, target_precision, plateau)
+    return _store_calibration(mined, model, options, options.thresholds or workspace.thresholds_file())
+
+
+def _mine_split(
+    workspace: Workspace,
+    split: BuccSplit,
+    encoder: SentenceEncoder,
+    settings: MiningSettings,
+    progress: Progress,
+    command: str,
+) -> SplitCandidates:
+    """The split's candidates, its sentences encoded (or taken from the workspace) as one stage."""
+    with (
+        progress.stage(f"encoding {split.pair} {split.split}", split.sentences, rates=True),
+        scratch_folder(workspace, command) as scratch,
+    ):
+        cache = workspace.embedding_cache_dir()
+        return mine_split(split, encoder, settings, cache, progress.advance, scratch, reuse=workspace)
 
 
 def _store_calibration(
-    mined: SplitCandidates,
-    model: tuple[str, str],
-    settings: MiningSettings,
-    store: Path | None,
-    target_precision: float | None,
-    plateau: float | None,
+    mined: SplitCandidates, model: tuple[str, str], options: CalibrateOptions, store: Path
 ) -> Calibration:
-    """Choose the threshold of the mined split by the rule, and record it under `model` (name,
-    fingerprint) in `store` (default: the default workspace's)."""
-    store = store or default_store()
+    """Choose the threshold of the mined split by the options' rule, and record it under `model` (name,
+    fingerprint) in `store`."""
     split = mined.split
-    result = calibrate_threshold(mined, target_precision, plateau)
+    result = calibrate_threshold(mined, options.target_precision, options.plateau)
     record = ThresholdRecord.from_sweep(
         result,
         fingerprint=model[1],
         model=model[0],
-        margin=settings.margin,
-        k=settings.k,
-        strategy=settings.strategy,
+        margin=options.margin,
+        k=options.k,
+        strategy=options.strategy,
         pair=split.pair,
         split=split.split,
     )
     store_threshold(store, record)
-    return Calibration(split.pair, split.split, settings, result, record, store, mined.sources)
+    return Calibration(split.pair, split.split, options, result, record, store, mined.sources)
 
 
 def evaluate_bucc(
+    workspace: Workspace,
     split: BuccSplit,
     encoder: SentenceEncoder,
-    threshold: float | str = "auto",
-    settings: MiningSettings | None = None,
-    cache_dir: Path | None = None,
-    progress: ProgressCallback | None = None,
-    *,
-    store: Path | None = None,
-    filters: FilterSettings = NO_FILTERS,
-    scratch: Path | None = None,
-    reuse: Workspace | None = None,
+    options: EvaluateOptions | None = None,
+    progress: Progress | None = None,
 ) -> BuccEvaluation:
-    """P/R/F1 of the split mined with `encoder`, keeping pairs scoring >= `threshold`: a number, "auto"
-    or "auto:PAIR" (calibrated for this pair or for PAIR, from the threshold `store`, default the
-    default workspace's, else the model dir's old bitextmine.json) or "oracle" (the best on this split).
-    The mining's scratch goes to `scratch`, as in `calibrate`.
-    Sentences whose vectors the `reuse` workspace holds are not encoded again."""
-    settings = settings or MiningSettings()
-    pair_filter = PairFilter(filters, *parse_pair(split.pair))
-    oracle = threshold == "oracle"
+    """P/R/F1 of the split mined with `encoder`, keeping pairs scoring >= `options.threshold`: a number,
+    "auto" or "auto:PAIR" (calibrated for this pair or for PAIR, from the threshold store, default the
+    workspace's, else the model dir's old bitextmine.json) or "oracle" (the best on this split). The
+    sentences are encoded as in `calibrate`."""
+    check_workspace(workspace, "evaluate_bucc")
+    options, progress = options or EvaluateOptions(), progress or Progress()
+    pair_filter = PairFilter(options.filters, *parse_pair(split.pair))
+    oracle = options.threshold == "oracle"
     if not oracle:  # before the encoding: a missing calibration is an error at once
         choice = resolve_threshold(
-            threshold,
-            store=store or default_store(),
+            options.threshold,
+            store=options.thresholds or workspace.thresholds_file(),
             fingerprint=encoder.fingerprint,
-            margin=settings.margin,
-            k=settings.k,
+            margin=options.margin,
+            k=options.k,
             pair=split.pair,
             model_dir=encoder.loaded.model_dir,
         )
-    mined = mine_split(split, encoder, settings, cache_dir, progress, reuse=reuse, scratch=scratch)
+    mined = _mine_split(workspace, split, encoder, options, progress, "eval-bucc")
     if oracle:
         best = calibrate_threshold(mined).threshold
         choice = ThresholdChoice(best, split.pair, f"the best on {split.pair} {split.split} (oracle)")
     scores = scores_at(mined, choice.value, pair_filter)
     return BuccEvaluation(
-        scores, choice.value, len(mined.candidates), choice.source, pair_filter.counts(), mined.sources
+        split.pair,
+        split.split,
+        options,
+        scores,
+        choice.value,
+        len(mined.candidates),
+        choice.source,
+        pair_filter.counts(),
+        mined.sources,
     )
+
+
+def evaluate_mined_file(split: BuccSplit, path: Path) -> BuccEvaluation:
+    """P/R/F1 of a `mine` output file against the split's gold, its sentences matched by text
+    (`score_mined_file`)."""
+    scores = score_mined_file(path, split)
+    return BuccEvaluation(split.pair, split.split, None, scores, None, scores.predicted, None, {}, None)

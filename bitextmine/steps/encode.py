@@ -6,16 +6,16 @@ import logging
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from bitextmine.encoder.encoder import SentenceEncoder
-from bitextmine.encoder.spec import EncoderSpec, release_encoder
+from bitextmine.encoder.spec import EncoderSpec, LoadedEncoder
 from bitextmine.errors import BitextmineError, BitextmineValueError
 from bitextmine.launch.config import LauncherConfig
-from bitextmine.launch.jobs import Job, Progress, run_jobs
-from bitextmine.progress import progress_display
+from bitextmine.launch.jobs import Job, run_jobs
+from bitextmine.progress import Advance, Progress, ProgressDisplay
 from bitextmine.text.languages import check_lang
 from bitextmine.text.lid import DEFAULT_MIN_CONFIDENCE, lid_code, model_id
 from bitextmine.text.reader import STDIN, Columns, CorpusCounts, warn_user
@@ -30,53 +30,11 @@ from bitextmine.workspace.corpus import (
 from bitextmine.workspace.corpus_parts import build_corpus_from_parts
 from bitextmine.workspace.embeddings import EmbeddingShard, EmbeddingStore, ModelIdentity
 from bitextmine.workspace.external import VectorsFile, external_model, open_vectors
-from bitextmine.workspace.layout import Workspace
+from bitextmine.workspace.layout import Workspace, check_workspace
 from bitextmine.workspace.locks import workspace_locks
-
-if TYPE_CHECKING:
-    from bitextmine.progress import ProgressDisplay
 
 _log = logging.getLogger(__name__)
 InputPaths = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
-
-
-class EncodeReporter:
-    """What `encode` tells as it goes; this one only passes warnings on (as BitextmineWarnings)."""
-
-    def warn(self, message: str) -> None:
-        warn_user(message)
-
-    def corpus_ready(self, manifest: CorpusManifest, rebuilt: bool) -> None:
-        """The text shards are ready: built now, or reused from an earlier run."""
-
-    def encoder_ready(self, encoder: SentenceEncoder, rows_to_encode: int) -> None:
-        """The encoder is loaded and `rows_to_encode` sentences are left to encode."""
-
-    def vectors_ready(self, source: VectorsFile, model: ModelIdentity, rows_to_import: int) -> None:
-        """`import_embeddings` opened `source` (made by `model`); `rows_to_import` rows are left to store."""
-
-    def advance(self, sentences: int, tokens: int = 0) -> None:
-        """`sentences` more sentences (of `tokens` tokens) were encoded."""
-
-
-class _ShownProgress(EncodeReporter):
-    """`encode(show_progress_bar=True)`: the encoding's progress on stderr (bitextmine/progress.py)."""
-
-    def __init__(self, lang: str) -> None:
-        self.lang = lang
-        self.display: ProgressDisplay | None = None
-
-    def encoder_ready(self, encoder: SentenceEncoder, rows_to_encode: int) -> None:
-        if rows_to_encode:  # nothing shown where everything was encoded before
-            self.display = progress_display(f"encoding {self.lang}", rows_to_encode, rates=True).__enter__()
-
-    def advance(self, sentences: int, tokens: int = 0) -> None:
-        if self.display is not None:
-            self.display.advance(sentences, tokens)
-
-    def close(self) -> None:
-        if self.display is not None:
-            self.display.__exit__(None, None, None)
 
 
 @dataclass
@@ -115,6 +73,9 @@ class EncodeSummary:
     seconds: float  # the whole step
     encode_seconds: float  # the model's share: what sentences/s and tokens/s are measured on
     embedding_dir: Path
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "embedding_dir": str(self.embedding_dir)}
 
 
 def prepare_corpus(
@@ -170,41 +131,30 @@ def _refuse_rebuilt_inputs(paths: Sequence[str | Path], lang: str, workspace: Wo
 
 
 def encode(
+    workspace: Workspace,
     paths: InputPaths,
     lang: str,
-    workspace: Workspace,
-    model: str | os.PathLike[str] | EncoderSpec,
+    model: str | os.PathLike[str] | EncoderSpec | LoadedEncoder,
     options: EncodeOptions | None = None,
-    reporter: EncodeReporter | None = None,
-    launcher: LauncherConfig | None = None,
+    progress: Progress | None = None,
     *,
+    launcher: LauncherConfig | None = None,
     show_progress_bar: bool = False,
 ) -> EncodeSummary:
     """Encode corpus files of `lang` (one path, or a list) into the workspace: build (or reuse) its text
     shards, then encode every shard not already encoded, one job a shard, in this process or where
     `launcher` sends them (each job loads the encoder from `model`: a model dir or hub id, or an
-    EncoderSpec). `show_progress_bar` shows the encoding's progress on stderr; a `reporter` follows it."""
-    spec = model if isinstance(model, EncoderSpec) else EncoderSpec(_model_name(model))
+    EncoderSpec; a LoadedEncoder lends its loaded encoder to several steps). `progress` counts the
+    sentences encoded; `show_progress_bar` shows them on stderr."""
+    check_workspace(workspace, "encode")
+    loaded = loaded_encoder(model)
     paths = input_paths(paths)
-    if show_progress_bar and reporter is not None:
-        raise BitextmineValueError("encode: give show_progress_bar=True or a reporter, not both")
-    shown = _ShownProgress(lang) if show_progress_bar else None
+    if show_progress_bar and progress is not None:
+        raise BitextmineValueError("encode: give show_progress_bar=True or a progress, not both")
     _refuse_rebuilt_inputs(paths, lang, workspace)
     with workspace_locks(workspace, write=[f"lang-{check_lang(lang)}"]):
-        try:
-            return _encode(
-                paths,
-                lang,
-                workspace,
-                spec,
-                options or EncodeOptions(),
-                reporter or shown or EncodeReporter(),
-                launcher,
-            )
-        finally:  # the jobs run here shared the step's encoder; a later call loads the model as it is then
-            release_encoder()
-            if shown is not None:
-                shown.close()
+        shown = ProgressDisplay() if show_progress_bar else progress or Progress()
+        return _encode(paths, lang, workspace, loaded, options or EncodeOptions(), shown, launcher)
 
 
 def input_paths(paths: InputPaths) -> list[str]:
@@ -212,6 +162,13 @@ def input_paths(paths: InputPaths) -> list[str]:
     if isinstance(paths, str | os.PathLike):
         return [os.fspath(paths)]
     return [os.fspath(path) for path in paths]
+
+
+def loaded_encoder(model: str | os.PathLike[str] | EncoderSpec | LoadedEncoder) -> LoadedEncoder:
+    """`model` as a LoadedEncoder (loaded at its first use), for one step or several."""
+    if isinstance(model, LoadedEncoder):
+        return model
+    return LoadedEncoder(model if isinstance(model, EncoderSpec) else EncoderSpec(_model_name(model)))
 
 
 def _model_name(model: object) -> str:
@@ -227,15 +184,18 @@ def _encode(
     paths: Sequence[str],
     lang: str,
     workspace: Workspace,
-    spec: EncoderSpec,
+    loaded: LoadedEncoder,
     options: EncodeOptions,
-    reporter: EncodeReporter,
+    progress: Progress,
     launcher: LauncherConfig | None,
 ) -> EncodeSummary:
     started = time.perf_counter()
-    corpus, rebuilt = prepare_corpus(paths, lang, workspace, options, reporter.warn, launcher)
-    reporter.corpus_ready(corpus, rebuilt)
-    encoder = spec.load()
+    corpus, rebuilt = prepare_corpus(paths, lang, workspace, options, warn_user, launcher)
+    _log_corpus(corpus, rebuilt)
+    spec, encoder = loaded.spec, loaded.get()
+    if encoder.precision_check is not None and not encoder.precision_check.cached:
+        _log.info(encoder.precision_check.describe())
+    _log.info(encoder.describe())
     store = EmbeddingStore(workspace.embedding_dir(lang), lang)
     identity = model_identity(encoder)
     if options.overwrite or _pending(store, corpus) or not _same_model(store, identity):
@@ -244,43 +204,44 @@ def _encode(
         store.rename_model(identity.name)
     pending = _pending(store, corpus)
     store.remove_shards({_stem(s.name) for s in pending})  # stale vectors of the same names
-    reporter.encoder_ready(encoder, sum(s.rows for s in pending))
-    del encoder  # the jobs load it (here: the same object, see EncoderSpec.load)
     # precision "auto" is resolved here, once: jobs on other nodes must not choose their own
-    job_spec = replace(spec, precision=identity.precision)
+    shared = LoadedEncoder(replace(spec, precision=identity.precision), encoder)
+    del encoder  # freed with the jobs: those run here share it, those run elsewhere load it there
     jobs = [
         Job(
             f"encode {lang} {s.name}",
             encode_shard_job,
-            (job_spec, workspace.root, lang, s),
+            (shared, workspace.root, lang, s),
             outputs=store.shard_files(_stem(s.name)),
             work=s.rows,
         )
         for s in pending
     ]
     encoding_started = time.perf_counter()
-    tokens = sum(run_jobs(jobs, launcher, "encode", reporter.advance))  # none is done: see remove_shards
+    with progress.stage(f"encoding {lang}", sum(s.rows for s in pending), rates=True):
+        tokens = sum(run_jobs(jobs, launcher, "encode", progress.advance))  # none is done: remove_shards
     store = EmbeddingStore(workspace.embedding_dir(lang), lang)
     return _finish(lang, corpus, pending, store, tokens, started, encoding_started)
 
 
 def import_embeddings(
+    workspace: Workspace,
     paths: InputPaths,
     lang: str,
-    workspace: Workspace,
     vectors: str | Path,
     *,
     model_name: str,
     dim: int | None = None,
     dtype: str | None = None,
     options: EncodeOptions | None = None,
-    reporter: EncodeReporter | None = None,
+    progress: Progress | None = None,
 ) -> EncodeSummary:
     """Encode with vectors made elsewhere: the text of one corpus file goes through the same corpus pass as
     `encode`, and each kept line takes its row of `vectors` (a .npy file, or raw `dtype` rows of `dim`
     values: one row per line of the input, empty lines included), L2-normalised and stored as `encode`
     stores its own. `model_name` names the model that made the vectors: languages imported under the same
     name can be mined together. Resumable shard by shard, as `encode` is."""
+    check_workspace(workspace, "import_embeddings")
     paths = input_paths(paths)
     if len(paths) != 1 or paths[0] == STDIN:
         raise BitextmineError(
@@ -300,7 +261,7 @@ def import_embeddings(
             source,
             model_name,
             options or EncodeOptions(),
-            reporter or EncodeReporter(),
+            progress or Progress(),
         )
 
 
@@ -311,11 +272,11 @@ def _import(
     source: VectorsFile,
     model_name: str,
     options: EncodeOptions,
-    reporter: EncodeReporter,
+    progress: Progress,
 ) -> EncodeSummary:
     started = time.perf_counter()
-    corpus, rebuilt = prepare_corpus(paths, lang, workspace, options, reporter.warn)
-    reporter.corpus_ready(corpus, rebuilt)
+    corpus, rebuilt = prepare_corpus(paths, lang, workspace, options, warn_user)
+    _log_corpus(corpus, rebuilt)
     if source.rows != corpus.counts.lines:
         raise BitextmineError(
             f"{source.path} has {source.rows:,} rows but {paths[0]} has {corpus.counts.lines:,} lines: "
@@ -329,7 +290,8 @@ def _import(
         store.remove_shards(set(store.manifest.shards))
     pending = _pending(store, corpus)
     store.remove_shards({_stem(s.name) for s in pending})
-    reporter.vectors_ready(source, identity, sum(s.rows for s in pending))
+    shape = f"{source.rows:,} x {source.dim}, {source.vectors.dtype}"
+    _log.info("vectors %s (%s) of model %s", source.path, shape, identity.name)
     importing_started = time.perf_counter()
     jobs = [  # in this process: the vectors file is memory-mapped here
         Job(
@@ -341,7 +303,8 @@ def _import(
         )
         for s in pending
     ]
-    run_jobs(jobs, None, "encode", reporter.advance)
+    with progress.stage(f"importing {lang}", sum(s.rows for s in pending)):
+        run_jobs(jobs, None, "encode", progress.advance)
     return _finish(lang, corpus, pending, store, 0, started, importing_started)
 
 
@@ -350,7 +313,7 @@ def import_shard(
     corpus_dir: Path,
     shard: TextShard,
     store: EmbeddingStore,
-    progress: Progress | None = None,
+    progress: Advance | None = None,
 ) -> None:
     """Job: store the rows of `source` that the text shard's lines pick (line N: row N-1), the record last."""
     _, _, lines = read_text_shard(corpus_dir / shard.name, shard.sha256)
@@ -388,6 +351,13 @@ def _finish(
     )
 
 
+def _log_corpus(corpus: CorpusManifest, rebuilt: bool) -> None:
+    verb = "built" if rebuilt else "reusing"
+    _log.info(
+        "%s %d text shard(s), %s sentences of '%s'", verb, len(corpus.shards), f"{corpus.rows:,}", corpus.lang
+    )
+
+
 def model_identity(encoder: SentenceEncoder) -> ModelIdentity:
     return ModelIdentity(
         encoder.loaded.name, encoder.fingerprint, encoder.dim, encoder.settings.as_dict(), encoder.precision
@@ -399,7 +369,7 @@ def encode_shard(
     corpus_dir: Path,
     shard: TextShard,
     store: EmbeddingStore,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Advance | None = None,
 ) -> int:
     """Encode one text shard into the store (vectors, then the shard's record); returns its tokens."""
     texts, _, _ = read_text_shard(corpus_dir / shard.name, shard.sha256)
@@ -414,16 +384,16 @@ def encode_shard(
 
 
 def encode_shard_job(
-    spec: EncoderSpec, root: Path, lang: str, shard: TextShard, progress: Progress | None = None
+    shared: LoadedEncoder, root: Path, lang: str, shard: TextShard, progress: Advance | None = None
 ) -> int:
     """Job: encode one text shard of `lang` in the workspace at `root` (the record last); its tokens."""
     workspace = Workspace(root)
-    encoder = spec.load()
+    encoder = shared.get()
     store = EmbeddingStore(workspace.embedding_dir(lang), lang)
     loaded = model_identity(encoder)
     if loaded.fingerprint != store.model.fingerprint:
         raise BitextmineError(
-            f"{store.root}: the encoder loaded from {spec.model} is not {store.model.describe()} "
+            f"{store.root}: the encoder loaded from {shared.spec.model} is not {store.model.describe()} "
             "that the submitting run bound here (the model changed since?)"
         )
     if loaded.precision != store.model.precision:

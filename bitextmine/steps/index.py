@@ -8,7 +8,8 @@ import numpy as np
 
 from bitextmine.errors import BitextmineError
 from bitextmine.launch.config import LauncherConfig
-from bitextmine.launch.jobs import Job, Progress, run_jobs
+from bitextmine.launch.jobs import Job, run_jobs
+from bitextmine.progress import Progress
 from bitextmine.search.cost import EXACT_BUDGET_SECONDS, SAMPLE_QUERIES, ExactCost, measure_exact_cost
 from bitextmine.search.factory import EXACT
 from bitextmine.search.factory_choice import auto_nprobe, choose_factory
@@ -87,6 +88,7 @@ def index(
     lang: str,
     options: IndexOptions | None = None,
     progress: Progress | None = None,
+    *,
     launcher: LauncherConfig | None = None,
 ) -> IndexInfo:
     """Build, measure and save the index of `lang` (WORK/index/LANG.json and its .faiss files).
@@ -95,10 +97,10 @@ def index(
     built as row-range shards, one job a shard (a rerun keeps the shards already saved). Any other is
     populated in parts of `options.checkpoint_rows` rows, saved as they complete and merged at the end,
     so that a rerun after a kill keeps the trained template and the parts done (with `gpu`: in memory,
-    in one pass). `progress` counts the rows added either way, from 0 at the start of a build; an exact
-    index (nothing to build) never calls it.
+    in one pass). `progress` counts the rows added either way, in a stage that an exact index (nothing
+    to build) never opens.
     """
-    options = options or IndexOptions()
+    options, progress = options or IndexOptions(), progress or Progress()
     queries_from = options.queries_from
     check_lang(lang)
     if queries_from not in (None, "self"):
@@ -118,8 +120,6 @@ def index(
             source = queries[0] if queries else "self"
             info = exact_index_info(vectors, lang, source, cost)
             return save_index(None, info, workspace.index_dir())
-        if progress is not None:
-            progress(0)  # a build starts (before its training): an exact index reports nothing
         auto = options.factory is None and options.list_size is None
         max_bytes = options.max_memory_gb and options.max_memory_gb * 1e9
         ranges = plan_ranges(len(vectors), chosen, vectors.dim, max_bytes)
@@ -130,33 +130,34 @@ def index(
             nprobe=nprobe, fetch=options.fetch, queries=queries, target_recall=options.target_recall
         )
         sharded = len(ranges) > 1 or (launcher is not None and launcher.launcher != "local")
-        if options.gpu and not sharded:
-            index, info = build_index(
-                vectors,
-                lang,
-                factory=chosen,
-                gpu=True,
-                seed=options.seed,
-                progress=progress,
-                auto=auto,
-                **tuning,
-            )
-        else:
-            if not sharded:
-                ranges = checkpoint_ranges(len(vectors), chosen, vectors.dim, options.checkpoint_rows)
-            build = start_sharded_build(
-                vectors,
-                lang,
-                workspace.index_dir(),
-                ranges,
-                factory=chosen,
-                seed=options.seed,
-                gpu=options.gpu,
-                auto=auto,
-            )
-            run_jobs(populate_jobs(build), launcher, "index", progress)
-            finish = finish_sharded_build if sharded else finish_merged_build
-            index, info = finish(build, **tuning)
+        with progress.stage(f"indexing {lang}", len(vectors)):
+            if options.gpu and not sharded:
+                index, info = build_index(
+                    vectors,
+                    lang,
+                    factory=chosen,
+                    gpu=True,
+                    seed=options.seed,
+                    progress=progress.advance,
+                    auto=auto,
+                    **tuning,
+                )
+            else:
+                if not sharded:
+                    ranges = checkpoint_ranges(len(vectors), chosen, vectors.dim, options.checkpoint_rows)
+                build = start_sharded_build(
+                    vectors,
+                    lang,
+                    workspace.index_dir(),
+                    ranges,
+                    factory=chosen,
+                    seed=options.seed,
+                    gpu=options.gpu,
+                    auto=auto,
+                )
+                run_jobs(populate_jobs(build), launcher, "index", progress.advance)
+                finish = finish_sharded_build if sharded else finish_merged_build
+                index, info = finish(build, **tuning)
         if info.factory == EXACT:  # an IVF-Flat slower than exact search (`_finish`): no file needed
             cost = cost or _exact_cost(workspace, vectors, queries, options)
             exact = exact_index_info(vectors, lang, queries[0] if queries else "self", cost)

@@ -19,18 +19,18 @@ from bitextmine.calibration.thresholds import ThresholdChoice, resolve_threshold
 from bitextmine.errors import BitextmineError
 from bitextmine.files import OutputTarget, atomic_open, output_target, write_json
 from bitextmine.launch.config import LauncherConfig
-from bitextmine.launch.jobs import Job, Progress, run_jobs
+from bitextmine.launch.jobs import Job, run_jobs
 from bitextmine.mining.filters import NO_FILTERS, FilterSettings, PairFilter
-from bitextmine.mining.output import (
+from bitextmine.mining.mined_file import (
     FORMATS,
     MinedOutput,
     mining_settings,
     output_format,
-    score_histogram,
     write_mined,
 )
 from bitextmine.mining.selection import NeighbourBlocks, select_candidates
 from bitextmine.mining.settings import MiningSettings
+from bitextmine.progress import Advance, Progress
 from bitextmine.search.index_files import IndexInfo, load_index_info
 from bitextmine.search.index_io import IndexCache
 from bitextmine.search.ivf_scan import query_block_rows
@@ -46,6 +46,7 @@ from bitextmine.workspace.locks import workspace_locks
 SELECTION_DIR = "selection"  # scratch of the candidate selection, inside a plan's neighbour dir
 SELECTION_BLOCK_ROWS = 1_000_000  # neighbour lists scored at once
 NEIGHBOUR_DTYPE = np.dtype([("id", "<i8"), ("cos", "<f4")])
+HISTOGRAM_BINS = 50  # of every candidate's score, in the stats
 
 
 @dataclass
@@ -61,7 +62,7 @@ class MineOptions(MiningSettings):  # k, margin, strategy, then:
     force: bool = False  # mine two languages encoded by different models (a warning instead of an error)
     filters: FilterSettings = NO_FILTERS  # pair filters, applied to the candidates that reach the threshold
     output: Path | None = None  # default: WORK/mined/SRC-TGT.FORMAT
-    format: str | None = None  # one of mining.output.FORMATS; default: from `output`'s suffix, or tsv.zst
+    format: str | None = None  # one of mining.mined_file.FORMATS; default: from `output`'s suffix, or tsv.zst
 
     def __post_init__(self) -> None:  # before the search, not after it
         super().__post_init__()
@@ -89,10 +90,14 @@ class MineOptions(MiningSettings):  # k, margin, strategy, then:
 @dataclass
 class MineSummary:
     pair: str
+    options: MineOptions
     counts: dict[str, Any]  # sentences, candidates, above_threshold, filtered (by filter), kept
     threshold: ThresholdChoice | None
     written: MinedOutput  # path, format, kept pairs, preview, histogram of the kept scores
-    stats: Path
+    indexes: dict[str, IndexInfo]  # the indexes searched, by language
+    score_histogram: dict[str, list[float]]  # of every one-to-one candidate's score
+    stats: Path  # WORK/mined/SRC-TGT.stats.json, which holds `to_json()`
+    workspace: Path  # its root
     seconds: float = 0.0
 
     @property
@@ -103,19 +108,20 @@ class MineSummary:
     def kept(self) -> int:
         return self.written.kept
 
-    def to_json(self, options: MineOptions, workspace: Workspace, extra: dict[str, Any]) -> dict[str, Any]:
-        """The stats file: what was mined, how, and what each stage kept (the output's path relative to
-        the workspace when it lies inside, so a moved workspace stays consistent)."""
-        path = self.written.path
-        if path.resolve().is_relative_to(workspace.root.resolve()):
-            path = path.resolve().relative_to(workspace.root.resolve())
+    def to_json(self) -> dict[str, Any]:
+        """What was mined, how, and what each stage kept (the output's path relative to the workspace
+        when it lies inside, so a moved workspace stays consistent)."""
+        path, root = self.written.path, self.workspace.resolve()
+        if path.resolve().is_relative_to(root):
+            path = path.resolve().relative_to(root)
         return {
             "pair": self.pair,
-            "options": options.to_json(),
+            "options": self.options.to_json(),
             "threshold": None if self.threshold is None else asdict(self.threshold),
             "counts": self.counts,
             "output": {"path": str(path), "format": self.written.format},
-            **extra,
+            "indexes": {lang: info.to_json() for lang, info in self.indexes.items()},
+            "score_histogram": self.score_histogram,
             "kept_histogram": self.written.histogram,
             "seconds": self.seconds,
         }
@@ -148,6 +154,7 @@ def mine(
     tgt_lang: str,
     options: MineOptions | None = None,
     progress: Progress | None = None,
+    *,
     launcher: LauncherConfig | None = None,
 ) -> MineSummary:
     """Mine SRC against TGT with their indexes and write WORK/mined/SRC-TGT.tsv.zst and its stats.
@@ -160,7 +167,9 @@ def mine(
     pair = check_pair(src_lang, tgt_lang)
     reads = [f"{part}-{lang}" for part in ("lang", "index") for lang in (src_lang, tgt_lang)]
     with workspace_locks(workspace, write=[f"mine-{pair}"], read=reads):
-        return _mine(workspace, src_lang, tgt_lang, options or MineOptions(), progress, launcher)
+        return _mine(
+            workspace, src_lang, tgt_lang, options or MineOptions(), progress or Progress(), launcher
+        )
 
 
 def check_pair(src_lang: str, tgt_lang: str) -> str:
@@ -180,7 +189,7 @@ def _mine(
     src_lang: str,
     tgt_lang: str,
     options: MineOptions,
-    progress: Progress | None,
+    progress: Progress,
     launcher: LauncherConfig | None,
 ) -> MineSummary:
     started = time.perf_counter()
@@ -201,9 +210,9 @@ def _mine(
             workspace, work, "bwd", tgt, src, options, search_block_rows(options, infos[0]), indexes
         ),
     ]
-    with indexes:
-        run_jobs(jobs, launcher, "mine", progress)
     sizes = (len(src.vectors), len(tgt.vectors))
+    with indexes, progress.stage(f"mining {pair}", sum(sizes)):
+        run_jobs(jobs, launcher, "mine", progress.advance)
     scratch = work / SELECTION_DIR
     shutil.rmtree(scratch, ignore_errors=True)  # left by a killed run
     fwd, bwd = _neighbour_blocks(work, "fwd", sizes), _neighbour_blocks(work, "bwd", sizes[::-1])
@@ -226,10 +235,19 @@ def _mine(
     del candidates
     shutil.rmtree(scratch)
     _remove_other_plans(work)
-    summary = MineSummary(pair, counts, threshold, written, workspace.stats_file(src_lang, tgt_lang))
-    summary.seconds = time.perf_counter() - started
-    extra = {"indexes": {i.lang: i.to_json() for i in infos}, "score_histogram": histogram}
-    write_json(summary.stats, summary.to_json(options, workspace, extra))
+    summary = MineSummary(
+        pair,
+        options,
+        counts,
+        threshold,
+        written,
+        {info.lang: info for info in infos},
+        histogram,
+        workspace.stats_file(src_lang, tgt_lang),
+        workspace.root,
+        time.perf_counter() - started,
+    )
+    write_json(summary.stats, summary.to_json())
     return summary
 
 
@@ -325,7 +343,7 @@ class NeighbourTask:
         return self.stop - self.start
 
 
-def neighbours_job(task: NeighbourTask, indexes: IndexCache, progress: Progress | None = None) -> int:
+def neighbours_job(task: NeighbourTask, indexes: IndexCache, progress: Advance | None = None) -> int:
     """Job: the k nearest base rows of the task's query rows, saved to `task.out`; the index is read
     through `indexes` (a job run in another process gets an empty copy)."""
     workspace = Workspace(task.root)
@@ -390,6 +408,23 @@ def _count_at_least(scores: np.ndarray, threshold: float, chunk: int = SELECTION
     return sum(
         int(np.count_nonzero(scores[a : a + chunk] >= threshold)) for a in range(0, len(scores), chunk)
     )
+
+
+def score_histogram(scores: np.ndarray, chunk: int = 1_000_000) -> dict[str, list[float]]:
+    """np.histogram of the finite scores in HISTOGRAM_BINS bins over their range, counted in chunks."""
+
+    def finite_parts() -> Iterator[np.ndarray]:
+        for start in range(0, len(scores), chunk):
+            part = np.asarray(scores[start : start + chunk])
+            yield part[np.isfinite(part)]
+
+    ranges = [(part.min(), part.max()) for part in finite_parts() if len(part)]
+    if not ranges:
+        return {"edges": [], "counts": []}
+    span = (min(low for low, _ in ranges), max(high for _, high in ranges))
+    counts = sum(np.histogram(part, bins=HISTOGRAM_BINS, range=span)[0] for part in finite_parts())
+    edges = np.histogram_bin_edges(np.zeros(0), bins=HISTOGRAM_BINS, range=span)
+    return {"edges": [round(float(e), 6) for e in edges], "counts": counts.tolist()}
 
 
 def _remove_other_plans(work: Path) -> None:

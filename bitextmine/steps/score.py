@@ -10,19 +10,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from bitextmine.calibration.thresholds import ThresholdChoice, resolve_threshold
 from bitextmine.encoder.cache import embed
-from bitextmine.encoder.encoder import ProgressCallback, SentenceEncoder
+from bitextmine.encoder.encoder import SentenceEncoder
 from bitextmine.errors import BitextmineError
 from bitextmine.files import output_target
 from bitextmine.mining.filters import NO_FILTERS, FilterSettings, PairFilter
 from bitextmine.mining.margin import margin_scores
-from bitextmine.mining.output import (
+from bitextmine.mining.mined_file import (
     MinedOutput,
     ScoredRows,
     check_translation_pair,
@@ -31,13 +32,14 @@ from bitextmine.mining.output import (
     write_pairs,
 )
 from bitextmine.mining.settings import MarginSettings
+from bitextmine.progress import Progress
 from bitextmine.search.gemm import exact_neighbours
 from bitextmine.search.knn import Neighbours
 from bitextmine.search.language_search import BaseSearch
 from bitextmine.text.bitext import Bitext
 from bitextmine.text.reader import Row, warn_user
 from bitextmine.workspace.language import open_language
-from bitextmine.workspace.layout import Workspace
+from bitextmine.workspace.layout import Workspace, check_workspace
 from bitextmine.workspace.locks import workspace_locks
 
 NEIGHBOURHOODS = ("bitext", "workspace")
@@ -71,21 +73,28 @@ class ScoreSummary:
     written: MinedOutput
     seconds: float
 
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["written"]["path"] = str(self.written.path)
+        return data
+
 
 def score_bitext(
+    workspace: Workspace,
     bitext: Bitext,
     langs: tuple[str, str],
     encoder: SentenceEncoder,
     output: Path,
-    workspace: Workspace,
     options: ScoreOptions | None = None,
-    progress: ProgressCallback | None = None,
+    progress: Progress | None = None,
 ) -> ScoreSummary:
     """Score every pair of `bitext` (languages `langs`) and write those reaching the threshold and
     passing the filters to `output`. `workspace` caches the vectors and holds the thresholds; its
-    corpora of `langs` are the neighbourhoods when `options.neighbourhood` is "workspace"."""
+    corpora of `langs` are the neighbourhoods when `options.neighbourhood` is "workspace". `progress`
+    counts the sentences encoded."""
+    check_workspace(workspace, "score_bitext")
     started = time.perf_counter()
-    options = options or ScoreOptions()
+    options, progress = options or ScoreOptions(), progress or Progress()
     pair = f"{langs[0]}-{langs[1]}"
     fmt = output_format(output, options.format)
     check_translation_pair(fmt, *langs)
@@ -93,8 +102,9 @@ def score_bitext(
     target = output_target(output, inputs=inputs, workspace=workspace)
     pair_filter = PairFilter(options.filters, *langs)
     threshold = _threshold(options, workspace, encoder, pair)
-    src = embed(encoder, bitext.src, workspace.embedding_cache_dir(), progress)
-    tgt = embed(encoder, bitext.tgt, workspace.embedding_cache_dir(), progress)
+    with progress.stage(f"encoding {pair}", 2 * len(bitext), rates=True):
+        src = embed(encoder, bitext.src, workspace.embedding_cache_dir(), progress.advance)
+        tgt = embed(encoder, bitext.tgt, workspace.embedding_cache_dir(), progress.advance)
     if options.neighbourhood == "workspace":
         reads = [f"{part}-{lang}" for part in ("lang", "index") for lang in langs]
         with workspace_locks(workspace, write=[], read=reads):

@@ -21,8 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bitextmine.errors import BitextmineError
-from bitextmine.mining.mined_file import mined_format
-from bitextmine.mining.output import FORMATS
+from bitextmine.mining.mined_file import FORMATS, mined_format
 from bitextmine.text.cleaning import clean_line
 from bitextmine.text.reader import CorpusCounts, Warn, iter_rows, read_lines, warn_user
 from bitextmine.train.mined import (

@@ -1,9 +1,9 @@
 """Mined pairs as training data: `mine`'s output read back, kept by score and optionally weighted by it.
 
-Every format of `bitextmine.mining.output` is read (mining/mined_file.py). A TSV whose first line has
-two fields is a pair TSV (``xx<TAB>en``) instead. The languages come from the file name as `mine`
-writes it: ``de-en.tsv.zst``, or ``en-de.tsv.zst`` (then the sides are swapped, so that English is the
-target as in every training pair; `train.data` reads the name).
+Every format of `bitextmine.mining.mined_file` is read. A TSV whose first line has two fields is a pair
+TSV (``xx<TAB>en``) instead. The languages come from the file name as `mine` writes it: ``de-en.tsv.zst``,
+or ``en-de.tsv.zst`` (then the sides are swapped, so that English is the target as in every training
+pair; `train.data` reads the name).
 
 Weights (``--weight-by-score``): a kept pair with score s weighs ``(s - floor) / scale``, where floor
 is ``--min-score`` (without it: the file's lowest kept score) and scale is the mean of ``s - floor``

@@ -33,7 +33,8 @@ from typing import Any
 from bitextmine.errors import BitextmineError
 from bitextmine.files import atomic_open, json_record, json_text, remove_temporaries
 from bitextmine.launch.config import LauncherConfig
-from bitextmine.launch.jobs import Job, Progress, run_jobs
+from bitextmine.launch.jobs import Job, run_jobs
+from bitextmine.progress import Advance
 from bitextmine.text.dedup import Deduplicator
 from bitextmine.text.reader import STDIN, Columns, CorpusCounts, CorpusError, Row, Warn, iter_rows, warn_user
 from bitextmine.workspace.corpus import (
@@ -132,7 +133,7 @@ def build_corpus_from_parts(
     return write_corpus(plan, paths, rows, counts, out_dir, on_shard)
 
 
-def build_part(path: str, part: Part, parts_dir: Path, progress: Progress | None = None) -> None:
+def build_part(path: str, part: Part, parts_dir: Path, progress: Advance | None = None) -> None:
     """Job: read, clean, dedup within the file and identify `path` into its part in `parts_dir`."""
     settings = part.settings
     counts, warnings = CorpusCounts(), []

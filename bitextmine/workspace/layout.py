@@ -81,3 +81,9 @@ class Workspace:
         """Every folder and file above: a path a user names for output may not lie in one of them."""
         folders = ["corpora", "corpus-parts", "emb", "index", "mined", "cache", "locks", "logs", "scratch"]
         return [self.root / name for name in folders] + [self.thresholds_file()]
+
+
+def check_workspace(value: object, step: str) -> None:
+    """Every step takes its workspace first: anything else there is a TypeError naming the step."""
+    if not isinstance(value, Workspace):
+        raise TypeError(f"{step}: the first argument is a bitextmine.Workspace, not a {type(value).__name__}")

@@ -45,6 +45,7 @@ from bitextmine.mining.filters import FilterSettings, PairFilter, parse_filters
 from bitextmine.mining.settings import MiningSettings
 from bitextmine.steps.calibrate import calibrate
 from bitextmine.text.lid import DEFAULT_MIN_CONFIDENCE, is_language
+from bitextmine.workspace.layout import Workspace
 
 OUT = RESULTS / "bench_filters.json"
 WORK = REPO / "bitextmine-work" / "bench" / "filters"
@@ -78,8 +79,9 @@ def measure_pair(pair: str, encoder: SentenceEncoder) -> list[dict]:
     x = pair.split("-")[0]
     clean = read_bucc(SHARED / "data" / "bucc-like" / pair, pair, "dev")
     noisy = read_bucc(SHARED / "data" / "noisy-bucc" / pair, pair, "dev")
-    cache = WORK / "cache"
-    calibration = calibrate(clean, encoder, MiningSettings(), cache, store=WORK / "thresholds.json")
+    work = Workspace(WORK)
+    cache = work.embedding_cache_dir()
+    calibration = calibrate(work, clean, encoder)
     threshold, clean_scores = calibration.result.threshold, calibration.result.scores
     vectors = embed(encoder, noisy.src.sentences, cache), embed(encoder, noisy.tgt.sentences, cache)
     mined = mine_vectors(noisy, *vectors, MiningSettings())

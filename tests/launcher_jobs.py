@@ -1,5 +1,5 @@
-"""Module-level job functions for tests/test_launcher.py: submitit pickles them by reference, so the job
-processes import this module."""
+"""Module-level job functions for tests/test_launcher.py: submitit and the local process pool pickle them
+by reference, so the job processes import this module."""
 
 from __future__ import annotations
 
@@ -18,6 +18,11 @@ def write_value(path: Path, value: int, progress=None) -> int:
     if progress:
         progress(1)
     return value
+
+
+def process_id(progress=None) -> int:
+    """The id of the process that runs the job."""
+    return os.getpid()
 
 
 def write_output(out: Path, calls: Path, progress=None) -> int:

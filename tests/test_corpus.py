@@ -1,4 +1,5 @@
-"""Tests for bitextmine.text (reading, cleaning, dedup) and bitextmine.workspace.corpus (shards, manifest)."""
+"""Tests for bitextmine.text (reading, cleaning, dedup), bitextmine.corpus (the pass) and
+bitextmine.workspace.corpus (shards, manifest)."""
 
 from __future__ import annotations
 
@@ -22,19 +23,18 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bitextmine.corpus.build import build_corpus
+from bitextmine.corpus.sift import iter_corpus
 from bitextmine.errors import BitextmineError
 from bitextmine.text import reader as corpus
 from bitextmine.text.cleaning import clean_line
 from bitextmine.text.dedup import Deduplicator
-from bitextmine.text.lid import DEFAULT_MIN_CONFIDENCE, model_id
+from bitextmine.text.lid import DEFAULT_MIN_CONFIDENCE, LidFilter, model_id
 from bitextmine.text.reader import Columns, CorpusCounts, CorpusError, Row, iter_rows, open_binary, read_lines
 from bitextmine.workspace.corpus import (
     CorpusManifest,
-    LidFilter,
     SourceInfo,
     TextShard,
-    build_corpus,
-    iter_corpus,
     load_manifest,
     read_text_shard,
     write_text_shards,

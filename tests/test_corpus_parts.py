@@ -1,4 +1,4 @@
-"""The corpus pass in parts (workspace/corpus_parts.py): one part per input file, then a merge that must
+"""The corpus pass in parts (corpus/parts.py): one part per input file, then a merge that must
 write the very bytes of the single pass (`build_corpus`); parts survive a crash, follow their input,
 and can be built in several processes."""
 
@@ -17,14 +17,15 @@ import pytest
 from typer.testing import CliRunner
 
 from bitextmine.cli import app
+from bitextmine.corpus import parts as corpus_parts
+from bitextmine.corpus.build import build_corpus
+from bitextmine.corpus.parts import build_corpus_from_parts
 from bitextmine.errors import BitextmineError
 from bitextmine.faults import FAULT_ENV
+from bitextmine.launch import jobs
 from bitextmine.steps.encode import EncodeOptions, prepare_corpus
-from bitextmine.text.lid import DEFAULT_MIN_CONFIDENCE, model_id
+from bitextmine.text.lid import DEFAULT_MIN_CONFIDENCE, LidFilter, model_id
 from bitextmine.text.reader import Columns, CorpusError
-from bitextmine.workspace import corpus_parts
-from bitextmine.workspace.corpus import LidFilter, build_corpus
-from bitextmine.workspace.corpus_parts import build_corpus_from_parts
 from bitextmine.workspace.layout import Workspace
 
 GERMAN_LID = LidFilter("de", DEFAULT_MIN_CONFIDENCE, model_id())
@@ -110,6 +111,20 @@ def built(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return names
 
 
+@pytest.fixture
+def pools(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the local process pools the launcher ran jobs in."""
+    sizes: list[int] = []
+    real = jobs.run_in_processes
+
+    def spy(calls, workers, ended):
+        sizes.append(workers)
+        return real(calls, workers, ended)
+
+    monkeypatch.setattr(jobs, "run_in_processes", spy)
+    return sizes
+
+
 @pytest.mark.parametrize("settings", SETTINGS.values(), ids=SETTINGS.keys())
 def test_parts_write_the_bytes_and_warnings_of_the_single_pass(tmp_path: Path, settings) -> None:
     paths = write_inputs(tmp_path / "in")
@@ -140,7 +155,7 @@ def test_a_crash_after_some_parts_resumes_with_them(tmp_path: Path, built: list[
     want, warned = single_pass(paths, tmp_path / "single", dedup=True)
     out, parts = tmp_path / "corpus", tmp_path / "parts"
     script = (
-        "import sys; from bitextmine.workspace.corpus_parts import build_corpus_from_parts as b; "
+        "import sys; from bitextmine.corpus.parts import build_corpus_from_parts as b; "
         "b(sys.argv[3:], 'de', sys.argv[1], sys.argv[2], shard_size=2, dedup=True, warn=print)"
     )
     env = {**os.environ, FAULT_ENV: "after-rename@2"}  # killed once the second part is in place
@@ -185,14 +200,9 @@ def test_other_settings_rebuild_every_part(tmp_path: Path, built: list[str]) -> 
 
 
 @pytest.mark.integration  # worker processes
-def test_parts_built_in_two_processes_give_the_same_bytes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_parts_built_in_two_processes_give_the_same_bytes(tmp_path: Path, pools: list[int]) -> None:
     paths = write_inputs(tmp_path / "in")
     want = single_pass(paths, tmp_path / "single", dedup=True, lid=GERMAN_LID)
-    pools: list[int] = []
-    real = corpus_parts._run_in_processes
-    monkeypatch.setattr(corpus_parts, "_run_in_processes", lambda jobs, n: (pools.append(n), real(jobs, n)))
     assert in_parts(paths, tmp_path, dedup=True, lid=GERMAN_LID, workers=2) == want
     assert pools == [2]
 
@@ -242,12 +252,9 @@ def test_prepare_corpus_builds_in_parts_and_reuses_the_corpus(tmp_path: Path, bu
 
 @pytest.mark.integration  # the CLI end to end, worker processes
 def test_encode_corpus_workers_reads_the_files_in_processes(
-    tmp_path: Path, tiny_model_dir, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, tiny_model_dir, pools: list[int]
 ) -> None:
     paths = write_inputs(tmp_path / "in")
-    pools: list[int] = []
-    real = corpus_parts._run_in_processes
-    monkeypatch.setattr(corpus_parts, "_run_in_processes", lambda jobs, n: (pools.append(n), real(jobs, n)))
     work = tmp_path / "w"
     args = ["encode", *paths, "-l", "de", "-m", str(tiny_model_dir("bert")), "-w", str(work), "--dedup"]
     result = CliRunner().invoke(app, [*args, "--shard-size", "2", "--corpus-workers", "2"])

@@ -11,16 +11,15 @@ import pytest
 from typer.testing import CliRunner
 
 from bitextmine.cli import app
+from bitextmine.corpus.build import build_corpus
 from bitextmine.errors import BitextmineError
 from bitextmine.steps.encode import EncodeOptions
-from bitextmine.text.lid import DEFAULT_MIN_CONFIDENCE, model_id
+from bitextmine.text.lid import DEFAULT_MIN_CONFIDENCE, LidFilter, model_id
 from bitextmine.text.reader import Columns, CorpusCounts, CorpusError, Row, iter_rows
 from bitextmine.workspace.corpus import (
     MANIFEST_NAME,
     CorpusManifest,
-    LidFilter,
     RowReader,
-    build_corpus,
     load_manifest,
     lookup_rows,
     read_shard_rows,

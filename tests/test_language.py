@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from bitextmine.corpus.build import build_corpus
 from bitextmine.errors import BitextmineError
-from bitextmine.workspace.corpus import build_corpus
 from bitextmine.workspace.embeddings import EmbeddingShard, EmbeddingStore, ModelIdentity
 from bitextmine.workspace.language import open_language
 from bitextmine.workspace.layout import Workspace

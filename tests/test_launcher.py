@@ -1,11 +1,13 @@
-"""Shard-job launcher: in-process runs and submitit's local executor (real processes), retries, failure
-reports with logs, Ctrl-C, the config file and its precedence, the Slurm parameters."""
+"""Shard-job launcher: in-process runs, the local process pool and submitit's local executor (real
+processes), retries, failure reports with logs, Ctrl-C, the config file and its precedence, the Slurm
+parameters."""
 
 from __future__ import annotations
 
 import os
 import re
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -171,6 +173,50 @@ def test_interrupt_cancels_running_jobs(tmp_path, sigint):
         signal.signal(signal.SIGINT, previous)
     pids = [int(pid) for pid in pid_file.read_text().split()]  # the job and submitit's controller
     _wait_for(lambda: not any(map(_alive, pids)))
+
+
+@pytest.mark.integration  # worker processes
+def test_local_workers_run_the_jobs_in_other_processes_in_job_order(tmp_path):
+    marker = tmp_path / "marker"
+    jobs = [
+        Job("index shard 0", launcher_jobs.fail_first_time, (marker, 7)),
+        *(Job(f"shard {i}", launcher_jobs.process_id) for i in (1, 2)),
+    ]
+    finished: list[int] = []
+    results = run_jobs(jobs, _config(tmp_path, "local", retries=1), "index", finished.append, workers=2)
+    assert results[0] == 7 and marker.exists()  # retried in its worker
+    assert os.getpid() not in results[1:]
+    assert finished == [1, 1, 1]
+
+
+@pytest.mark.integration  # worker processes
+def test_a_failure_in_a_local_worker_names_the_job_once_the_others_end(tmp_path):
+    calls, ok = tmp_path / "calls", tmp_path / "ok"
+    jobs = [
+        Job("mine block 2", launcher_jobs.always_fail, (calls,)),
+        Job("ok", launcher_jobs.write_value, (ok, 1)),
+    ]
+    expected = r"^mine block 2 failed \(2 attempts\): RuntimeError: this shard is cursed \(at .+\.py:\d+\)$"
+    with pytest.raises(BitextmineError, match=expected):
+        run_jobs(jobs, _config(tmp_path, "local", retries=1), "mine", workers=2)
+    assert _calls(calls) == 2 and _calls(ok) == 1
+
+
+@pytest.mark.integration  # worker processes
+def test_local_workers_exit_once_the_command_is_killed(tmp_path):
+    script = (
+        "import sys; from pathlib import Path; from bitextmine.launch.jobs import Job, run_jobs; "
+        "from tests.launcher_jobs import sleep_long; "
+        "run_jobs([Job(str(i), sleep_long, (Path(sys.argv[1]) / str(i),)) for i in (0, 1)], workers=2)"
+    )
+    command = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)])
+    try:
+        _wait_for(lambda: all((tmp_path / name).exists() for name in "01"))
+    finally:
+        command.kill()
+        command.wait()
+    workers = [int((tmp_path / name).read_text().split()[0]) for name in "01"]
+    _wait_for(lambda: not any(map(_alive, workers)), seconds=5)
 
 
 def _wait_for(condition, seconds: float = 30) -> None:

@@ -23,6 +23,7 @@ RANKS = {
     "launch": 0,
     "text": 1,
     "workspace": 2,
+    "corpus": 3,  # the corpus pass, writing text shards; ranked with encoder, so neither imports the other
     "encoder": 3,
     "search": 4,
     "mining": 5,

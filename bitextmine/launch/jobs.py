@@ -5,8 +5,9 @@ A step makes its jobs; it does not run them. A job's function writes its outputs
 idempotent, and the job is done once every output it declares exists, so a rerun runs only the jobs
 that are not done and a failed job is simply run again (up to `retries` times, never on a
 BitextmineError: rerunning cannot fix bad input). Where the jobs run is the launcher's business: in
-this process one after another (`local`), as a Slurm job array, or as local submitit processes. For
-submitit a job's function must be picklable: a module-level function, importable where the job runs.
+this process one after another (`local`), or in a pool of local processes (`local` with `workers`,
+launch/processes.py), as a Slurm job array, or as local submitit processes. Outside this process a job's
+function must be picklable: a module-level function, importable where the job runs.
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ import logging
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from bitextmine.errors import BitextmineError, is_out_of_memory
 from bitextmine.launch.config import LauncherConfig
+from bitextmine.launch.processes import run_in_processes
 from bitextmine.progress import Advance
 
 _log = logging.getLogger(__name__)
@@ -46,8 +49,10 @@ def run_jobs(
     config: LauncherConfig | None = None,
     step: str = "jobs",
     progress: Advance | None = None,
+    workers: int = 1,
 ) -> list[Any]:
-    """Run every job not yet done, here (`config` None or launcher `local`) or through submitit.
+    """Run every job not yet done, here (`config` None or launcher `local`: one after another, or in
+    `workers` local processes) or through submitit.
 
     Returns the results in job order, None for a job done by an earlier run (counted in `progress` at
     once). Raises BitextmineError naming the jobs that still failed after their retries.
@@ -60,14 +65,16 @@ def run_jobs(
         else:
             pending.append(number)
     todo = [jobs[number] for number in pending]
+    local = config is None or config.launcher == "local"
     where = "in this process" if config is None else f"with launcher {config.launcher}"
+    where = f"in {workers} local processes" if local and workers > 1 else where
     done = len(jobs) - len(todo)
     _log.debug(
         "%s: %d job(s), %d done by an earlier run, %d to run %s", step, len(jobs), done, len(todo), where
     )
-    if config is None or config.launcher == "local":
+    if local:
         retries = 0 if config is None else config.retries
-        values = [_run_here(job, retries, advance) for job in todo]
+        values = _run_locally(todo, retries, workers, advance)
     else:
         from bitextmine.launch.submitit_runner import SubmititRun
 
@@ -76,6 +83,15 @@ def run_jobs(
     for number, value in zip(pending, values, strict=True):
         results[number] = value
     return results
+
+
+def _run_locally(jobs: Sequence[Job], retries: int, workers: int, progress: Advance) -> list[Any]:
+    """In this process one after another, or with `workers` > 1 in that many local processes (each job
+    counted in `progress` once it ends)."""
+    if workers > 1 and len(jobs) > 1:
+        calls = [partial(_run_here, job, retries, _ignore) for job in jobs]
+        return run_in_processes(calls, workers, lambda number: progress(jobs[number].work))
+    return [_run_here(job, retries, progress) for job in jobs]
 
 
 def _ignore(*_: object) -> None:

@@ -10,6 +10,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from bitextmine.corpus.build import plan_corpus
+from bitextmine.corpus.parts import build_corpus_from_parts
 from bitextmine.encoder.encoder import SentenceEncoder
 from bitextmine.encoder.spec import EncoderSpec, LoadedEncoder
 from bitextmine.errors import BitextmineError, BitextmineValueError
@@ -17,17 +19,9 @@ from bitextmine.launch.config import LauncherConfig
 from bitextmine.launch.jobs import Job, run_jobs
 from bitextmine.progress import Advance, Progress, ProgressDisplay
 from bitextmine.text.languages import check_lang
-from bitextmine.text.lid import DEFAULT_MIN_CONFIDENCE, lid_code, model_id
+from bitextmine.text.lid import DEFAULT_MIN_CONFIDENCE, LidFilter, lid_code, model_id
 from bitextmine.text.reader import STDIN, Columns, CorpusCounts, warn_user
-from bitextmine.workspace.corpus import (
-    CorpusManifest,
-    LidFilter,
-    TextShard,
-    load_manifest,
-    plan_corpus,
-    read_text_shard,
-)
-from bitextmine.workspace.corpus_parts import build_corpus_from_parts
+from bitextmine.workspace.corpus import CorpusManifest, TextShard, load_manifest, read_text_shard
 from bitextmine.workspace.embeddings import EmbeddingShard, EmbeddingStore, ModelIdentity
 from bitextmine.workspace.external import VectorsFile, external_model, open_vectors
 from bitextmine.workspace.layout import Workspace, check_workspace

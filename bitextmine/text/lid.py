@@ -13,6 +13,7 @@ import functools
 import importlib.metadata
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -65,6 +66,15 @@ def _identifier() -> Any:
 def model_id() -> str:
     """The identifier and its version, e.g. "py3langid 0.4.0": what a corpus filtered with it records."""
     return f"py3langid {importlib.metadata.version('py3langid')}"
+
+
+@dataclass(frozen=True)
+class LidFilter:
+    """Keep the rows identified as `lang` (the identifier's code) with at least `min_confidence`."""
+
+    lang: str
+    min_confidence: float
+    model: str  # the identifier and its version (`model_id`): another one rebuilds the corpus
 
 
 def lid_code(lang: str) -> str:

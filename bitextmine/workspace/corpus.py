@@ -1,8 +1,5 @@
-"""Stream text corpora, clean lines, deduplicate, and write fixed-size text shards plus a manifest.
-
-Everything here works in constant memory whatever the input size: files are read line by line with a
-bounded ``readline``, compressed input is decompressed as a stream, and deduplication keeps 64-bit
-hashes only (about 16 bytes per unique sentence).
+"""Text shards and their manifest: the files the corpus pass (bitextmine/corpus/) writes in
+``WORK/corpora/L/`` and every later step reads.
 
 A text shard ``shard-NNNNN.tsv`` holds one row per line, ``SOURCE<TAB>LINE<TAB>TEXT``: the index of the
 input file, the 1-based line number in the original (decompressed) input, and the cleaned sentence; then
@@ -17,106 +14,20 @@ import mmap
 import os
 import re
 import stat
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple, cast
+from typing import Any, cast
 
 import numpy as np
 
 from bitextmine.files import atomic_open, json_record, read_json, write_json
-from bitextmine.text.dedup import Deduplicator
-from bitextmine.text.lid import is_language
-from bitextmine.text.reader import (
-    STDIN,
-    Columns,
-    CorpusCounts,
-    CorpusError,
-    Row,
-    Warn,
-    display_name,
-    iter_rows,
-    warn_user,
-)
+from bitextmine.text.lid import LidFilter
+from bitextmine.text.reader import STDIN, Columns, CorpusCounts, CorpusError, Row
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = 1
 _SHARD_FILE = re.compile(r"shard-\d+\.tsv")  # names come from the manifest and become file names
-LID_BATCH = 1024  # rows identified at a time
-
-
-@dataclass(frozen=True)
-class LidFilter:
-    """Keep the rows identified as `lang` (the identifier's code) with at least `min_confidence`."""
-
-    lang: str
-    min_confidence: float
-    model: str  # the identifier and its version: another one rebuilds the corpus
-
-
-def iter_corpus(
-    paths: Sequence[str],
-    counts: CorpusCounts,
-    *,
-    dedup: bool = False,
-    max_chars: int = 10_000,
-    columns: Columns | None = None,
-    lid: LidFilter | None = None,
-    warn: Warn = warn_user,
-) -> Iterator[Row]:
-    """Chain the rows of all `paths` (source = position in `paths`), deduplicated across files if asked
-    (on the sentence alone: the first occurrence and its meta stay), then kept only in `lid`'s language.
-
-    Dedup comes first so that each distinct sentence is identified once; as a sentence's language does not
-    depend on where it occurs, the rows kept are the same in either order.
-    """
-    rows = itertools.chain.from_iterable(
-        iter_rows(path, source, counts, max_chars=max_chars, columns=columns, warn=warn)
-        for source, path in enumerate(paths)
-    )
-    return (s.row for s in sift(rows, counts, dedup, lid) if s.in_language)
-
-
-class Sifted(NamedTuple):
-    row: Row
-    hash: int | None  # the sentence's dedup hash (None without dedup)
-    in_language: bool  # False: language identification found it in another language
-
-
-def sift(rows: Iterable[Row], counts: CorpusCounts, dedup: bool, lid: LidFilter | None) -> Iterator[Sifted]:
-    """The rows that repeat no earlier sentence (with `dedup`), each with whether it is in `lid`'s language.
-
-    `counts` (which counted every row as kept) gets the duplicates and the rows in another language, and
-    keeps only the rows in neither.
-    """
-    unique = _unique_rows(rows, counts, dedup)
-    if lid is None:
-        yield from (Sifted(row, value, True) for row, value in unique)
-        return
-    while batch := list(itertools.islice(unique, LID_BATCH)):
-        keep = is_language([row.text for row, _ in batch], lid.lang, lid.min_confidence)
-        dropped = len(batch) - int(keep.sum())
-        counts.wrong_language += dropped
-        counts.kept -= dropped
-        yield from (Sifted(row, value, bool(k)) for (row, value), k in zip(batch, keep, strict=True))
-
-
-def _unique_rows(rows: Iterable[Row], counts: CorpusCounts, dedup: bool) -> Iterator[tuple[Row, int | None]]:
-    if not dedup:
-        yield from ((row, None) for row in rows)
-        return
-    seen = Deduplicator()
-    for row in rows:
-        value = Deduplicator.hash(row.text)
-        if seen.seen_hash(value):
-            counts.duplicates += 1
-            counts.kept -= 1  # iter_rows counted it; kept counts emitted rows only
-            continue
-        yield row, value
-
-
-# ---------------------------------------------------------------------------------------------------
-# Shards and manifest
 
 
 @dataclass
@@ -310,95 +221,22 @@ def read_text_shard(path: Path, sha256: str | None = None) -> tuple[list[str], n
     )
 
 
-def _remove_stale(out_dir: Path) -> None:
-    (out_dir / MANIFEST_NAME).unlink(missing_ok=True)
-    for pattern in ("shard-*.tsv", ".shard-*.tsv.tmp-*"):
-        for stale in out_dir.glob(pattern):
-            stale.unlink(missing_ok=True)
-
-
-def build_corpus(
-    paths: Sequence[str],
-    lang: str,
-    out_dir: Path,
-    *,
-    shard_size: int,
-    dedup: bool,
-    max_chars: int = 10_000,
-    columns: Columns | None = None,
-    lid: LidFilter | None = None,
-    warn: Warn = warn_user,
-    on_shard: Callable[[TextShard], None] | None = None,
-) -> CorpusManifest:
-    """Read, clean (and dedup) `paths` into text shards in `out_dir` in one pass, then write its manifest.
-
-    Any error (bad input, a failed write, an interrupt) leaves `out_dir` without shards or manifest.
-    """
-    plan = plan_corpus(paths, lang, shard_size, dedup, max_chars, columns, lid)
-    clear_corpus(out_dir)
-    counts = CorpusCounts()
-    rows = iter_corpus(paths, counts, dedup=dedup, max_chars=max_chars, columns=columns, lid=lid, warn=warn)
-    return write_corpus(plan, paths, rows, counts, out_dir, on_shard)
-
-
-def plan_corpus(
-    paths: Sequence[str],
-    lang: str,
-    shard_size: int,
-    dedup: bool,
-    max_chars: int,
-    columns: Columns | None,
-    lid: LidFilter | None,
-) -> CorpusManifest:
-    """The manifest of the corpus `paths` would make, without shards: its inputs as they are now (a
-    missing input is an error) and its settings."""
-    if not paths:
-        raise CorpusError("no input files")
-    sources = [SourceInfo.of(p) for p in paths]
-    return CorpusManifest(lang, sources, shard_size, dedup, max_chars, columns=columns, lid=lid)
-
-
 def clear_corpus(out_dir: Path) -> None:
     """Make `out_dir` and remove its manifest and text shards, before they are built again."""
     Path(out_dir).mkdir(parents=True, exist_ok=True)
-    _remove_stale(Path(out_dir))
+    remove_corpus(out_dir)
 
 
-def write_corpus(
-    plan: CorpusManifest,
-    paths: Sequence[str],
-    rows: Iterable[Row],
-    counts: CorpusCounts,
-    out_dir: Path,
-    on_shard: Callable[[TextShard], None] | None = None,
-) -> CorpusManifest:
-    """Write `rows` (read from `paths`; `counts` is final once they are consumed) as the text shards of
-    `plan`, then its manifest; any error removes them."""
-    out_dir = Path(out_dir)
-    try:
-        shards = write_text_shards(rows, out_dir, plan.shard_size, on_shard)
-        if not shards:
-            raise CorpusError(_no_sentences(paths, counts))
-        manifest = replace(plan, shards=shards, counts=counts, complete=True)
-        write_json(out_dir / MANIFEST_NAME, manifest.to_json())
-    except BaseException:
-        _remove_stale(out_dir)  # bad input or a failed write leaves no shards of a half-read corpus
-        raise
-    return manifest
+def remove_corpus(out_dir: Path) -> None:
+    """Remove the manifest, the text shards and the shards left half-written in `out_dir`."""
+    (Path(out_dir) / MANIFEST_NAME).unlink(missing_ok=True)
+    for pattern in ("shard-*.tsv", ".shard-*.tsv.tmp-*"):
+        for stale in Path(out_dir).glob(pattern):
+            stale.unlink(missing_ok=True)
 
 
-def _no_sentences(paths: Sequence[str], counts: CorpusCounts) -> str:
-    """Why a corpus has no sentences: every line empty, or which filters dropped the others."""
-    names = ", ".join(display_name(p) for p in paths)
-    dropped = {
-        "empty": counts.empty,
-        "in another language (--lid)": counts.wrong_language,
-        "without the columns asked for": counts.missing_columns,
-    }
-    if counts.lines == counts.empty:
-        return f"no sentences in {names}: every line is empty"
-    reasons = ", ".join(f"{n:,} {why}" for why, n in dropped.items() if n)
-    return f"no sentences in {names}: every line was dropped ({reasons})"
+def write_manifest(out_dir: Path, manifest: CorpusManifest) -> None:
+    write_json(Path(out_dir) / MANIFEST_NAME, manifest.to_json())
 
 
 def load_manifest(out_dir: Path) -> CorpusManifest | None:

@@ -3,7 +3,7 @@
 This is the one place that knows the layout; everything else asks it for paths:
 
     WORK/corpora/L/        text shards and their manifest (workspace/corpus.py)
-    WORK/corpus-parts/L/   one part per input file, merged into the text shards (workspace/corpus_parts.py)
+    WORK/corpus-parts/L/   one part per input file, merged into the text shards (corpus/parts.py)
     WORK/emb/L/            embedding shards, their records and manifest (workspace/embeddings.py)
     WORK/index/            L.json and L.faiss, or L.PLAN.NNN.faiss shards (search/index_files.py)
     WORK/mined/            PAIR.tsv.zst (or another format), PAIR.stats.json; .neighbours/ (steps/mine.py)

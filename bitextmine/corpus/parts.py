@@ -20,35 +20,21 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import multiprocessing
-import os
-import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bitextmine.errors import BitextmineError
+from bitextmine.corpus.build import build_corpus, plan_corpus, write_corpus
+from bitextmine.corpus.sift import Sifted, sift
 from bitextmine.files import atomic_open, json_record, json_text, remove_temporaries
 from bitextmine.launch.config import LauncherConfig
 from bitextmine.launch.jobs import Job, run_jobs
 from bitextmine.progress import Advance
 from bitextmine.text.dedup import Deduplicator
+from bitextmine.text.lid import LidFilter
 from bitextmine.text.reader import STDIN, Columns, CorpusCounts, CorpusError, Row, Warn, iter_rows, warn_user
-from bitextmine.workspace.corpus import (
-    CorpusManifest,
-    LidFilter,
-    Sifted,
-    SourceInfo,
-    TextShard,
-    build_corpus,
-    clear_corpus,
-    plan_corpus,
-    sift,
-    write_corpus,
-)
+from bitextmine.workspace.corpus import CorpusManifest, SourceInfo, TextShard, clear_corpus
 
 PART_FORMAT = 1
 _WRITE_ROWS = 1024  # rows encoded and written at a time
@@ -99,8 +85,8 @@ def build_corpus_from_parts(
     workers: int = 1,
 ) -> CorpusManifest:
     """`build_corpus`, resumable per input file: build the missing parts in `parts_dir` (one job a file,
-    run by `launcher`, or by `workers` processes here), remove the parts of inputs no longer listed, then
-    merge. With stdin among `paths` (it cannot be read twice), the single pass.
+    run by `launcher`, which needs no GPU for them, or by `workers` local processes), remove the parts of
+    inputs no longer listed, then merge. With stdin among `paths` (it cannot be read twice), the single pass.
 
     Any error leaves `out_dir` without shards or manifest; the parts already built stay, for the rerun.
     """
@@ -127,7 +113,7 @@ def build_corpus_from_parts(
         Job(f"corpus {lang} {path}", build_part, (path, part, parts_dir), outputs=(parts_dir / part.name,))
         for path, part in zip(paths, parts, strict=True)
     ]
-    _run_part_jobs(jobs, launcher, workers)
+    run_jobs(jobs, launcher and replace(launcher, gpus_per_job=0), "corpus", workers=workers)
     counts = CorpusCounts()
     rows = merge_parts(parts, parts_dir, counts, dedup, warn)
     return write_corpus(plan, paths, rows, counts, out_dir, on_shard)
@@ -227,47 +213,3 @@ def _remove_other_parts(parts_dir: Path, keep: set[str]) -> None:
     for stale in parts_dir.glob("part-*.tsv"):
         if stale.name not in keep:
             stale.unlink(missing_ok=True)
-
-
-def _run_part_jobs(jobs: Sequence[Job], launcher: LauncherConfig | None, workers: int) -> None:
-    """Through `launcher` (a part needs no GPU), or with `workers` > 1, in that many local processes."""
-    todo = [job for job in jobs if not job.done()]
-    if workers > 1 and len(todo) > 1 and (launcher is None or launcher.launcher == "local"):
-        _run_in_processes(todo, workers)
-    else:
-        run_jobs(jobs, launcher and replace(launcher, gpus_per_job=0), "corpus")
-
-
-def _run_in_processes(jobs: Sequence[Job], workers: int) -> None:
-    """Run `jobs` in up to `workers` fresh processes (spawned: nothing of this one's threads is copied);
-    the first failure, in job order, is raised once the running jobs end."""
-    pool = ProcessPoolExecutor(
-        min(workers, len(jobs)),
-        mp_context=multiprocessing.get_context("spawn"),
-        initializer=_exit_with_parent,
-        initargs=(os.getpid(),),
-    )
-    try:
-        for future in [pool.submit(_call, job.fn, job.args) for job in jobs]:
-            future.result()
-    finally:
-        pool.shutdown(cancel_futures=True)
-
-
-def _call(fn: Callable[..., Any], args: tuple) -> Any:
-    """In a worker: the job; its BitextmineError goes back as a plain one (a subclass may not unpickle)."""
-    try:
-        return fn(*args)
-    except BitextmineError as exc:
-        raise BitextmineError(str(exc)) from None
-
-
-def _exit_with_parent(parent: int) -> None:
-    """In a worker: exit once the process that started it is gone (killed), rather than wait forever."""
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        os._exit(1)
-
-    threading.Thread(target=watch, daemon=True).start()

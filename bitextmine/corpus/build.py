@@ -1,0 +1,97 @@
+"""The build of a language's corpus: its inputs, sifted, written as text shards and their manifest."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from bitextmine.corpus.sift import iter_corpus
+from bitextmine.text.lid import LidFilter
+from bitextmine.text.reader import Columns, CorpusCounts, CorpusError, Row, Warn, display_name, warn_user
+from bitextmine.workspace.corpus import (
+    CorpusManifest,
+    SourceInfo,
+    TextShard,
+    clear_corpus,
+    remove_corpus,
+    write_manifest,
+    write_text_shards,
+)
+
+
+def build_corpus(
+    paths: Sequence[str],
+    lang: str,
+    out_dir: Path,
+    *,
+    shard_size: int,
+    dedup: bool,
+    max_chars: int = 10_000,
+    columns: Columns | None = None,
+    lid: LidFilter | None = None,
+    warn: Warn = warn_user,
+    on_shard: Callable[[TextShard], None] | None = None,
+) -> CorpusManifest:
+    """Read, clean (and dedup) `paths` into text shards in `out_dir` in one pass, then write its manifest.
+
+    Any error (bad input, a failed write, an interrupt) leaves `out_dir` without shards or manifest.
+    """
+    plan = plan_corpus(paths, lang, shard_size, dedup, max_chars, columns, lid)
+    clear_corpus(out_dir)
+    counts = CorpusCounts()
+    rows = iter_corpus(paths, counts, dedup=dedup, max_chars=max_chars, columns=columns, lid=lid, warn=warn)
+    return write_corpus(plan, paths, rows, counts, out_dir, on_shard)
+
+
+def plan_corpus(
+    paths: Sequence[str],
+    lang: str,
+    shard_size: int,
+    dedup: bool,
+    max_chars: int,
+    columns: Columns | None,
+    lid: LidFilter | None,
+) -> CorpusManifest:
+    """The manifest of the corpus `paths` would make, without shards: its inputs as they are now (a
+    missing input is an error) and its settings."""
+    if not paths:
+        raise CorpusError("no input files")
+    sources = [SourceInfo.of(p) for p in paths]
+    return CorpusManifest(lang, sources, shard_size, dedup, max_chars, columns=columns, lid=lid)
+
+
+def write_corpus(
+    plan: CorpusManifest,
+    paths: Sequence[str],
+    rows: Iterable[Row],
+    counts: CorpusCounts,
+    out_dir: Path,
+    on_shard: Callable[[TextShard], None] | None = None,
+) -> CorpusManifest:
+    """Write `rows` (read from `paths`; `counts` is final once they are consumed) as the text shards of
+    `plan`, then its manifest; any error removes them."""
+    try:
+        shards = write_text_shards(rows, Path(out_dir), plan.shard_size, on_shard)
+        if not shards:
+            raise CorpusError(_no_sentences(paths, counts))
+        manifest = replace(plan, shards=shards, counts=counts, complete=True)
+        write_manifest(out_dir, manifest)
+    except BaseException:
+        remove_corpus(out_dir)  # bad input or a failed write leaves no shards of a half-read corpus
+        raise
+    return manifest
+
+
+def _no_sentences(paths: Sequence[str], counts: CorpusCounts) -> str:
+    """Why a corpus has no sentences: every line empty, or which filters dropped the others."""
+    names = ", ".join(display_name(p) for p in paths)
+    dropped = {
+        "empty": counts.empty,
+        "in another language (--lid)": counts.wrong_language,
+        "without the columns asked for": counts.missing_columns,
+    }
+    if counts.lines == counts.empty:
+        return f"no sentences in {names}: every line is empty"
+    reasons = ", ".join(f"{n:,} {why}" for why, n in dropped.items() if n)
+    return f"no sentences in {names}: every line was dropped ({reasons})"

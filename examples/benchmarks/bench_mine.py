@@ -2,7 +2,7 @@
 
   (a) dev F1    bucc-like/{de,fr,ru,zh}-en dev with the shared e5 model; margins ratio, distance,
                 csls and absolute (plain cosine) x candidate strategies max and intersect; exact mining
-                (mine_arrays, k=4) and the F1-optimal (oracle) threshold on the same split
+                (k=4) and the F1-optimal (oracle) threshold on the same split (bitextmine.evaluate_bucc)
   (b) exact     bitextmine's exact mining vs an independent numpy brute force (full similarity matrix,
                 argsort top-k, margins, greedy one-to-one) on the de-en dev embeddings
 
@@ -25,7 +25,9 @@ from pathlib import Path
 
 import benchlib
 import numpy as np
-from benchlib import MODEL, REPO, SHARED
+from benchlib import MODEL, REPO, SHARED, bucc_split
+
+import bitextmine as bm
 
 BUCC = SHARED / "data" / "bucc-like"
 PAIRS = ("de-en", "fr-en", "ru-en", "zh-en")
@@ -47,7 +49,7 @@ def machine(threads: int) -> str:
 
 
 class Embeddings:
-    """Sentence vectors through bitextmine.encoder.cache (float16-rounded, cached); the model loads lazily."""
+    """Sentence vectors through bitextmine.embed (float16-rounded, cached); the model loads lazily."""
 
     def __init__(self, cache: Path) -> None:
         self.cache = cache
@@ -58,14 +60,10 @@ class Embeddings:
     @property
     def encoder(self):
         if self._encoder is None:
-            from bitextmine.encoder.encoder import SentenceEncoder
-
-            self._encoder = SentenceEncoder.load(str(MODEL), device="cpu")
+            self._encoder = bm.load_encoder(MODEL, device="cpu", precision="fp32")
         return self._encoder
 
     def __call__(self, sentences: list[str], label: str) -> np.ndarray:
-        from bitextmine.encoder.cache import embed
-
         done = [0]
 
         def progress(n: int, _tokens: int) -> None:
@@ -75,7 +73,7 @@ class Embeddings:
                 print(f"  encoding {label}: {done[0]}/{len(sentences)} ({rate:.0f} sent/s)", flush=True)
 
         started = time.perf_counter()
-        vectors = embed(self.encoder, sentences, self.cache, progress)
+        vectors = bm.embed(self.encoder, sentences, self.cache, progress)
         if done[0]:
             self.encoded_seconds += time.perf_counter() - started
             self.encoded_sentences += done[0]
@@ -84,39 +82,23 @@ class Embeddings:
         return vectors
 
 
-def read_split(pair: str):
-    from bitextmine.calibration.bucc import read_bucc
-
-    return read_bucc(BUCC / pair, pair, "dev")
-
-
 # ------------------------------------------------------------------------------------------ (a) dev F1
 
 
 def section_a(emb: Embeddings) -> str:
-    from bitextmine.calibration.split_mining import SplitCandidates, calibrate_threshold
-    from bitextmine.mining.arrays import mine_arrays
-
     rows, f1 = [], {}
-    mine_seconds = 0.0
+    evaluation_seconds = 0.0
     for pair in PAIRS:
-        split = read_split(pair)
-        src = emb(split.src.sentences, f"{pair} {split.src.lang}")
+        split = bucc_split(pair)
+        src = emb(split.src.sentences, f"{pair} {split.src.lang}")  # encoded once, then from the cache
         tgt = emb(split.tgt.sentences, f"{pair} {split.tgt.lang}")
         gold = split.gold or set()
         for margin in MARGINS:
             for strategy in STRATEGIES:
                 started = time.perf_counter()
-                cands = mine_arrays(src, tgt, k=K, margin=margin, strategy=strategy)
-                mine_seconds += time.perf_counter() - started
-                is_gold = np.array(
-                    [
-                        (split.src.ids[s], split.tgt.ids[t]) in gold
-                        for s, t in zip(cands.src, cands.tgt, strict=True)
-                    ],
-                    dtype=bool,
-                )
-                best = calibrate_threshold(SplitCandidates(split, cands, is_gold))
+                settings = bm.MiningSettings(K, margin, strategy)
+                best = bm.evaluate_bucc(split, emb.encoder, "oracle", settings, emb.cache)
+                evaluation_seconds += time.perf_counter() - started
                 sc = best.scores
                 f1[pair, margin, strategy] = 100 * sc.f1
                 rows.append(
@@ -132,11 +114,10 @@ def section_a(emb: Embeddings) -> str:
         "## (a) Dev F1 on bucc-like, shared e5 model, exact mining (k = 4), oracle threshold",
         "",
         "Vectors: `multilingual-e5-small-q4` (prefix `query: `, mean pooling), rounded through float16 as "
-        "`bitextmine.encoder.cache.embed` returns them. Mining: `bitextmine.mining.arrays.mine_arrays` "
-        "(exact kNN both ways, one-to-one). Threshold: "
-        "`bitextmine.calibration.split_mining.calibrate_threshold` (best F1 over the midpoints of the "
-        "candidate scores) on the same dev split, so F1 is an oracle upper bound for that split, not a "
-        "held-out score.",
+        "`bitextmine.embed` returns them. Mining and threshold: `bitextmine.evaluate_bucc(split, encoder, "
+        '"oracle", MiningSettings(4, margin, strategy))` (exact kNN both ways, one-to-one, the best F1 over '
+        "the midpoints of the candidate scores) on the same dev split, so F1 is an oracle upper bound for "
+        "that split, not a held-out score.",
         "",
         "| pair | margin | strategy | sentences x / en | gold | candidates | threshold | P % | R % | F1 % |",
         "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
@@ -153,11 +134,11 @@ def section_a(emb: Embeddings) -> str:
                 + " | ".join(f"{v:.2f}" for v in values)
                 + f" | **{np.mean(values):.2f}** |"
             )
-    lines += ["", *_notes_a(f1, emb, mine_seconds)]
+    lines += ["", *_notes_a(f1, emb, evaluation_seconds)]
     return "\n".join(lines)
 
 
-def _notes_a(f1: dict, emb: Embeddings, mine_seconds: float) -> list[str]:
+def _notes_a(f1: dict, emb: Embeddings, evaluation_seconds: float) -> list[str]:
     notes = []
     for strategy in STRATEGIES:
         wins = [p for p in PAIRS if f1[p, "ratio", strategy] > f1[p, "absolute", strategy]]
@@ -190,8 +171,8 @@ def _notes_a(f1: dict, emb: Embeddings, mine_seconds: float) -> list[str]:
         else "all vectors came from the cache"
     )
     notes.append(
-        f"- Cost: {encoded}; the {len(PAIRS) * len(MARGINS) * len(STRATEGIES)} exact minings "
-        f"took {mine_seconds:.1f} s in all."
+        f"- Cost: {encoded}; the {len(PAIRS) * len(MARGINS) * len(STRATEGIES)} oracle evaluations "
+        f"(cached vectors, exact mining, threshold sweep) took {evaluation_seconds:.1f} s in all."
     )
     return notes
 
@@ -246,9 +227,7 @@ def reference_mine(neighbours, margin: str, strategy: str) -> list[tuple[int, in
 
 
 def section_b(emb: Embeddings) -> str:
-    from bitextmine.mining.arrays import mine_arrays
-
-    split = read_split("de-en")
+    split = bucc_split("de-en")
     src = emb(split.src.sentences, "de-en de")
     tgt = emb(split.tgt.sentences, "de-en en")
     started = time.perf_counter()
@@ -259,7 +238,7 @@ def section_b(emb: Embeddings) -> str:
     for margin in MARGINS:
         for strategy in STRATEGIES:
             started = time.perf_counter()
-            ours = mine_arrays(src, tgt, k=K, margin=margin, strategy=strategy)
+            ours = bm.mine_arrays(src, tgt, k=K, margin=margin, strategy=strategy)
             ours_seconds = time.perf_counter() - started
             started = time.perf_counter()
             ref = reference_mine(neighbours, margin, strategy)
@@ -281,7 +260,7 @@ def section_b(emb: Embeddings) -> str:
     lines = [
         "## (b) Exact-mode mining vs an independent brute-force reference (de-en dev, 8,400 x 8,400)",
         "",
-        "bitextmine: `mine_arrays(src, tgt, k=4, ...)` (FAISS exact kNN both ways, exact cosines, vectorised "
+        "bitextmine: `mine_arrays(src, tgt, k=4, ...)` (exact kNN both ways, exact cosines, vectorised "
         "margins, greedy one-to-one). Reference (in this script): the full float64 similarity matrix, "
         "top-4 per row and per column by a stable argsort, the margin of each of those candidates, the best "
         "per sentence, and a greedy one-to-one pass in plain python. Same float16-rounded vectors. The "

@@ -16,7 +16,7 @@ MODEL  ?= $(SHARED)/models/multilingual-e5-small-q4
 BUCC   ?= $(SHARED)/data/bucc-like
 WORK   ?= bitextmine-work/demo
 
-.PHONY: install test test-fast test-slurm demo bench bench-encode bench-mine bench-train bench-train-ablation bench-ivf bench-ivf-bases bench-ivf-scale bench-ivf-scale-tuned bench-ivf-list-scan bench-ivf-balance bench-ivf-scan-budget bench-ivf-coarse-search bench-ivf-report bench-scale bench-list-scan bench-scan-budget bench-coarse-search bench-analysis bench-lid bench-filters bench-thresholds bench-exact bench-scale-real-encode bench-scale-real gpu-check-data gpu-check-dry-run lint format clean
+.PHONY: install test test-fast test-slurm demo bench bench-encode bench-mine bench-train bench-train-ablation bench-analysis bench-lid bench-filters bench-thresholds bench-exact bench-scale-real-encode bench-scale-real gpu-check-data gpu-check-dry-run lint format clean
 
 install: $(VENV)/.installed
 
@@ -68,67 +68,10 @@ bench-encode: install
 	$(BIN)/pip install --quiet -e '.[bench]'
 	$(BIN)/python examples/benchmarks/bench_encode.py
 
-# Mining: BUCC-format dev F1 per margin/strategy, FAISS index choice at 200k/1M vectors, exact mining vs
-# a brute-force reference (~26 min on 2 cores the first time, ~16 min once sentence vectors are cached in
-# $(WORK)/cache).
+# Mining: BUCC-format dev F1 per margin/strategy, exact mining vs a brute-force reference (~12 min on 2
+# cores the first time, ~2 min once sentence vectors are cached in $(WORK)/cache).
 bench-mine: install
 	$(BIN)/python examples/benchmarks/bench_mine.py
-
-# IVF search cost: examples/benchmarks/bench_ivf.py, one subcommand a question. The committed rows copy the
-# embeddings of IVF_BASES: the de and en news and Multi30k sentences of $(SHARED)/data (72,401 de, 87,385 en),
-# which bench-ivf-bases encodes at bf16 (~11 min at bench-encode's 252 sentences/s; a rerun skips what is done).
-IVF       := $(BIN)/python examples/benchmarks/bench_ivf.py
-IVF_BASES ?= bitextmine-work/bench/bases
-IVF_SIZES ?= 300000,1000000,3000000
-bench-ivf: bench-ivf-scale bench-ivf-list-scan bench-ivf-balance bench-ivf-scan-budget bench-ivf-coarse-search
-
-bench-ivf-bases: install
-	for lang in de en; do $(BIN)/bitextmine encode $(SHARED)/data/mono/news.$$lang.txt.zst \
-	  $(SHARED)/data/parallel/de-en/news.$$lang $(SHARED)/data/parallel/de-en/multi30k.$$lang \
-	  --lang $$lang --precision bf16 --model $(MODEL) --workdir $(IVF_BASES) || exit 1; done
-
-# index + mine at IVF_SIZES vectors a side, `--list-size 366` with an HNSW32 quantizer, then mine again capped
-# at 3,660 vectors a query in the kept indexes: ~57 + ~20 min of commands on 2 cores at the default sizes (the
-# rows' timings), ~20 GB of kept workspaces in bitextmine-work/bench/scale for scan-budget and coarse-search.
-bench-ivf-scale: bench-ivf-bases
-	$(IVF) scale --sizes $(IVF_SIZES) --list-size 366 --hnsw-quantizer --bases $(IVF_BASES) --keep
-	$(IVF) scale --sizes $(IVF_SIZES) --list-size 366 --hnsw-quantizer --bases $(IVF_BASES) --keep --reuse \
-	  --max-codes 3660
-
-# index + mine at the library's own default (its factory, nprobe tuned to recall@4 0.95 against the other
-# language) at IVF_TUNED_SIZES vectors a side: ~1 h at 300k on 2 cores, ~1.8 h of mine at 1M, days at 10M.
-IVF_TUNED_SIZES ?= 300000
-bench-ivf-scale-tuned: bench-ivf-bases
-	$(IVF) scale --sizes $(IVF_TUNED_SIZES) --tuned --bases $(IVF_BASES)
-
-# The list scan's time a scanned vector by list count and query block, on equal synthetic lists (~2 min of
-# timed scans, ~4.6 GB of lists at the largest count).
-bench-ivf-list-scan: install
-	$(IVF) list-scan
-
-# IVF list balance by copies a sentence and by list count, on copies of IVF_BASES's embeddings (~6 min).
-bench-ivf-balance: bench-ivf-bases
-	$(IVF) balance --bases $(IVF_BASES)
-
-# Recall@4 against the vectors a query scans (by nprobe, by a cap), and the search time a query with all
-# sizes taking turns, in the workspaces bench-ivf-scale keeps (~11 min; ~7 GB held at once at 3M).
-bench-ivf-scan-budget: install
-	$(IVF) scan-budget
-
-# A query's nearest lists: HNSW32 by efSearch against a flat search of the centroids, in the same
-# workspaces (~2 min).
-bench-ivf-coarse-search: install
-	$(IVF) coarse-search
-
-# Rewrite the IVF reports (results/*.md) from their JSON, measuring nothing (seconds).
-bench-ivf-report: install
-	$(IVF) report
-
-# The earlier names of the IVF targets.
-bench-scale: bench-ivf-scale
-bench-list-scan: bench-ivf-list-scan
-bench-scan-budget: bench-ivf-scan-budget
-bench-coarse-search: bench-ivf-coarse-search
 
 # Word-level alignment per layer (eval words, de-en and zh-en) and token matching (eval tokens) for the shared
 # model, and for TRAINED=DIR (a `bitextmine train` output) when given; ~30 min per model on 2 cores.

@@ -27,8 +27,8 @@ AUTO_NPROBE = 16
 MIN_LISTS, MAX_LISTS = 16, 262_144
 # `--list-size` indexes find a query's lists by a flat (exact, BLAS) search of the centroids up to this
 # many lists, an HNSW graph above: on 2 cores, for blocks of 65,536 queries and nprobe 8, the flat
-# search took 10.2 us a query over 820 centroids and 22.1 over 2,732, HNSW32 at FAISS's default efSearch
-# 23.8 and 29.4 while missing 1.1% and 2.7% of the nearest lists (bench_ivf.py coarse-search).
+# search beat HNSW32 at FAISS's default efSearch at 820 and 2,732 centroids (where HNSW32 missed 1.1% and
+# 2.7% of the nearest lists) and lost at 8,197 (docs/scale-and-cluster.md, measured on synthetic copies).
 # The library's own list count (no --list-size) takes the HNSW graph above this too.
 FLAT_QUANTIZER_MAX_LISTS = 4096
 

@@ -6,7 +6,7 @@ probed list once for all the queries of the block that probe it, score them with
 and keep each query's best k of that list. The probes are FAISS's own (the coarse quantizer's search
 at the index's nprobe), and the index's `max_codes` caps a query's scan as FAISS does (lists in probe
 order, the last one cut to what is left of the budget), so the candidates and the top k are FAISS's, up
-to the float rounding of the scores. `bench_ivf.py scale` times both on the same queries.
+to the float rounding of the scores. Measured against FAISS's search: docs/scale-and-cluster.md.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 MISSING_SIM = np.finfo(np.float32).min  # what FAISS reports for an inner product not found
 # A probed list is scored for all the block's queries that probe it with one matrix product, and a
 # product of fewer query rows costs more a vector: on 2 cores, equal lists of 366 vectors cost 8.8 ns a
-# vector at 639 queries a list, 18.2 ns at 64 and 10.9 ns at 256 (examples/benchmarks/bench_ivf.py list-scan).
+# vector at 639 queries a list, 18.2 ns at 64 and 10.9 ns at 256 (docs/scale-and-cluster.md, on copies).
 # So the block grows with nlist / nprobe, between these bounds (the upper one keeps a block's float32
 # queries and candidate slots near 0.6 GB).
 QUERIES_A_LIST = 512

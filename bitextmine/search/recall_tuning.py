@@ -19,7 +19,8 @@ from bitextmine.workspace.embeddings import ShardedVectors
 
 RECALL_TOLERANCE = 1e-6
 TARGET_RECALL = 0.95
-RERANK_FETCH = 64  # PQ codes rank the top 4 poorly (bench_mine: recall 0.41, 1.0 after re-ranking 64)
+# PQ codes rank the top 4 poorly: recall 0.41, 1.0 after re-ranking 64 (on copies, docs/scale-and-cluster.md)
+RERANK_FETCH = 64
 
 
 @dataclass

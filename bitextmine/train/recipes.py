@@ -13,7 +13,7 @@ from typing import Any
 from bitextmine.errors import BitextmineError
 from bitextmine.train.objectives.names import parse_objectives
 
-# The fine-tuning settings of bench_train's rows (examples/benchmarks/bench_train.py uses this dict):
+# The fine-tuning settings of bench_train's rows (examples/benchmarks/bench_train.py, through `mining`):
 # a short warm-up for budgets of ~100 steps, batches that fit 2 CPU cores and news-length sentences.
 FINE_TUNE: dict[str, Any] = {
     "lr": 2e-5,

@@ -19,10 +19,9 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
-import sys
 from pathlib import Path
 
-from benchlib import MODEL, RESULTS, SHARED, runs_table, stamped
+from benchlib import BITEXTMINE, MODEL, RESULTS, SHARED, runs_table, stamped
 
 ANALYSIS = RESULTS / "analysis"
 WORD_PAIRS = {"de-en": 5000, "zh-en": 2000}
@@ -34,7 +33,7 @@ def run(args: list[str], out: Path) -> dict:
     run left it (rerun to report)."""
     if not out.is_file():
         out.parent.mkdir(parents=True, exist_ok=True)
-        command = [sys.executable, "-m", "bitextmine", "eval", *args, "--json", str(out)]
+        command = [*BITEXTMINE, "eval", *args, "--json", str(out)]
         print(" ".join(command), flush=True)
         subprocess.run(command, check=True)
         write_json(out, stamped(json.loads(out.read_text())))

@@ -45,8 +45,10 @@ from benchlib import (
     MODEL,
     RESULTS,
     SHARED,
+    bucc_split,
     distinct,
     load_rows,
+    oracle,
     peak_rss_mb,
     runs_table,
     save_results,
@@ -54,7 +56,7 @@ from benchlib import (
     table,
 )
 
-from bitextmine.encoder.batching import default_max_tokens
+import bitextmine as bm
 
 VARIANTS = ("packed", "padded", "sorted", "st", "bf16", "int8", "bf16-sdpa", "sorted-bf16")
 ONLY_ON = {"int8": "cpu", "bf16-sdpa": "cuda", "sorted-bf16": "cuda"}
@@ -85,7 +87,7 @@ def load_sentences(n: int) -> list[str]:
 def run_variant(variant: str, sentences: list[str], args: argparse.Namespace) -> None:
     import torch
 
-    encode, backend = _encoder_of(variant, args)
+    encode, backend, max_tokens = _encoder_of(variant, args)
     with torch.inference_mode():
         encode(sentences[: args.batch])  # warm-up: first-call allocations and kernel selection
         if args.device == "cuda":
@@ -95,22 +97,21 @@ def run_variant(variant: str, sentences: list[str], args: argparse.Namespace) ->
         seconds = time.perf_counter() - started
     peak = torch.cuda.max_memory_allocated() / 2**20 if args.device == "cuda" else peak_rss_mb()
     np.save(args.scratch / f"{variant}.npy", vectors)
-    stats = {"seconds": seconds, "peak_mb": peak, "backend": backend}
+    stats = {"seconds": seconds, "peak_mb": peak, "backend": backend, "max_tokens": max_tokens}
     (args.scratch / f"{variant}.json").write_text(json.dumps(stats))
 
 
 def _encoder_of(variant: str, args: argparse.Namespace):
-    """(encode function, what runs the attention) of `variant`."""
+    """(encode function, what runs the attention, packed token budget or None) of `variant`."""
     import torch
 
     if variant in ("padded", "sorted", "sorted-bf16"):
         dtype = torch.bfloat16 if variant == "sorted-bf16" else torch.float32
-        return _hf_padded(args.device, args.batch, sort=variant != "padded", dtype=dtype), "Hugging Face"
+        encode = _hf_padded(args.device, args.batch, sort=variant != "padded", dtype=dtype)
+        return encode, "Hugging Face", None
     if variant == "st":
-        return _sentence_transformers(args.device, args.batch), "Hugging Face"
-    from bitextmine.encoder.encoder import SentenceEncoder
-
-    encoder = SentenceEncoder.load(
+        return _sentence_transformers(args.device, args.batch), "Hugging Face", None
+    encoder = bm.SentenceEncoder.load(
         str(MODEL),
         device=args.device,
         packed=True,
@@ -118,24 +119,18 @@ def _encoder_of(variant: str, args: argparse.Namespace):
         attention="sdpa" if variant == "bf16-sdpa" else "auto",
         precision=PRECISION_OF.get(variant, "bf16"),
     )
-    return (lambda sentences: encoder.encode(sentences).vectors), encoder.mode
+    return (lambda sentences: encoder.encode(sentences).vectors), encoder.mode, encoder.max_tokens
 
 
 def run_f1(precision: str, args: argparse.Namespace) -> None:
     """Oracle dev F1 of each F1 pair with vectors encoded at `precision`."""
-    from bitextmine.calibration.bucc import read_bucc
-    from bitextmine.calibration.split_mining import calibrate_threshold, mine_split
-    from bitextmine.encoder.encoder import SentenceEncoder
-    from bitextmine.mining.settings import MiningSettings
-
-    encoder = SentenceEncoder.load(
-        str(MODEL), device=args.device, max_tokens=args.max_tokens, precision=precision
-    )
+    encoder = bm.load_encoder(MODEL, device=args.device, max_tokens=args.max_tokens, precision=precision)
     results = {}
     for pair in F1_PAIRS:
-        split = read_bucc(SHARED / "data" / "bucc-like" / pair, pair, "dev")
+        split = bucc_split(pair)
         started = time.perf_counter()
-        result = calibrate_threshold(mine_split(split, encoder, MiningSettings()))
+        with tempfile.TemporaryDirectory() as work:  # no cache: every precision encodes
+            result = oracle(split, encoder, Path(work))
         results[pair] = {
             "f1": result.scores.f1,
             "precision": result.scores.precision,
@@ -191,7 +186,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=10_000)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch", type=int, help="padded batch size [default: 64 on CPU, 256 on CUDA]")
-    parser.add_argument("--max-tokens", type=int, help="packed token budget [default: 4096 / 16384]")
+    parser.add_argument("--max-tokens", type=int, help="packed token budget [default: bitextmine's]")
     parser.add_argument("--only", choices=VARIANTS, action="append")
     parser.add_argument("--no-f1", action="store_true", help="skip the dev F1 per precision")
     parser.add_argument("--report-only", action="store_true", help="rewrite the .md from the .json")
@@ -200,7 +195,6 @@ def main() -> None:
     parser.add_argument("--scratch", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.batch = args.batch or DEFAULT_BATCH[args.device]
-    args.max_tokens = args.max_tokens or default_max_tokens(args.device)
     store = RESULTS / f"{result_stem(args.device)}.json"
     if args.report_only:
         store.with_suffix(".md").write_text(report(load_rows(store)))
@@ -228,7 +222,8 @@ def run_all(args: argparse.Namespace) -> None:
     store = RESULTS / f"{result_stem(args.device)}.json"
     with tempfile.TemporaryDirectory() as scratch:
         common = ["--scratch", scratch, "--n", str(args.n), "--threads", str(args.threads)]
-        common += ["--device", args.device, "--batch", str(args.batch), "--max-tokens", str(args.max_tokens)]
+        common += ["--device", args.device, "--batch", str(args.batch)]
+        common += ["--max-tokens", str(args.max_tokens)] if args.max_tokens else []
         for variant in variants:
             print(f"running {variant} on {len(sentences)} sentences ...", flush=True)
             _child(["--variant", variant, *common], args.threads)
@@ -307,7 +302,7 @@ def speed_rows(
             "device": args.device,
             "threads": args.threads,
             "batch": args.batch,
-            "max_tokens": args.max_tokens,
+            "max_tokens": stats["max_tokens"],  # packed variants only
         }
         row |= {"sentences": len(sentences), "tokens": tokens, "seconds": round(stats["seconds"], 2)}
         row |= {"sentences_per_s": round(len(sentences) / stats["seconds"], 1)}
@@ -332,7 +327,7 @@ def report(rows: list[dict]) -> str:
     settings = [
         f"{distinct(speed, 'threads')} threads",
         f"padded batches of {distinct(speed, 'batch')}",
-        f"packed token budget {distinct(speed, 'max_tokens')}",
+        f"packed token budget {distinct([r for r in speed if r.get('max_tokens')] or speed, 'max_tokens')}",
         f"{distinct(speed, 'sentences')} sentences (de/en news, mixed), {distinct(speed, 'tokens')} tokens "
         "with the `query: ` prefix",
     ]

@@ -107,7 +107,6 @@ def compare(a: Path, b: Path, threshold: float) -> int:
 def time_both(vectors: Path, runs: int, threshold: float) -> None:
     """Each miner as its own process, in turn, `runs` times: wall and CPU seconds, peak RSS; then how
     their pairs agree, in all and at or above `threshold` (calibrate's, for the model that made them)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from benchlib import RESULTS, load_rows, save_results, stamped
 
     figures: dict[str, list[dict]] = {"laser": [], "bitextmine": []}
@@ -174,17 +173,12 @@ def _report(rows: list[dict]) -> str:
 
 def save_vectors(size: int, out: Path) -> None:
     """The first `size` vectors of each side of the scale workspace (`bench_scale.py`'s encoding)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from bench_scale import ENCODED
-
-    from bitextmine.workspace.embeddings import EmbeddingStore
+    from benchlib import workspace_vectors
 
     out.mkdir(parents=True, exist_ok=True)
     for side, lang in (("src", "de"), ("tgt", "en")):
-        vectors = EmbeddingStore(ENCODED / "emb" / lang, lang).vectors()
-        if len(vectors) < size:
-            raise SystemExit(f"{lang}: {len(vectors):,} vectors encoded, {size:,} needed")
-        rows = vectors.take(np.arange(size)).astype(np.float32)
+        rows = workspace_vectors(ENCODED, lang, size)
         rows /= np.linalg.norm(
             rows, axis=1, keepdims=True
         )  # unit in float32: LASER's normalize_L2 keeps them

@@ -16,19 +16,16 @@ recall not lower by more than 1 point.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
+from dataclasses import replace
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import (
     MODEL,
     REPO,
     RESULTS,
-    SHARED,
+    bucc_split,
     load_rows,
     produced_by,
     runs_table,
@@ -37,15 +34,13 @@ from benchlib import (
     table,
 )
 
-from bitextmine.calibration.bucc import BuccSide, BuccSplit, read_bucc, score_pairs
-from bitextmine.calibration.split_mining import kept_candidates, mine_vectors
-from bitextmine.encoder.cache import embed
-from bitextmine.encoder.encoder import SentenceEncoder
-from bitextmine.mining.filters import FilterSettings, PairFilter, parse_filters
-from bitextmine.mining.settings import MiningSettings
-from bitextmine.steps.calibrate import calibrate
+import bitextmine as bm
+
+# measured on purpose: the pair filters and the language identifier themselves (their throughput, and the
+# pairs each keeps, which bitextmine.evaluate_bucc sums up into P/R/F1)
+from bitextmine.calibration.bucc import score_pairs
+from bitextmine.mining.filters import PairFilter
 from bitextmine.text.lid import DEFAULT_MIN_CONFIDENCE, is_language
-from bitextmine.workspace.layout import Workspace
 
 OUT = RESULTS / "bench_filters.json"
 WORK = REPO / "bitextmine-work" / "bench" / "filters"
@@ -60,12 +55,12 @@ CONFIGS = {
 }
 
 
-def configs() -> dict[str, FilterSettings]:
-    named = {name: parse_filters("none", items) for name, items in CONFIGS.items()}
-    return {**named, "web": parse_filters("web")}
+def configs() -> dict[str, bm.FilterSettings]:
+    named = {name: bm.parse_filters("none", items) for name, items in CONFIGS.items()}
+    return {**named, "web": bm.parse_filters("web")}
 
 
-def noise_sides(noisy: BuccSplit, clean: BuccSplit) -> tuple[set[str], set[str]]:
+def noise_sides(noisy, clean) -> tuple[set[str], set[str]]:
     """Ids of the noisy split's lines that are not lines of the clean split, per side."""
 
     def side(noisy_side, clean_side) -> set[str]:
@@ -75,30 +70,31 @@ def noise_sides(noisy: BuccSplit, clean: BuccSplit) -> tuple[set[str], set[str]]
     return side(noisy.src, clean.src), side(noisy.tgt, clean.tgt)
 
 
-def measure_pair(pair: str, encoder: SentenceEncoder) -> list[dict]:
+def measure_pair(pair: str, encoder: bm.SentenceEncoder) -> list[dict]:
     x = pair.split("-")[0]
-    clean = read_bucc(SHARED / "data" / "bucc-like" / pair, pair, "dev")
-    noisy = read_bucc(SHARED / "data" / "noisy-bucc" / pair, pair, "dev")
-    work = Workspace(WORK)
+    clean, noisy = bucc_split(pair), bucc_split(pair, "noisy-bucc")
+    work = bm.Workspace(WORK)
     cache = work.embedding_cache_dir()
-    calibration = calibrate(work, clean, encoder)
+    calibration = bm.calibrate(work, clean, encoder)
     threshold, clean_scores = calibration.result.threshold, calibration.result.scores
-    vectors = embed(encoder, noisy.src.sentences, cache), embed(encoder, noisy.tgt.sentences, cache)
-    mined = mine_vectors(noisy, *vectors, MiningSettings())
-    lid_mined = mine_vectors(*lid_filtered(noisy, vectors, x), MiningSettings())  # encode --lid, both sides
+    vectors = bm.embed(encoder, noisy.src.sentences, cache), bm.embed(encoder, noisy.tgt.sentences, cache)
+    lid_split, *lid_vectors = lid_filtered(noisy, vectors, x)  # encode --lid, both sides
     noise_src, noise_tgt = noise_sides(noisy, clean)
     rows = []
-    runs = [(name, settings, mined) for name, settings in configs().items()]
-    runs.append(("encode --lid + web", parse_filters("web"), lid_mined))
-    for name, settings, mined in runs:
+    mined, lid_mined = bm.mine_arrays(*vectors), bm.mine_arrays(*lid_vectors)  # exact, ratio margin, k = 4
+    runs = [(name, settings, noisy, mined) for name, settings in configs().items()]
+    runs.append(("encode --lid + web", bm.parse_filters("web"), lid_split, lid_mined))
+    for name, settings, split, candidates in runs:
         pair_filter = PairFilter(settings, x, "en")
         started = time.perf_counter()
-        result = kept_candidates(mined, threshold, pair_filter)
+        result = candidates.above(threshold)  # as `mine` keeps them: the threshold, then the filters
+        src, tgt = [split.src.sentences[i] for i in result.src], [split.tgt.sentences[i] for i in result.tgt]
+        passed = pair_filter.keep(result.score, src, tgt)
         seconds = time.perf_counter() - started
-        split = mined.split
-        kept = [(split.src.ids[s], split.tgt.ids[t]) for s, t in zip(result.src, result.tgt, strict=True)]
+        found = zip(result.src[passed], result.tgt[passed], strict=True)
+        kept = [(split.src.ids[s], split.tgt.ids[t]) for s, t in found]
         scores = score_pairs(kept, noisy.gold or set())
-        reached = int(np.count_nonzero(mined.candidates.score >= threshold))
+        reached = int(np.count_nonzero(candidates.score >= threshold))
         noise_kept = sum(1 for s, t in kept if s in noise_src or t in noise_tgt)
         rows.append(
             stamped(
@@ -124,9 +120,7 @@ def measure_pair(pair: str, encoder: SentenceEncoder) -> list[dict]:
     return rows
 
 
-def lid_filtered(
-    split: BuccSplit, vectors: tuple[np.ndarray, np.ndarray], x: str
-) -> tuple[BuccSplit, np.ndarray, np.ndarray]:
+def lid_filtered(split, vectors: tuple[np.ndarray, np.ndarray], x: str) -> tuple:
     """The split and its vectors with the lines `encode --lid` drops left out (gold unchanged: a gold
     pair that lost a side is a miss)."""
     keep = [
@@ -134,20 +128,15 @@ def lid_filtered(
         for side, lang in ((split.src, x), (split.tgt, "en"))
     ]
 
-    def side(old: BuccSide, mask: np.ndarray) -> BuccSide:
-        return BuccSide(
-            old.lang,
-            [i for i, k in zip(old.ids, mask, strict=True) if k],
-            [s for s, k in zip(old.sentences, mask, strict=True) if k],
-        )
+    def side(old, mask: np.ndarray):
+        ids = [i for i, k in zip(old.ids, mask, strict=True) if k]
+        return replace(old, ids=ids, sentences=[s for s, k in zip(old.sentences, mask, strict=True) if k])
 
-    filtered = BuccSplit(
-        split.pair, split.split, side(split.src, keep[0]), side(split.tgt, keep[1]), split.gold
-    )
+    filtered = replace(split, src=side(split.src, keep[0]), tgt=side(split.tgt, keep[1]))
     return filtered, vectors[0][keep[0]], vectors[1][keep[1]]
 
 
-def lid_throughput(split: BuccSplit, x: str) -> dict:
+def lid_throughput(split, x: str) -> dict:
     lines = split.src.sentences + split.tgt.sentences
     started = time.perf_counter()
     is_language(split.src.sentences, x, 0.5)
@@ -243,7 +232,7 @@ def main() -> None:
     args = parser.parse_args()
     rows = load_rows(OUT)
     if not args.report_only:
-        encoder = SentenceEncoder.load(str(MODEL), device="cpu")
+        encoder = bm.load_encoder(MODEL, device="cpu", precision="fp32")
         pairs = args.pairs.split(",")
         rows = [r for r in rows if r["pair"] not in pairs]
         for pair in pairs:

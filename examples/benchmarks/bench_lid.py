@@ -43,7 +43,8 @@ from benchlib import (
     table,
 )
 
-from bitextmine.text.lid import accepts
+# measured on purpose: bitextmine's language identifier (py3langid with its rule and floor) itself
+from bitextmine.text.lid import DEFAULT_MIN_CONFIDENCE, _identifier, accepts, identify
 
 DATA = SHARED / "data"
 SCRIPT = "examples/benchmarks/bench_lid.py"
@@ -158,8 +159,6 @@ def lingua(low: bool, only: Sequence[str] | None) -> Predict:
 
 def load(name: str) -> Predict:
     if name == "py3langid":
-        from bitextmine.text.lid import _identifier, identify
-
         _identifier()  # the model, loaded once a process
         return identify
     if name == "py3langid-21":
@@ -370,8 +369,6 @@ def _choice_sentence(by: dict, names: list[str]) -> str:
 def _floor_section(name: str, rows: list[dict]) -> list[str]:
     title = f"## {name}: what a confidence floor keeps"
     if name == PRODUCT:
-        from bitextmine.text.lid import DEFAULT_MIN_CONFIDENCE
-
         title += f" (bitextmine's default floor: {DEFAULT_MIN_CONFIDENCE})"
     return [
         title,

@@ -27,11 +27,16 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
-from benchlib import MODEL, REPO, RESULTS, SHARED, save_rows, stamped, table
+from benchlib import MODEL, REPO, RESULTS, bucc_split, save_rows, stamped, table
+
+import bitextmine as bm
+
+# measured on purpose: calibrate's threshold sweep, one rule at a time, on halves of a split's candidates
+from bitextmine.calibration.bucc import BuccError, sweep_threshold
 
 PAIRS = ("de-en", "fr-en", "ru-en", "zh-en")
 TARGETS = (0.9, 0.95)
@@ -49,14 +54,10 @@ class Half:
     def sweep(self, target: float | None = None, plateau: float | None = None):
         """`calibrate`'s sweep of this half: best F1, the lowest threshold reaching `target` precision,
         or the middle of those within `plateau` F1 points of the best."""
-        from bitextmine.calibration.bucc import sweep_threshold
-
         return sweep_threshold(self.scores, self.is_gold, self.gold, target, plateau)
 
     def threshold(self, target: float | None = None, plateau: float | None = None) -> float:
         """The sweep's threshold; where no threshold reaches `target`, the most precise one."""
-        from bitextmine.calibration.bucc import BuccError
-
         try:
             return self.sweep(target, plateau).threshold
         except BuccError:
@@ -66,8 +67,6 @@ class Half:
     def bagged_threshold(self, rng: np.random.Generator, draws: int = BAGGING_DRAWS) -> float:
         """The median of the best-F1 thresholds of `draws` bootstrap resamples of the candidates (gold
         pairs that no candidate found stay missed)."""
-        from bitextmine.calibration.bucc import sweep_threshold
-
         missed = self.gold - int(self.is_gold.sum())
         chosen = []
         for _ in range(draws):
@@ -91,8 +90,6 @@ class Half:
 
 def halves(split, src: np.ndarray, tgt: np.ndarray, rng: np.random.Generator):
     """Two BuccSplits with their vectors: half the gold pairs each, other sentences dealt at random."""
-    from bitextmine.calibration.bucc import BuccSide, BuccSplit
-
     gold = sorted(split.gold)
     in_a = set(rng.permutation(len(gold))[: len(gold) // 2].tolist())
     gold_a = {g for i, g in enumerate(gold) if i in in_a}
@@ -109,9 +106,10 @@ def halves(split, src: np.ndarray, tgt: np.ndarray, rng: np.random.Generator):
                 for k, i in enumerate(side.ids)
                 if i in mine_ids or (i not in gold_ids and coins[position][k] == want_a)
             ]
-            sides.append(BuccSide(side.lang, [side.ids[k] for k in rows], [side.sentences[k] for k in rows]))
+            kept = {"ids": [side.ids[k] for k in rows], "sentences": [side.sentences[k] for k in rows]}
+            sides.append(replace(side, **kept))
             vectors.append(vecs[rows])
-        out.append((BuccSplit(split.pair, split.split, sides[0], sides[1], pairs), *vectors))
+        out.append((replace(split, src=sides[0], tgt=sides[1], gold=pairs), *vectors))
     return out
 
 
@@ -122,11 +120,11 @@ def rows_of(full, sampled) -> list[int]:
 
 
 def mined_half(pair: str, split, src: np.ndarray, tgt: np.ndarray) -> Half:
-    from bitextmine.calibration.split_mining import mine_vectors
-    from bitextmine.mining.settings import MiningSettings
-
-    mined = mine_vectors(split, src, tgt, MiningSettings())
-    return Half(pair, mined.candidates.score, mined.is_gold, len(split.gold))
+    """The split's one-to-one candidates mined exactly (ratio margin, k = 4, max strategy)."""
+    mined = bm.mine_arrays(src, tgt)
+    found = zip(mined.src, mined.tgt, strict=True)
+    is_gold = np.array([(split.src.ids[s], split.tgt.ids[t]) in split.gold for s, t in found], dtype=bool)
+    return Half(pair, mined.score, is_gold, len(split.gold))
 
 
 def joint_threshold(halves_a: list[Half]) -> float:
@@ -137,14 +135,10 @@ def joint_threshold(halves_a: list[Half]) -> float:
 
 
 def measure(model: Path, rounds: int, cache: Path, size_matched: bool) -> list[dict]:
-    from bitextmine.calibration.bucc import read_bucc, sample_split
-    from bitextmine.encoder.cache import embed
-    from bitextmine.encoder.encoder import SentenceEncoder
-
-    encoder = SentenceEncoder.load(str(model), precision="bf16")
-    splits = {pair: read_bucc(SHARED / "data" / "bucc-like" / pair, pair, "dev") for pair in PAIRS}
+    encoder = bm.load_encoder(model, precision="bf16")
+    splits = {pair: bucc_split(pair) for pair in PAIRS}
     vectors = {
-        pair: (embed(encoder, s.src.sentences, cache), embed(encoder, s.tgt.sentences, cache))
+        pair: (bm.embed(encoder, s.src.sentences, cache), bm.embed(encoder, s.tgt.sentences, cache))
         for pair, s in splits.items()
     }
     smallest = min(len(s.gold) for s in splits.values())
@@ -156,7 +150,7 @@ def measure(model: Path, rounds: int, cache: Path, size_matched: bool) -> list[d
             split, (src, tgt) = full, vectors[pair]
             if size_matched:
                 fraction = smallest / len(full.gold)
-                split = sample_split(full, round(fraction * len(full.src.ids)), seed=seed)
+                split = bm.sample_split(full, round(fraction * len(full.src.ids)), seed=seed)
                 src, tgt = src[rows_of(full.src, split.src)], tgt[rows_of(full.tgt, split.tgt)]
             (a, *va), (b, *vb) = halves(split, src, tgt, rng)
             pairs_a.append(mined_half(pair, a, *va))

@@ -29,9 +29,24 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchlib import MODEL, RESULTS, SHARED, peak_rss_mb, runs_table, save_rows, stamped, table
+from benchlib import (
+    MODEL,
+    RESULTS,
+    SHARED,
+    bucc_split,
+    cli_json,
+    oracle,
+    peak_rss_mb,
+    runs_table,
+    save_rows,
+    stamped,
+    table,
+)
 
-from bitextmine.train.recipes import FINE_TUNE  # the `mining` recipe's settings
+import bitextmine as bm
+
+# the `mining` recipe's fine-tuning settings, under each row's objectives
+FINE_TUNE = {key: value for key, value in bm.RECIPES["mining"].settings.items() if key != "objectives"}
 
 BUCC_PAIRS = ("de-en", "zh-en")
 TATOEBA_LANGS = ("deu", "fra", "rus", "cmn", "ces")
@@ -71,11 +86,9 @@ def train_row(
     row_spec: dict, out: Path, *, minutes: float | None = None, steps: int | None = None, seed: int = 0
 ) -> dict:
     """Train a row's objectives for `minutes` of wall clock or for `steps` steps; its training figures."""
-    from bitextmine.train.loop import TrainConfig, train
-
     spec = dict(row_spec)
     settings = {**FINE_TUNE, **{k: spec.pop(k) for k in ("lr",) if k in spec}}
-    config = TrainConfig(
+    config = bm.TrainConfig(
         data=[str(SHARED / "data" / "parallel")],
         out=out,
         base=None if spec.get("from_scratch") else str(MODEL),
@@ -87,7 +100,7 @@ def train_row(
         **settings,
         **spec,
     )
-    summary = train(config)
+    summary = bm.train_encoder(config)
     records = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
     steps = [r for r in records if "loss" in r]
     return {
@@ -108,24 +121,22 @@ def keep(model_dir: Path, destination: Path) -> None:
 
 
 def evaluate(model_dir: Path) -> dict:
-    from bitextmine.calibration.bucc import read_bucc
-    from bitextmine.calibration.split_mining import calibrate_threshold, mine_split
-    from bitextmine.encoder.encoder import SentenceEncoder
-    from bitextmine.evaluation.retrieval import evaluate_tatoeba
-    from bitextmine.mining.settings import MiningSettings
+    """Oracle dev F1 of each BUCC pair and Tatoeba accuracy (`bitextmine eval tatoeba`), encoded in bf16."""
+    import torch
 
-    encoder = SentenceEncoder.load(str(model_dir), device="cpu", precision="bf16")
-    results = {}
-    for pair in BUCC_PAIRS:
-        split = read_bucc(SHARED / "data" / "bucc-like" / pair, pair, "dev")
-        results[f"bucc/{pair}"] = round(
-            100 * calibrate_threshold(mine_split(split, encoder, MiningSettings())).scores.f1, 2
-        )
-    tatoeba = evaluate_tatoeba(
-        SHARED / "data" / "tatoeba", TATOEBA_LANGS, lambda s: encoder.encode(s).vectors
-    )
-    for r in tatoeba.rows:
-        results[f"tatoeba/{r.lang}"] = round((r.xx_to_eng + r.eng_to_xx) / 2, 2)
+    encoder = bm.load_encoder(model_dir, device="cpu", precision="bf16")
+    with tempfile.TemporaryDirectory() as work:  # the vector cache of the evaluation
+        results = {
+            f"bucc/{pair}": round(100 * oracle(bucc_split(pair), encoder, Path(work)).scores.f1, 2)
+            for pair in BUCC_PAIRS
+        }
+        tatoeba = cli_json(
+            "eval", "tatoeba", "--data", str(SHARED / "data" / "tatoeba"), "--langs", ",".join(TATOEBA_LANGS),
+            "--model", str(model_dir), "--device", "cpu", "--precision", "bf16", "--workdir", work,
+            "--threads", str(torch.get_num_threads()),
+        )  # fmt: skip
+    for r in tatoeba["rows"]:
+        results[f"tatoeba/{r['lang']}"] = round((r["xx_to_eng"] + r["eng_to_xx"]) / 2, 2)
     return results
 
 
@@ -133,6 +144,7 @@ def speed(minutes_each: float = 1.0) -> dict:
     """Pairs/s of packed and padded training steps (contrastive, e5, bf16 autocast) on the same batches."""
     import torch
 
+    # measured on purpose: the training step itself, packed against padded, below the public train_encoder
     from bitextmine.encoder.loading import load_model
     from bitextmine.train.data import find_sources, pair_stream, token_batches
     from bitextmine.train.loop import batch_loss

@@ -1,5 +1,7 @@
-"""What the benchmark scripts share: where the shared data and model are, peak RSS, and the stamp that every
-result row carries (`date`, `machine`, `software`, `commit`), written and read back here."""
+"""What the benchmark scripts share: where the shared data and model are, the shared BUCC-format splits,
+a workspace's vectors, peak RSS, and the stamp that every result row carries (`date`, `machine`,
+`software`, `commit`), written and read back here. Benchmarks reach bitextmine through its public API
+(`import bitextmine`) or its command line (`BITEXTMINE`)."""
 
 from __future__ import annotations
 
@@ -13,11 +15,50 @@ import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+import numpy as np
+
+import bitextmine as bm
+
 REPO = Path(__file__).resolve().parents[2]
 SHARED = Path(os.environ.get("BITEXTMINE_SHARED", REPO.parent / "shared"))
 MODEL = SHARED / "models" / "multilingual-e5-small-q4"
 RESULTS = Path(__file__).with_name("results")
 STAMP = ("date", "machine", "software", "commit")
+BITEXTMINE = [sys.executable, "-m", "bitextmine"]
+
+
+def bucc_split(pair: str, dataset: str = "bucc-like", split: str = "dev"):
+    """A split of one of the shared BUCC-format data sets (`bucc-like`, `noisy-bucc`): a BuccSplit."""
+    return bm.read_bucc(SHARED / "data" / dataset / pair, pair, split)
+
+
+def oracle(split, encoder, workdir: Path, settings=None):
+    """`evaluate_bucc` at the split's best threshold, vectors cached in the workspace `workdir`."""
+    import bitextmine as bm
+
+    settings = settings or bm.MiningSettings()
+    options = bm.EvaluateOptions(settings.k, settings.margin, settings.strategy, threshold="oracle")
+    return bm.evaluate_bucc(bm.Workspace(workdir), split, encoder, options)
+
+
+def cli_json(*args: str) -> dict:
+    """The --json summary of the command `bitextmine ARGS` (quiet; its printed summary goes to stderr)."""
+    command = [*BITEXTMINE, "-q", *args, "--json", "-"]
+    return json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
+
+
+def workspace_vectors(workdir: Path, lang: str, rows: int) -> np.ndarray:
+    """The first `rows` vectors of `lang` in a workspace, float32, read as docs/design.md lays them out:
+    WORK/emb/LANG/shard-NNNNN.npy (float16 rows in corpus order), complete once its .json record exists."""
+    parts, have = [], 0
+    for shard in sorted(bm.Workspace(workdir).embedding_dir(lang).glob("shard-*.npy")):
+        if have >= rows or not shard.with_suffix(".json").is_file():
+            break
+        parts.append(np.load(shard, mmap_mode="r")[: rows - have].astype(np.float32))
+        have += len(parts[-1])
+    if have < rows:
+        raise SystemExit(f"{workdir}: {have:,} vectors of {lang!r} encoded, {rows:,} needed")
+    return np.concatenate(parts)
 
 
 def peak_rss_mb() -> float:

@@ -158,3 +158,20 @@ def test_bad_choices_are_one_line_errors(tmp_path, bucc, tiny_model_dir):
     assert code == 1 and "no calibrated threshold for de-en (ratio" in output and "Traceback" not in output
     assert "bitextmine calibrate --bucc DIR --pair de-en" in output.replace("\n", " ")
     assert not work.exists() or not (work / "thresholds.json").exists()
+
+
+def test_a_model_bitextmine_trained_is_calibrated_on_the_plateau_by_default(tmp_path, bucc, tiny_model_dir):
+    base = tiny_model_dir("bert")
+    trained = shutil.copytree(base, tmp_path / "trained")
+    (trained / "bitextmine.json").write_text(json.dumps({"encoder": {}, "training": {"steps": 10}}))
+    for model, options, rule, why in [
+        (base, [], "best F1", "the default for a model bitextmine did not train"),
+        (trained, [], "middle of F1 within 1 of the best", "the default for a model bitextmine trained"),
+        (trained, ["--plateau", "0"], "middle of F1 within 0 of the best", None),
+    ]:
+        work, report = tmp_path / f"w-{model.name}-{len(options)}", tmp_path / "report.json"
+        code, output = calibrate(bucc, model, work, "--json", str(report), *options)
+        assert code == 0, output
+        [record] = json.loads((work / "thresholds.json").read_text())["thresholds"]
+        assert record["rule"] == json.loads(report.read_text())["rule"] == rule
+        assert (f"rule: {rule}, {why}" in output) if why else "rule:" not in output, output

@@ -50,8 +50,7 @@ def calibrate(
         float | None,
         typer.Option(
             metavar="P",
-            help="Take the lowest threshold whose precision on the split is >= P (0 < P <= 1) "
-            "\\[default: the best F1].",
+            help="Take the lowest threshold whose precision on the split is >= P (0 < P <= 1).",
             callback=checked_by(target_rule),
         ),
     ] = None,
@@ -60,7 +59,8 @@ def calibrate(
         typer.Option(
             metavar="POINTS",
             help="Take the middle of the thresholds whose F1 is within POINTS of the best: steadier where "
-            "the split to mine scores differently (a trained model's optimum is flat); 1 is a good value.",
+            "the split to mine scores differently (a trained model's optimum is flat); 0: the best F1 "
+            "\\[default: 1 for a model bitextmine trained, else the best F1].",
             callback=checked_by(plateau_rule),
         ),
     ] = None,
@@ -100,8 +100,9 @@ def calibrate(
     Reads BUCC/PAIR.SPLIT.{x,en,gold}, encodes both sides (cached in WORK/cache/embeddings; a sentence
     that `encode` already stored in WORK with the same model and precision is not encoded again), mines
     one-to-one candidates exactly and tries a threshold at every midpoint between consecutive candidate
-    scores. Keeps the best F1 (or, with --target-precision, the lowest threshold reaching it; with
-    --plateau, the middle of the thresholds within POINTS F1 of the best) and
+    scores. Keeps the best F1, or for a model bitextmine trained the middle of the thresholds within 1
+    F1 point of the best (which carried better to other splits), or what --target-precision or
+    --plateau asks, and
     records it, with its P/R/F1, split and rule, under the model's fingerprint, the margin and the
     pair in WORK/thresholds.json (or --thresholds FILE), where `mine --threshold auto` and `eval bucc`
     find it. Nothing is written into the model dir. Prints the curve as a text plot; --json PATH|-
@@ -147,6 +148,8 @@ def calibrate(
         highlight=False,
         soft_wrap=True,
     )
+    if calibration.rule_note:
+        out.print(f"rule: {record.rule}, {calibration.rule_note}", highlight=False, soft_wrap=True)
     if calibration.sources is not None:
         out.print(calibration.sources.describe(), highlight=False, soft_wrap=True)
     else:

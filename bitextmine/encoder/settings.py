@@ -57,6 +57,12 @@ def resolve_settings(model_dir: Path | None, overrides: dict[str, Any] | None = 
     return EncoderSettings(**{k: v for k, v in values.items() if k in known})
 
 
+def trained_by_bitextmine(model_dir: Path | None) -> bool:
+    """Whether `bitextmine train` made the model dir (its bitextmine.json records the training)."""
+    path = None if model_dir is None else model_dir / BITEXTMINE_CONFIG
+    return path is not None and path.is_file() and "training" in read_json(path)
+
+
 def _from_bitextmine_json(model_dir: Path) -> dict[str, Any]:
     path = model_dir / BITEXTMINE_CONFIG
     return read_json(path).get("encoder", {}) if path.is_file() else {}

@@ -66,3 +66,15 @@ def test_an_exact_index_prints_no_progress_for_the_build_it_does_not_do(workspac
     assert "indexing de" not in output
     code, output = run("index", "de", "-w", str(work), "--factory", "IVF1,Flat")
     assert code == 0 and "indexing de: 25/25 (100%)" in output, output
+
+
+def test_index_help_states_the_defaults_the_code_uses():
+    from bitextmine.search.cost import EXACT_BUDGET_SECONDS
+    from bitextmine.search.factory_choice import AUTO_NPROBE, DEFAULT_LIST_SIZE
+
+    code, output = run("index", "--help")
+    text = " ".join(output.replace("│", " ").split())  # the help as one line, whatever its width
+    assert code == 0
+    assert f"[default: {EXACT_BUDGET_SECONDS:g}]" in text
+    assert f"[default: {DEFAULT_LIST_SIZE:,} up to 4M vectors" in text
+    assert f"[default: {AUTO_NPROBE} for the default IVF-Flat" in text

@@ -7,7 +7,9 @@ BIN    := $(VENV)/bin
 # (empty: pip's own indexes), and from pip's own, saying so, where that index cannot be reached. Any torch in
 # pyproject's range works.
 TORCH       ?= torch==2.13.0
-TORCH_INDEX ?= $(if $(shell nvidia-smi -L 2>/dev/null),,https://download.pytorch.org/whl/cpu)
+ifndef TORCH_INDEX  # asked once; a GPU is a line "GPU 0: ..." (with no driver, nvidia-smi says so on stdout)
+TORCH_INDEX := $(if $(shell nvidia-smi -L 2>/dev/null | grep '^GPU '),,https://download.pytorch.org/whl/cpu)
+endif
 REACHABLE   = $(BIN)/python -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=15)'
 NO_TORCH_INDEX = make install: no $(TORCH) from $(TORCH_INDEX) (unreachable, or none for this Python): \
   installing it from pip's own indexes, where PyPI's Linux build brings CUDA (2.7 GB)

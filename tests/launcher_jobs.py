@@ -20,6 +20,11 @@ def write_value(path: Path, value: int, progress=None) -> int:
     return value
 
 
+def die(progress=None) -> int:
+    """The worker process ends at once, as one the kernel killed would."""
+    os._exit(9)
+
+
 def process_id(progress=None) -> int:
     """The id of the process that runs the job."""
     return os.getpid()

@@ -71,7 +71,6 @@ def test_target_precision_takes_the_lowest_threshold_reaching_it(target, thresho
 @pytest.mark.parametrize(
     ("points", "threshold"),
     [
-        (0, 1.025),  # the best F1 alone
         (20, 1.025),  # F1 >= 55: 1.075, 1.025 and 1.0, middle 1.0375, nearest 1.025
         (40, 1.075),  # F1 >= 35: 1.15 to 1.0, middle 1.075 itself
         (80, 1.15),  # every threshold, 2.20 to 1.0: middle 1.6, nearest 1.15
@@ -82,6 +81,12 @@ def test_plateau_takes_the_middle_of_the_thresholds_near_the_best_f1(points, thr
     assert result.threshold == pytest.approx(threshold)
     assert result.rule == f"middle of F1 within {points:g} of the best"
     assert result.scores.predicted == int(np.greater_equal(SCORES, result.threshold).sum())
+
+
+def test_plateau_0_is_the_best_f1_rule():
+    best = sweep_threshold(SCORES, IS_GOLD, 4)
+    zero = sweep_threshold(SCORES, IS_GOLD, 4, plateau=0)
+    assert (zero.threshold, zero.rule) == (best.threshold, best.rule) == (pytest.approx(1.025), "best F1")
 
 
 def test_a_bad_plateau_or_two_rules_are_one_line_errors():

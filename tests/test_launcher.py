@@ -203,6 +203,13 @@ def test_a_failure_in_a_local_worker_names_the_job_once_the_others_end(tmp_path)
 
 
 @pytest.mark.integration  # worker processes
+def test_a_worker_process_that_dies_is_a_one_line_error_naming_its_job(tmp_path):
+    jobs = [Job("corpus de big.txt", launcher_jobs.die, ()), Job("ok", launcher_jobs.process_id, ())]
+    with pytest.raises(BitextmineError, match=r"^corpus de big.txt: its worker process died"):
+        run_jobs(jobs, workers=2)
+
+
+@pytest.mark.integration  # worker processes
 def test_local_workers_exit_once_the_command_is_killed(tmp_path):
     script = (
         "import sys; from pathlib import Path; from bitextmine.launch.jobs import Job, run_jobs; "

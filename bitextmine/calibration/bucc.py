@@ -202,7 +202,7 @@ def sweep_threshold(
 ) -> SweepResult:
     """The threshold with the best F1 over one-to-one candidates, among equal F1 the higher one; with
     `target_precision`, the lowest threshold whose precision is at least that (a BuccError if none is);
-    with `plateau` (F1 points), the middle of the thresholds whose F1 is within that of the best.
+    with `plateau` (F1 points, above 0), the middle of the thresholds whose F1 is within that of the best.
 
     Tried: the midpoint between each two consecutive distinct scores, the minimum score (keeps all)
     and one above the maximum (keeps none). Thresholds are exact values of the scores' dtype (float32
@@ -212,7 +212,7 @@ def sweep_threshold(
     curve = sweep_curve(scores, is_gold, gold_total)
     if target_precision is not None:
         point, rule = _lowest_reaching(curve, target_precision), target_rule(target_precision)
-    elif plateau is not None:
+    elif plateau:  # plateau 0 is the best F1
         point, rule = _plateau_middle(curve, plateau), plateau_rule(plateau)
     else:
         point, rule = int(np.argmax(curve.f1())), BEST_F1  # the first maximum is the highest threshold

@@ -117,7 +117,14 @@ def calibrate(
     workspace = Workspace(workdir)
     store = thresholds or workspace.thresholds_file()
     with user_errors():
-        options = CalibrateOptions(k, margin, strategy, target_precision, plateau, thresholds)
+        options = CalibrateOptions(
+            k=k,
+            margin=margin,
+            strategy=strategy,
+            target_precision=target_precision,
+            plateau=plateau,
+            thresholds=thresholds,
+        )
         model_given = context.get_parameter_source("model").name == "COMMANDLINE"  # not BITEXTMINE_MODEL
         _check_vector_options(embeddings, model_name, model_given, device, precision, threads)
         inputs = [*bucc_files(bucc, pair, split), store]

@@ -55,7 +55,8 @@ def run_jobs(
     `workers` local processes) or through submitit.
 
     Returns the results in job order, None for a job done by an earlier run (counted in `progress` at
-    once). Raises BitextmineError naming the jobs that still failed after their retries.
+    once). Raises a BitextmineError naming the jobs that still failed after their retries (run locally:
+    the first of them in job order).
     """
     advance = progress or _ignore
     pending = []
@@ -90,7 +91,8 @@ def _run_locally(jobs: Sequence[Job], retries: int, workers: int, progress: Adva
     counted in `progress` once it ends)."""
     if workers > 1 and len(jobs) > 1:
         calls = [partial(_run_here, job, retries, _ignore) for job in jobs]
-        return run_in_processes(calls, workers, lambda number: progress(jobs[number].work))
+        names = [job.name for job in jobs]
+        return run_in_processes(calls, names, workers, lambda number: progress(jobs[number].work))
     return [_run_here(job, retries, progress) for job in jobs]
 
 

@@ -13,32 +13,48 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from bitextmine.errors import BitextmineError
 
 
 def run_in_processes(
-    calls: Sequence[Callable[[], Any]], workers: int, ended: Callable[[int], None]
+    calls: Sequence[Callable[[], Any]], names: Sequence[str], workers: int, ended: Callable[[int], None]
 ) -> list[Any]:
-    """The results of `calls` (picklable) run in up to `workers` processes, in order; `ended(i)` once
-    call i has returned. The first failure, in call order, is raised once the running calls end; the
-    calls not started yet are cancelled."""
+    """The results of `calls` (picklable; `names` say what each does) run in up to `workers` processes,
+    in call order; `ended(i)` as soon as call i has returned. At the first failure the calls not started
+    are cancelled, and once the running ones end, the first failure in call order is raised (a worker
+    that died, killed or out of memory, as a one-line error naming its call)."""
     pool = ProcessPoolExecutor(
         min(workers, len(calls)),
         mp_context=multiprocessing.get_context("spawn"),
         initializer=_exit_with_parent,
         initargs=(os.getpid(),),
     )
+    futures = [pool.submit(_call, call) for call in calls]
+    number = {future: i for i, future in enumerate(futures)}
     try:
-        results = []
-        for number, future in enumerate([pool.submit(_call, call) for call in calls]):
-            results.append(future.result())
-            ended(number)
-        return results
+        pending, failed = set(futures), False
+        while pending and not failed:
+            done, pending = wait(pending, return_when=FIRST_EXCEPTION)
+            for future in done:
+                failed = failed or future.exception() is not None
+                if future.exception() is None:
+                    ended(number[future])
     finally:
         pool.shutdown(cancel_futures=True)
+    for i, future in enumerate(futures):
+        if not future.cancelled() and future.exception() is not None:
+            raise _failure(future.exception(), names[i])
+    return [future.result() for future in futures]
+
+
+def _failure(exc: BaseException, name: str) -> BaseException:
+    if isinstance(exc, BrokenProcessPool):
+        return BitextmineError(f"{name}: its worker process died (killed, or out of memory?); run it again")
+    return exc
 
 
 def _call(call: Callable[[], Any]) -> Any:

@@ -199,8 +199,7 @@ def _encode(
     pending = _pending(store, corpus)
     store.remove_shards({_stem(s.name) for s in pending})  # stale vectors of the same names
     # precision "auto" is resolved here, once: jobs on other nodes must not choose their own
-    shared = LoadedEncoder(replace(spec, precision=identity.precision), encoder)
-    del encoder  # freed with the jobs: those run here share it, those run elsewhere load it there
+    shared = LoadedEncoder(replace(spec, precision=identity.precision), encoder)  # jobs run here share it
     jobs = [
         Job(
             f"encode {lang} {s.name}",

@@ -69,11 +69,12 @@ def mine_files(
     if isinstance(options.threshold, str):
         parse_threshold(options.threshold)  # a mistyped one fails before the encoding, not after it
     options.output_target(workspace, src, tgt, inputs=files)
-    shared = loaded_encoder(model)  # one load for both files, freed when this returns
+    shared = loaded_encoder(model)  # one load for both files
     encoded = {
         lang: encode(workspace, [path], lang, shared, encode_options, progress)
         for path, lang in zip(files, langs, strict=True)
     }
+    del shared  # the model's memory is free for indexing and mining
     indexed = {lang: _index_unless_current(workspace, lang, progress) for lang in langs}
     mined = mine(workspace, src, tgt, options, progress)
     return MineFilesSummary(workspace.root, encoded, indexed, mined)

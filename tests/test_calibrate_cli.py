@@ -175,3 +175,12 @@ def test_a_model_bitextmine_trained_is_calibrated_on_the_plateau_by_default(tmp_
         [record] = json.loads((work / "thresholds.json").read_text())["thresholds"]
         assert record["rule"] == json.loads(report.read_text())["rule"] == rule
         assert (f"rule: {rule}, {why}" in output) if why else "rule:" not in output, output
+
+
+def test_a_rerun_counts_the_cached_vectors_in_its_progress(tmp_path, bucc, tiny_model_dir):
+    model, work = tiny_model_dir("bert"), tmp_path / "w"
+    for _ in range(2):  # the second run encodes nothing: every vector comes from the cache
+        code, output = calibrate(bucc, model, work)
+        assert code == 0, output
+        [line] = [line for line in output.splitlines() if line.startswith("encoding de-en dev:")]
+        assert "(100%)" in line, output

@@ -117,9 +117,9 @@ def pools(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     sizes: list[int] = []
     real = jobs.run_in_processes
 
-    def spy(calls, workers, ended):
+    def spy(calls, names, workers, ended):
         sizes.append(workers)
-        return real(calls, workers, ended)
+        return real(calls, names, workers, ended)
 
     monkeypatch.setattr(jobs, "run_in_processes", spy)
     return sizes

@@ -80,15 +80,21 @@ def build_index(
     index's own rows (optimistic) and nprobe follows `default_nprobe`.
     An automatically chosen IVF-Flat that searches no faster than exact search is replaced by Flat.
     """
-    n, dim = len(vectors), vectors.dim
-    auto = auto or factory is None
-    factory = factory or choose_factory(n, dim)
-    check_training_sample(factory, n, dim)
+    factory, auto = _resolved_factory(vectors, factory, auto)
     rng = np.random.default_rng(seed)
     started = time.perf_counter()
-    index, train_rows = _build(factory, dim, vectors, gpu, rng, chunk_rows, progress)
+    index, train_rows = _build(factory, vectors.dim, vectors, gpu, rng, chunk_rows, progress)
     trained = _Trained(vectors, lang, factory, train_rows, rng, started)
     return _finish(index, trained, Tuning(**tuning), auto=auto, gpu=gpu, chunk_rows=chunk_rows)
+
+
+def _resolved_factory(vectors: ShardedVectors, factory: str | None, auto: bool) -> tuple[str, bool]:
+    """The factory to build (the library's choice where none is given) and whether it is the library's
+    choice; refused in one line where the capped training sample cannot train it."""
+    auto = auto or factory is None
+    factory = factory or choose_factory(len(vectors), vectors.dim)
+    check_training_sample(factory, len(vectors), vectors.dim)
+    return factory, auto
 
 
 @dataclass
@@ -199,15 +205,12 @@ def start_sharded_build(
     choice (so is no factory), which `_finish` may replace by exact search."""
     if gpu:
         check_gpu()
-    n, dim = len(vectors), vectors.dim
-    auto = auto or factory is None
-    factory = factory or choose_factory(n, dim)
-    check_training_sample(factory, n, dim)
+    factory, auto = _resolved_factory(vectors, factory, auto)
     rng = np.random.default_rng(seed)
     started = time.perf_counter()
-    plan = plan_id(vectors.digest(), n, factory, ranges, seed)
+    plan = plan_id(vectors.digest(), len(vectors), factory, ranges, seed)
     template_path = Path(index_dir) / f"{lang}.{plan}.template.faiss"
-    template, train_rows = _template(template_path, factory, dim, vectors, rng, gpu)
+    template, train_rows = _template(template_path, factory, vectors.dim, vectors, rng, gpu)
     shards = [ShardFile(f"{lang}.{plan}.{i:03d}.faiss", a, b) for i, (a, b) in enumerate(ranges)]
     trained = _Trained(vectors, lang, factory, train_rows, rng, started)
     return ShardedBuild(

@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -48,18 +49,40 @@ SETTINGS = [
     ("list-size 1000, nprobe 16", "ivf", ["--list-size", "1000", "--nprobe", "16"]),
     ("list-size 1000, nprobe 8", "ivf8", ["--list-size", "1000", "--nprobe", "8"]),
 ]
+# Exact mining of the full set takes hours on 2 cores, more than one sitting: its neighbour jobs are
+# this many queries, so a run stopped with SIGTERM (or Ctrl-C) loses at most one job's work on rerun.
+EXACT_JOB_ROWS = 32_768
+
+
+class Interrupted(Exception):
+    """SIGTERM or Ctrl-C while a `bitextmine` process ran: its figures so far are in `args[0]`."""
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise Interrupted({})
 
 
 def run_command(args: list[str]) -> dict:
-    """Run `bitextmine ARGS` as its own process: wall seconds and peak RSS (GB), or exit on failure."""
+    """Run `bitextmine ARGS` as its own process: wall and CPU seconds and peak RSS (GB), or exit on
+    failure. Interrupted, it stops the process and raises Interrupted with the figures so far."""
     started = time.perf_counter()
     process = subprocess.Popen([*BITEXTMINE, "-q", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    output = process.stdout.read().decode(errors="replace")
-    _, status, usage = os.wait4(process.pid, 0)
+    try:
+        output = process.stdout.read().decode(errors="replace")
+        _, status, usage = os.wait4(process.pid, 0)
+    except (Interrupted, KeyboardInterrupt):
+        process.terminate()
+        _, status, usage = os.wait4(process.pid, 0)
+        raise Interrupted(_figures(started, usage) | {"interrupted": True}) from None
     if status != 0:
         raise SystemExit(f"bitextmine {' '.join(args)} failed:\n{output}")
+    return _figures(started, usage)
+
+
+def _figures(started: float, usage: os.struct_rusage) -> dict:
     return {
         "seconds": round(time.perf_counter() - started, 1),
+        "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 1),
         "peak_rss_gb": round(usage.ru_maxrss / 1e6, 2),
     }
 
@@ -142,19 +165,37 @@ def size_workspace(size: int, name: str) -> tuple[Path, dict]:
     return root / "ws", figures
 
 
-def mine_in(workspace: Path, threshold: float, index_args: list[str]) -> dict:
-    """Index both languages and mine, from scratch: a rerun of `mine` would reuse the neighbour lists."""
-    for made in ("index", "mined"):
-        shutil.rmtree(workspace / made, ignore_errors=True)
-    figures = {
-        f"index_{lang}": run_command(["index", lang, "--workdir", str(workspace), *index_args])
-        for lang in LANGS
-    }
-    figures["factory"] = json.loads((workspace / "index" / "de.json").read_text())["factory"]
+def mine_in(workspace: Path, threshold: float, index_args: list[str], resumable: bool) -> dict:
+    """Index both languages and mine, from scratch (a rerun of `mine` would reuse the neighbour lists),
+    unless `resumable` and WORK/.../RESUME (the index figures and the mine runs so far) says a run was
+    stopped: then `mine` goes on from its saved neighbour jobs, and its figures add up over the runs."""
+    resume = workspace / "RESUME.json"
+    figures = json.loads(resume.read_text()) if resumable and resume.exists() else {}
+    if not figures:
+        for made in ("index", "mined"):
+            shutil.rmtree(workspace / made, ignore_errors=True)
+        figures = {
+            f"index_{lang}": run_command(["index", lang, "--workdir", str(workspace), *index_args])
+            for lang in LANGS
+        }
+        figures["factory"] = json.loads((workspace / "index" / "de.json").read_text())["factory"]
+        figures["mine_runs"] = []
     out = workspace / "mined" / "de-en.tsv"
-    figures["mine"] = run_command(
-        ["mine", "de", "en", "--threshold", repr(threshold), "--workdir", str(workspace), "-o", str(out)]
-    )
+    mine = ["mine", "de", "en", "--threshold", repr(threshold), "--workdir", str(workspace), "-o", str(out)]
+    try:
+        figures["mine_runs"].append(run_command(mine + ["--job-rows", str(EXACT_JOB_ROWS)] * resumable))
+    except Interrupted as stopped:
+        if resumable:
+            resume.write_text(json.dumps(figures | {"mine_runs": figures["mine_runs"] + [stopped.args[0]]}))
+        raise SystemExit(f"stopped; {'rerun to resume' if resumable else 'nothing kept'}") from None
+    resume.unlink(missing_ok=True)
+    runs = figures.pop("mine_runs")
+    figures["mine"] = {
+        "seconds": round(sum(r["seconds"] for r in runs), 1),
+        "cpu_seconds": round(sum(r["cpu_seconds"] for r in runs), 1),
+        "peak_rss_gb": max(r["peak_rss_gb"] for r in runs),
+        "runs": len(runs),
+    }
     figures["pairs"] = mined_ids(out)
     return figures
 
@@ -193,6 +234,7 @@ def scores(pairs: list[tuple[int, int]], size: int) -> dict:
 def run(sizes: list[int], names: list[str]) -> None:
     """Mine each size with exact search and the settings named in `names` (all if empty): one row per
     size and setting, replacing that size and setting's row."""
+    signal.signal(signal.SIGTERM, _interrupt)
     threshold = dev_threshold()
     rows = load_rows(RESULT)
     for size in sizes:
@@ -201,7 +243,7 @@ def run(sizes: list[int], names: list[str]) -> None:
             if names and suffix not in names and label != EXACT_SETTING[0]:
                 continue
             workspace, imported = size_workspace(size, f"size-{size}-{suffix}")
-            figures = mine_in(workspace, threshold, args)
+            figures = mine_in(workspace, threshold, args, resumable=label == EXACT_SETTING[0])
             pairs = set(figures.pop("pairs"))
             exact_pairs = pairs if label == EXACT_SETTING[0] else exact_pairs
             row = {"size": size, "setting": label, "threshold": threshold, "import": imported, **figures}
@@ -218,7 +260,9 @@ def report(rows: list[dict]) -> str:
         "Produced by `make bench-scale-real` (examples/benchmarks/bench_scale.py). Each stage is one "
         "`bitextmine` process; time in seconds (index: both languages), peak RSS in GB over the index and "
         "mine processes. P/R/F1 against the subsample's hidden pairs with calibrate's dev-split threshold; "
-        "the last figure is the share of exact mining's pairs (at or above the threshold) each index keeps.",
+        "the last figure is the share of exact mining's pairs (at or above the threshold) each index keeps. "
+        "Exact mining of the full set ran in parts (stopped and resumed): its time is the sum over the runs, "
+        "which redoes at most one unfinished neighbour job per stop.",
         "",
     ]
     order = [label for label, _, _ in SETTINGS]
@@ -227,7 +271,7 @@ def report(rows: list[dict]) -> str:
         stages = [r["index_de"], r["index_en"], r["mine"]]
         body.append(
             f"{r['size']:,} | {r['setting']} | {r['factory']} | "
-            f"{r['index_de']['seconds'] + r['index_en']['seconds']:.0f} | {r['mine']['seconds']:.0f} | "
+            f"{r['index_de']['seconds'] + r['index_en']['seconds']:.0f} | {_mine_seconds(r['mine'])} | "
             f"{max(s['peak_rss_gb'] for s in stages):.2f} | {r['precision']} | {r['recall']} | {r['f1']} | "
             f"{r['share_of_exact_pairs']:.2%} | {r['date']}, {r['machine']}, {r['commit']}"
         )
@@ -238,6 +282,11 @@ def report(rows: list[dict]) -> str:
         body,
     )
     return "\n".join(lines) + "\n"
+
+
+def _mine_seconds(mine: dict) -> str:
+    runs = mine.get("runs", 1)
+    return f"{mine['seconds']:.0f}" + (f" ({runs} runs)" if runs > 1 else "")
 
 
 def main() -> None:

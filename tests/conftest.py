@@ -44,7 +44,8 @@ def tiny_model_dir(tmp_path_factory) -> Callable[[str], Path]:
 
 @pytest.fixture
 def workspace(tmp_path, tiny_model_dir):
-    """de and en corpora sharing 10 identical sentences (perfect 'translations'), encoded."""
+    """de and en corpora sharing 10 identical sentences (perfect 'translations'), encoded (without language
+    identification: the sentences are English word salad under both labels)."""
     shared = sentences(10, seed=0)
     de = shared + sentences(15, seed=1)
     en = sentences(12, seed=2) + shared
@@ -53,7 +54,8 @@ def workspace(tmp_path, tiny_model_dir):
     for lang, lines in (("de", de), ("en", en)):
         path = tmp_path / f"{lang}.txt"
         path.write_text("\n".join(lines) + "\n")
-        code, output = run("encode", str(path), "-l", lang, "-m", model, "-w", str(work), "--shard-size", "7")
+        args = ["-l", lang, "-m", model, "-w", str(work), "--shard-size", "7", "--lid", "off"]
+        code, output = run("encode", str(path), *args)
         assert code == 0, output
     return work, shared
 

@@ -115,7 +115,8 @@ def test_json_on_stdout_holds_the_summary_alone_for_every_command(indexed, tmp_p
     assert (summary["pair"], summary["pairs"]) == ("de-en", 6)
     assert summary["written"]["path"] == str(tmp_path / "s.tsv")
 
-    encoded = invoke("-q", "encode", tmp_path / "x.de", "-l", "fr", "-m", model, "-w", work, "--json", "-")
+    args = ["-l", "fr", "--lid", "off", "-m", model, "-w", work]  # word salad, not French
+    encoded = invoke("-q", "encode", tmp_path / "x.de", *args, "--json", "-")
     assert encoded.exit_code == 0, encoded.output
     summary = json.loads(encoded.stdout)
     assert (summary["lang"], summary["rows"], summary["counts"]["lines"]) == ("fr", 6, 6)
@@ -134,7 +135,8 @@ def test_json_on_stdout_of_eval_and_of_imported_embeddings(tmp_path):
 
     (tmp_path / "x.it").write_text("".join(f"{s}\n" for s in shared))
     np.save(tmp_path / "x.npy", np.random.default_rng(0).standard_normal((8, 16)).astype(np.float32))
-    args = ["encode", tmp_path / "x.it", "-l", "it", "--embeddings", tmp_path / "x.npy", "-w", tmp_path / "w"]
+    args = ["encode", tmp_path / "x.it", "-l", "it", "--lid", "off", "--embeddings", tmp_path / "x.npy"]
+    args += ["-w", tmp_path / "w"]
     imported = invoke(*args, "--model-name", "elsewhere", "--json", "-")
     assert imported.exit_code == 0, imported.output
     assert json.loads(imported.stdout)["rows"] == 8 and "rows kept" in imported.stderr

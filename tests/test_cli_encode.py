@@ -53,7 +53,7 @@ def test_encode_small_zst_end_to_end(tmp_path, tiny_model_dir):
     source = write_zst(tmp_path / "de.txt.zst", lines)
     work = tmp_path / "work"
     args = [str(source), "--lang", "de", "--model", str(tiny_model_dir("bert")), "--workdir", str(work)]
-    args += ["--shard-size", "10", "--dedup", "--precision", "fp32"]
+    args += ["--shard-size", "10", "--dedup", "--precision", "fp32", "--lid", "off"]  # word salad, not German
     code, output = encode(*args, "--max-tokens", "64")
     assert code == 0, output
     assert "rows kept" in output
@@ -185,6 +185,8 @@ def _encode_cmd(source: Path, model: Path, work: Path) -> list[str]:
         str(source),
         "--lang",
         "de",
+        "--lid",
+        "off",  # word salad, not German
         "--model",
         str(model),
         "--workdir",

@@ -71,7 +71,7 @@ def test_a_rerun_that_finds_the_work_done_prints_no_empty_progress(workspace, ti
         "-m",
         str(tiny_model_dir("bert")),
     ]
-    rerun = runner.invoke(app, [*args, "--shard-size", "7"])
+    rerun = runner.invoke(app, [*args, "--shard-size", "7", "--lid", "off"])  # as `workspace` encoded
     assert rerun.exit_code == 0 and "(0 encoded now)" in rerun.stdout, rerun.output
     assert "encoding" not in rerun.stderr, rerun.stderr  # was `encoding: 0/0 (0%)`
 

@@ -24,11 +24,12 @@ from bitextmine.errors import BitextmineError
 from bitextmine.faults import FAULT_ENV
 from bitextmine.launch import jobs
 from bitextmine.steps.encode import EncodeOptions, prepare_corpus
-from bitextmine.text.lid import DEFAULT_MIN_CONFIDENCE, LidFilter, model_id
+from bitextmine.text.lid import DEFAULT_MIN_CONFIDENCE, RULE_CONFIDENCE, LidFilter, model_id
 from bitextmine.text.reader import Columns, CorpusError
 from bitextmine.workspace.layout import Workspace
 
 GERMAN_LID = LidFilter("de", DEFAULT_MIN_CONFIDENCE, model_id())
+GERMAN_REJECT = LidFilter("de", RULE_CONFIDENCE["reject"], model_id(), "reject")
 DE = [
     "Die Regierung hat am Dienstag neue Regeln für den Wohnungsbau beschlossen.",
     "Der Zug nach Berlin fährt heute eine Stunde später ab.",
@@ -59,6 +60,7 @@ SETTINGS = {
     "no dedup": {"dedup": False},
     "dedup, lid": {"dedup": True, "lid": GERMAN_LID},
     "lid": {"dedup": False, "lid": GERMAN_LID},
+    "dedup, lid reject": {"dedup": True, "lid": GERMAN_REJECT},
     "columns, meta, max_chars, dedup, lid": {
         "dedup": True,
         "lid": GERMAN_LID,
@@ -246,7 +248,10 @@ def test_prepare_corpus_builds_in_parts_and_reuses_the_corpus(tmp_path: Path, bu
     options = EncodeOptions(shard_size=2, dedup=True)
     manifest, rebuilt = prepare_corpus(paths, "de", workspace, options, print)
     assert rebuilt and len(built) == len(paths)
-    assert files(workspace.corpus_dir("de")) == single_pass(paths, tmp_path / "single", dedup=True)[0]
+    lid = options.lid_filter("de")  # the default: reject
+    assert lid == GERMAN_REJECT
+    expected = single_pass(paths, tmp_path / "single", dedup=True, lid=lid)[0]
+    assert files(workspace.corpus_dir("de")) == expected
     assert prepare_corpus(paths, "de", workspace, options, print) == (manifest, False)
 
 
@@ -260,4 +265,5 @@ def test_encode_corpus_workers_reads_the_files_in_processes(
     result = CliRunner().invoke(app, [*args, "--shard-size", "2", "--corpus-workers", "2"])
     assert result.exit_code == 0, result.output
     assert pools == [2]
-    assert files(work / "corpora" / "de") == single_pass(paths, tmp_path / "single", dedup=True)[0]
+    expected = single_pass(paths, tmp_path / "single", dedup=True, lid=GERMAN_REJECT)[0]  # the default
+    assert files(work / "corpora" / "de") == expected

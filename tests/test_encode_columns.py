@@ -14,7 +14,7 @@ from bitextmine.cli import app
 from bitextmine.corpus.build import build_corpus
 from bitextmine.errors import BitextmineError
 from bitextmine.steps.encode import EncodeOptions
-from bitextmine.text.lid import DEFAULT_MIN_CONFIDENCE, LidFilter, model_id
+from bitextmine.text.lid import DEFAULT_MIN_CONFIDENCE, RULE_CONFIDENCE, LidFilter, model_id
 from bitextmine.text.reader import Columns, CorpusCounts, CorpusError, Row, iter_rows
 from bitextmine.workspace.corpus import (
     MANIFEST_NAME,
@@ -162,7 +162,12 @@ def test_manifest_records_columns_and_lid_and_a_change_rebuilds(tmp_path: Path) 
     assert loaded == m and loaded.columns == Columns(2, 1) and loaded.lid == GERMAN_LID
     data = json.loads((tmp_path / "w" / MANIFEST_NAME).read_text())
     assert data["columns"] == {"text": 2, "meta": 1}
-    assert data["lid"] == {"lang": "de", "min_confidence": DEFAULT_MIN_CONFIDENCE, "model": model_id()}
+    assert data["lid"] == {
+        "lang": "de",
+        "min_confidence": DEFAULT_MIN_CONFIDENCE,
+        "model": model_id(),
+        "rule": "accept",
+    }
     assert loaded.same_inputs(m)
     for change in (
         {"columns": Columns(2)},
@@ -171,6 +176,7 @@ def test_manifest_records_columns_and_lid_and_a_change_rebuilds(tmp_path: Path) 
         {"lid": LidFilter("de", 0.5, model_id())},
         {"lid": LidFilter("nl", DEFAULT_MIN_CONFIDENCE, model_id())},
         {"lid": LidFilter("de", DEFAULT_MIN_CONFIDENCE, "py3langid 0.0.1")},
+        {"lid": LidFilter("de", DEFAULT_MIN_CONFIDENCE, model_id(), "reject")},
     ):
         assert not loaded.same_inputs(CorpusManifest(**{**m.__dict__, **change})), change
 
@@ -190,16 +196,48 @@ def test_a_manifest_written_before_columns_and_lid_loads_as_neither(tmp_path: Pa
     assert loaded.same_inputs(m)
 
 
-def test_encode_options_map_the_lid_language() -> None:
-    assert EncodeOptions().lid_filter("de") is None
-    assert EncodeOptions(lid=True).lid_filter("deu").lang == "de"
-    assert EncodeOptions(lid=True, lid_lang="cmn").lid_filter("chinese") == LidFilter(
-        "zh", DEFAULT_MIN_CONFIDENCE, model_id()
+def test_a_manifest_written_before_the_lid_rules_were_named_loads_as_accept(tmp_path: Path) -> None:
+    source = tmp_path / "de.txt"
+    source.write_text("\n".join(GERMAN) + "\n", encoding="utf-8")
+    m = build_corpus([str(source)], "de", tmp_path / "w", shard_size=10, dedup=False, lid=GERMAN_LID)
+    old = json.loads((tmp_path / "w" / MANIFEST_NAME).read_text())
+    del old["lid"]["rule"]
+    (tmp_path / "w" / MANIFEST_NAME).write_text(json.dumps(old))
+    assert load_manifest(tmp_path / "w").lid == GERMAN_LID and GERMAN_LID.rule == "accept"
+    assert load_manifest(tmp_path / "w").same_inputs(m)
+
+
+def test_encode_options_map_the_lid_rule_and_language() -> None:
+    reject = RULE_CONFIDENCE["reject"]
+    assert EncodeOptions().lid_filter("de") == LidFilter("de", reject, model_id(), "reject")  # the default
+    assert EncodeOptions(lid="off").lid_filter("de") is None
+    assert EncodeOptions(lid="accept").lid_filter("deu") == GERMAN_LID
+    assert EncodeOptions(lid="reject", lid_min_confidence=0.9).lid_filter("de").min_confidence == 0.9
+    assert EncodeOptions(lid="accept", lid_lang="cmn").lid_filter("chinese") == LidFilter(
+        "zh", DEFAULT_MIN_CONFIDENCE, model_id(), "accept"
     )
     with pytest.raises(BitextmineError, match="'chinese'"):
-        EncodeOptions(lid=True).lid_filter("chinese")
-    with pytest.raises(BitextmineError, match=r"\[0, 1\]"):
-        EncodeOptions(lid=True, lid_min_confidence=1.5).lid_filter("de")
+        EncodeOptions(lid="reject").lid_filter("chinese")
+
+
+def test_by_default_a_language_lid_does_not_know_is_kept_whole_with_a_warning() -> None:
+    warnings: list[str] = []
+    assert EncodeOptions().lid_filter("klingon", warnings.append) is None
+    assert len(warnings) == 1 and "does not know 'klingon'" in warnings[0]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"lid": True}, "unknown language identification rule True"),
+        ({"lid": "strict"}, "choose reject, accept or off"),
+        ({"lid_min_confidence": 1.5}, r"\[0, 1\]"),
+        ({"lid": "off", "lid_lang": "de"}, "not off"),
+    ],
+)
+def test_bad_lid_options_are_refused_when_made(options: dict, message: str) -> None:
+    with pytest.raises(BitextmineError, match=message):
+        EncodeOptions(**options)
 
 
 # ------------------------------------------------------------------------------------------- the CLI
@@ -229,7 +267,7 @@ def test_encode_tsv_with_lid_end_to_end_and_a_changed_setting_rebuilds(tmp_path,
         "--precision",
         "fp32",
     ]
-    code, output = encode(*args, "--text-column", "2", "--meta-column", "1", "--lid")
+    code, output = encode(*args, "--text-column", "2", "--meta-column", "1", "--lid", "accept")
     assert code == 0, output
     flat = " ".join(output.replace("│", " ").split())  # the table wraps long cells
     assert "2 wrong language, 1 too few columns" in flat and "web.tsv:6: fewer than 2" in flat
@@ -242,9 +280,9 @@ def test_encode_tsv_with_lid_end_to_end_and_a_changed_setting_rebuilds(tmp_path,
         (GERMAN[2], "http://x.de/4"),
     ]
     assert len(np.load(work / "emb" / "deu" / "shard-00000.npy")) == 3
-    code, output = encode(*args, "--text-column", "2", "--meta-column", "1", "--lid")
+    code, output = encode(*args, "--text-column", "2", "--meta-column", "1", "--lid", "accept")
     assert code == 0 and "reusing 1 text shard" in output, output
-    code, output = encode(*args, "--text-column", "2", "--meta-column", "1")  # no --lid: rebuilt
+    code, output = encode(*args, "--text-column", "2", "--meta-column", "1", "--lid", "off")  # rebuilt
     assert code == 0 and "built 1 text shard(s), 5 sentences" in output, output
 
 
@@ -254,9 +292,9 @@ def test_encode_tsv_with_lid_end_to_end_and_a_changed_setting_rebuilds(tmp_path,
     [
         (["--meta-column", "1"], "--meta-column needs --text-column"),
         (["--text-column", "2", "--meta-column", "2"], "both column 2"),
-        (["--lid", "--lid-lang", "xx"], "does not know the language 'xx'"),
-        (["--lid"], "does not know the language 'klingon'"),
-        (["--lid-lang", "de"], "add --lid"),
+        (["--lid", "accept", "--lid-lang", "xx"], "does not know the language 'xx'"),
+        (["--lid", "reject"], "does not know the language 'klingon'"),
+        (["--lid", "off", "--lid-lang", "de"], "not to --lid off"),
     ],
 )
 def test_bad_column_and_lid_options_are_one_line_errors(tmp_path, tiny_model_dir, flags, message):

@@ -1,4 +1,4 @@
-"""Language identification of lines (text/lid.py): codes, labels, confidences and the floor."""
+"""Language identification of lines (text/lid.py): codes, labels, confidences, the floor, scripts, rules."""
 
 from __future__ import annotations
 
@@ -12,8 +12,11 @@ from bitextmine.errors import BitextmineError
 from bitextmine.text import lid
 from bitextmine.text.lid import (
     DEFAULT_MIN_CONFIDENCE,
+    RULE_CONFIDENCE,
+    LidFilter,
     accepts,
     identify,
+    in_script,
     is_language,
     is_other_language,
     lid_code,
@@ -120,3 +123,39 @@ def test_is_other_language_wants_confidence_and_english_headlines_are_english():
     ]
     assert is_other_language(lines, "en").tolist() == [False, True, False]
     assert is_other_language(["Der Hund schläft heute im Garten hinter dem Haus."], "de").tolist() == [False]
+
+
+def test_in_script_wants_a_letter_of_the_languages_script() -> None:
+    texts = [CHINESE, "Add to cart", "2019-03-04 10:00", "Привет, мир", "日本語のテキスト", ""]
+    assert in_script(texts, "zh").tolist() == [True, False, False, False, True, False]
+    assert in_script(texts, "ru").tolist() == [False, False, False, True, False, False]
+    assert in_script(texts, "en").tolist() == [False, True, False, False, False, False]
+    assert in_script(["Ово је реченица.", "Ovo je rečenica."], "sr").tolist() == [True, True]  # both scripts
+    assert in_script(["12345", ""], "zxx").tolist() == [True, True]  # no script listed: no test
+
+
+def test_every_language_of_the_script_table_is_a_label_of_the_identifier() -> None:
+    codes = {code for codes in lid._BY_SCRIPT.values() for code in codes.split()}
+    assert codes <= set(lid._identifier().labels)
+    assert {"de", "en", "fr", "ru", "zh", "ja", "ko", "ar", "hi"} <= codes
+
+
+def test_the_reject_rule_drops_only_lines_confidently_another_language_or_script() -> None:
+    reject = LidFilter("de", RULE_CONFIDENCE["reject"], lid.model_id(), "reject")
+    accept = LidFilter("de", RULE_CONFIDENCE["accept"], lid.model_id(), "accept")
+    unsure = "Dinamo Zagreb"  # a name: no language for sure
+    texts = [GERMAN, SHORT_GERMAN, ENGLISH, DUTCH, CHINESE, "+49 30 1234567", "www.example.com", unsure]
+    assert reject.keeps(texts).tolist() == [True, True, False, False, False, False, True, True]
+    assert accept.keeps(texts).tolist() == [True, True, False, False, False, False, False, False]
+    _, confidence = identify([unsure, "www.example.com"])
+    assert (confidence < RULE_CONFIDENCE["reject"]).all()
+
+
+def test_a_close_language_below_the_reject_floor_is_kept() -> None:
+    russian = "Вот отчет о матче и реакция на игру."  # a bucc-like ru-en gold line; py3langid: bg, 0.67
+    labels, confidence = identify([russian])
+    assert labels == ["bg"] and 0.5 <= confidence[0] < RULE_CONFIDENCE["reject"]
+    assert LidFilter("ru", RULE_CONFIDENCE["reject"], lid.model_id(), "reject").keeps([russian]).tolist() == [
+        True
+    ]
+    assert LidFilter("ru", 0.5, lid.model_id(), "reject").keeps([russian]).tolist() == [False]

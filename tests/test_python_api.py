@@ -255,8 +255,8 @@ def test_encode_takes_one_corpus_file_given_as_a_string(tmp_path, tiny_model_dir
     with pytest.raises(TypeError, match=r"encode: the first argument is a bitextmine\.Workspace, not a str"):
         bitextmine.encode(str(corpus), "de", work, model)  # the order before the steps took theirs first
     summary = bitextmine.encode(work, str(corpus), "de", model, show_progress_bar=True)
-    assert summary.rows == len(TRAINING_TEXT)
-    assert re.match(r"encoding de: 8/8 \(100%\)", capsys.readouterr().err)
+    assert summary.rows == 4 and summary.counts.wrong_language == 4  # the English half: --lid reject
+    assert re.match(r"encoding de: 4/4 \(100%\)", capsys.readouterr().err)
     assert bitextmine.encode(work, corpus, "de", str(model), show_progress_bar=True).shards_encoded == 0
     assert capsys.readouterr().err == ""  # nothing left to encode: no progress shown
 

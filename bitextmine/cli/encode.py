@@ -27,7 +27,7 @@ from bitextmine.cli.launcher_options import NO_FLAGS, LauncherFlags, with_launch
 from bitextmine.cli.output import ProgressDisplay, emit_json, fields_table, json_target
 from bitextmine.errors import BitextmineError
 from bitextmine.text.languages import check_lang
-from bitextmine.text.lid import DEFAULT_MIN_CONFIDENCE
+from bitextmine.text.lid import RULE_CONFIDENCE
 from bitextmine.text.reader import Columns
 from bitextmine.workspace.layout import DEFAULT_WORKDIR, Workspace
 
@@ -120,31 +120,38 @@ def encode(
         ),
     ] = None,
     lid: Annotated[
-        bool,
+        Literal["reject", "accept", "off"] | None,  # text/lid.py's LID_RULES, and off
         typer.Option(
             "--lid",
-            help="Keep only the lines that language identification (py3langid) finds in --lang.",
+            metavar="RULE",
+            help="Language identification (py3langid) before encoding: reject drops a line only when it is "
+            "confidently another language or has no letter of --lang's script; accept keeps only the lines "
+            "identified as --lang; off keeps every line \\[default: reject where py3langid knows --lang, "
+            "else off].",
+            show_default=False,
             rich_help_panel="TSV input and language identification",
         ),
-    ] = False,
+    ] = None,
     lid_lang: Annotated[
         str | None,
         typer.Option(
-            help="The language --lid keeps, as an ISO 639-1 or 639-3 code, when --lang is a code it does not "
-            "know \\[default: --lang].",
+            help="The language --lid identifies, as an ISO 639-1 or 639-3 code, when --lang is a code it "
+            "does not know \\[default: --lang].",
             rich_help_panel="TSV input and language identification",
         ),
     ] = None,
     lid_min_confidence: Annotated[
-        float,
+        float | None,
         typer.Option(
-            help="--lid keeps a line whose most likely language is the wanted one at this probability or "
-            "more.",
+            help="The probability from which --lid reject takes a line for another language, and --lid "
+            f"accept for --lang \\[default: {RULE_CONFIDENCE['reject']} for reject, "
+            f"{RULE_CONFIDENCE['accept']} for accept].",
             min=0.0,
             max=1.0,
+            show_default=False,
             rich_help_panel="TSV input and language identification",
         ),
-    ] = DEFAULT_MIN_CONFIDENCE,
+    ] = None,
     pooling: Annotated[
         Pooling | None,
         typer.Option(
@@ -215,11 +222,17 @@ def encode(
     come from the model dir's bitextmine.json, else its sentence-transformers files, else the flags.
     With --embeddings, the vectors come from that file instead of a model (--model-name names it).
     With --text-column, each line is TAB-separated and one column is the sentence (--meta-column: one
-    more is carried along, e.g. a URL); with --lid, lines identified as another language are dropped.
+    more is carried along, e.g. a URL). Lines confidently in another language are dropped (--lid).
     """
     from bitextmine.steps.encode import EncodeOptions
     from bitextmine.steps.encode import encode as encode_files
 
+    if lid == "off" and (lid_lang is not None or lid_min_confidence is not None):
+        fail(
+            BitextmineError(
+                "--lid-lang and --lid-min-confidence apply to language identification, not to --lid off"
+            )
+        )
     options = EncodeOptions(
         shard_size=shard_size,
         dedup=dedup,
@@ -231,8 +244,6 @@ def encode(
         lid_min_confidence=lid_min_confidence,
         corpus_workers=corpus_workers,
     )
-    if not lid and (lid_lang is not None or lid_min_confidence != DEFAULT_MIN_CONFIDENCE):
-        fail(BitextmineError("--lid-lang and --lid-min-confidence apply to --lid: add --lid"))
     workspace = Workspace(workdir)
     with user_errors():
         json_out = json_target(json_path, inputs=[*files, embeddings], workspace=workspace)

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import NamedTuple
 
 from bitextmine.text.dedup import Deduplicator
-from bitextmine.text.lid import LidFilter, is_language
+from bitextmine.text.lid import LidFilter
 from bitextmine.text.reader import Columns, CorpusCounts, Row, Warn, iter_rows, warn_user
 
 LID_BATCH = 1024  # rows identified at a time
@@ -53,7 +53,7 @@ def sift(rows: Iterable[Row], counts: CorpusCounts, dedup: bool, lid: LidFilter 
         yield from (Sifted(row, value, True) for row, value in unique)
         return
     while batch := list(itertools.islice(unique, LID_BATCH)):
-        keep = is_language([row.text for row, _ in batch], lid.lang, lid.min_confidence)
+        keep = lid.keeps([row.text for row, _ in batch])
         dropped = len(batch) - int(keep.sum())
         counts.wrong_language += dropped
         counts.kept -= dropped

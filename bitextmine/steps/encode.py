@@ -19,7 +19,15 @@ from bitextmine.launch.config import LauncherConfig
 from bitextmine.launch.jobs import Job, run_jobs
 from bitextmine.progress import Advance, Progress, ProgressDisplay
 from bitextmine.text.languages import check_lang
-from bitextmine.text.lid import DEFAULT_MIN_CONFIDENCE, LidFilter, lid_code, model_id
+from bitextmine.text.lid import (
+    DEFAULT_LID_RULE,
+    LID_RULES,
+    RULE_CONFIDENCE,
+    LidFilter,
+    knows,
+    lid_code,
+    model_id,
+)
 from bitextmine.text.reader import STDIN, Columns, CorpusCounts, warn_user
 from bitextmine.workspace.corpus import CorpusManifest, TextShard, load_manifest, read_text_shard
 from bitextmine.workspace.embeddings import EmbeddingShard, EmbeddingStore, ModelIdentity
@@ -38,19 +46,40 @@ class EncodeOptions:
     max_chars: int = 10_000
     overwrite: bool = False
     columns: Columns | None = None  # TSV input: the sentence column and a meta column to carry
-    lid: bool = False  # keep only the lines identified as the language (lid_lang, else the one encoded)
-    lid_lang: str | None = None
-    lid_min_confidence: float = DEFAULT_MIN_CONFIDENCE
+    lid: str | None = None  # reject, accept or off (LidFilter); None: reject if py3langid knows the language
+    lid_lang: str | None = None  # the language identified, if not the one encoded
+    lid_min_confidence: float | None = None  # None: the rule's floor (RULE_CONFIDENCE)
     corpus_workers: int = 1  # local processes reading input files at once (a launcher runs its own jobs)
 
-    def lid_filter(self, lang: str) -> LidFilter | None:
-        if not self.lid:
-            return None
-        if not 0 <= self.lid_min_confidence <= 1:
-            raise BitextmineError(
+    def __post_init__(self) -> None:
+        if self.lid not in (None, *LID_RULES, "off"):
+            raise BitextmineValueError(
+                f"unknown language identification rule {self.lid!r}; choose {', '.join(LID_RULES)} or off"
+            )
+        if self.lid == "off" and (self.lid_lang is not None or self.lid_min_confidence is not None):
+            raise BitextmineValueError(
+                "lid_lang and lid_min_confidence apply to lid reject or accept, not off"
+            )
+        if self.lid_min_confidence is not None and not 0 <= self.lid_min_confidence <= 1:
+            raise BitextmineValueError(
                 f"the LID confidence floor must be in [0, 1], not {self.lid_min_confidence}"
             )
-        return LidFilter(lid_code(self.lid_lang or lang), self.lid_min_confidence, model_id())
+
+    def lid_filter(self, lang: str, warn: Callable[[str], None] = warn_user) -> LidFilter | None:
+        """The language filter of `lang`'s corpus; None when off, or by default for a language py3langid
+        does not know (said through `warn`)."""
+        rule = self.lid or DEFAULT_LID_RULE
+        if rule == "off":
+            return None
+        identified = self.lid_lang or lang
+        if self.lid is None and not knows(identified):
+            warn(
+                f"language identification does not know {identified!r}: no line is dropped as another "
+                "language (--lid-lang names the language, --lid off silences this)"
+            )
+            return None
+        floor = RULE_CONFIDENCE[rule] if self.lid_min_confidence is None else self.lid_min_confidence
+        return LidFilter(lid_code(identified), floor, model_id(), rule)
 
 
 @dataclass
@@ -83,7 +112,7 @@ def prepare_corpus(
     """Reuse complete text shards built from the same inputs; otherwise (re)build them, one part job an
     input file (run by `launcher`, or by `options.corpus_workers` processes here), then a merge."""
     out_dir = workspace.corpus_dir(lang)
-    lid = options.lid_filter(lang)
+    lid = options.lid_filter(lang, warn)
     wanted = plan_corpus(
         paths, lang, options.shard_size, options.dedup, options.max_chars, options.columns, lid
     )

@@ -1,5 +1,10 @@
 """Language identification of lines: py3langid's model (140 languages, shipped in its wheel), loaded once.
 
+`encode`'s two rules (`LidFilter.keeps`): "reject" (the default) drops a line only when it is confidently
+another language (`is_other_language` at 0.8) or has no letter of the language's script (`in_script`: a
+Chinese line without Han, a Russian one without Cyrillic, a line of digits and punctuation); "accept"
+keeps only the lines `is_language` finds in the language (bench_filters measures both).
+
 `is_language` keeps a line whose top language is the wanted one with a probability of at least a floor;
 the default 0.2 passes 95.4% of Tatoeba's short lines (96.0% with no floor) and 99.9% of FLORES's, while
 junk (numbers, codes, URLs) stays under 0.1: examples/benchmarks/results/bench_lid.md. `is_other_language`
@@ -17,11 +22,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import regex
 
 from bitextmine.errors import BitextmineError
 
 DEFAULT_MIN_CONFIDENCE = 0.2
 DEFAULT_OTHER_CONFIDENCE = 0.5  # is_other_language's default
+LID_RULES = ("reject", "accept")  # LidFilter.rule; the CLI adds "off"
+DEFAULT_LID_RULE = "reject"
+RULE_CONFIDENCE = {"reject": 0.8, "accept": DEFAULT_MIN_CONFIDENCE}  # each rule's default floor
 UNDETERMINED = "und"  # the label of an empty line
 
 # ISO 639-3, 639-2/B and corpus codes (Tatoeba's cmn, FLORES's zho_simpl) of the identifier's two-letter
@@ -54,6 +63,41 @@ _ALIASES = {
 # Nigerian Pidgin counts as English: py3langid labels English headlines pcm (0.2% of bucc-like dev's English).
 _VARIETIES = {"zh": ("zh", "wuu", "yue"), "en": ("en", "pcm")}
 _SUFFIX = re.compile(r"[_-].*")  # deu_Latn, zho_simpl, pt-BR: the language is the part before
+# The scripts each identifier label is written in (Unicode script names, as `regex` spells them), for
+# `in_script`; a label not listed (zxx, grc, ...) has no script test. Languages written in more than one
+# script list each (Serbian, Uzbek, Kurdish, ...). Not from CLDR's likely subtags (langcodes): they give one
+# script a language, and would turn away Latin Serbian.
+_BY_SCRIPT = {
+    "Latin": "af an az br bs ca cs cy da de en eo es et eu fi fo fr fy ga gd gl ha hr ht hu id ig is it "
+    "jv ku la lb lg ln lt lv mg ms mt nl nn no oc om pl pt qu ro rw se sk sl sn so sq sr st sv sw tk tl tr "
+    "tt uz vi vo wa xh yo zu ace bcl crh ext fuv gcf gcr gug guw kab kik lij ltg nso pcm vec",
+    "Cyrillic": "az ba be bg bs crh kk ky mk mn ru sr tg tk tt uk uz",
+    "Greek": "el",
+    "Han": "ja ko wuu yue zh",
+    "Hiragana": "ja",
+    "Katakana": "ja",
+    "Hangul": "ko",
+    "Arabic": "ar ary arz fa ha ku ms pa ps sdh ug ur uzs",
+    "Hebrew": "he",
+    "Devanagari": "gom hi mr ne sa",
+    "Bengali": "as bn",
+    "Gurmukhi": "pa",
+    "Gujarati": "gu",
+    "Oriya": "or",
+    "Tamil": "ta",
+    "Telugu": "te",
+    "Kannada": "kn",
+    "Malayalam": "ml",
+    "Sinhala": "si",
+    "Thai": "th",
+    "Lao": "lo",
+    "Khmer": "km",
+    "Myanmar": "my",
+    "Georgian": "ka",
+    "Armenian": "hy",
+    "Ethiopic": "am",
+    "Tibetan": "dz",
+}
 
 
 @functools.cache
@@ -70,23 +114,56 @@ def model_id() -> str:
 
 @dataclass(frozen=True)
 class LidFilter:
-    """Keep the rows identified as `lang` (the identifier's code) with at least `min_confidence`."""
+    """`encode`'s language filter of `lang` (the identifier's code): with `rule` "accept", keep the rows
+    identified as `lang` with at least `min_confidence`; with "reject", drop the rows identified as another
+    language with at least `min_confidence` or with no letter of `lang`'s script."""
 
     lang: str
     min_confidence: float
     model: str  # the identifier and its version (`model_id`): another one rebuilds the corpus
+    rule: str = "accept"  # a corpus built before the rules were named used "accept"
+
+    def keeps(self, texts: Sequence[str]) -> np.ndarray:
+        if self.rule == "accept":
+            return is_language(texts, self.lang, self.min_confidence)
+        return ~is_other_language(texts, self.lang, self.min_confidence) & in_script(texts, self.lang)
 
 
 def lid_code(lang: str) -> str:
     """The identifier's label for a language code as users write it: de, deu, cmn, zho_simpl, deu_Latn."""
-    base = _SUFFIX.sub("", lang.lower())
-    code = _ALIASES.get(base, base)
+    code = _label(lang)
     if code not in _identifier().labels:
         raise BitextmineError(
             f"language identification does not know the language {lang!r} (codes it knows: ISO 639-1 or "
             "639-3, e.g. de or deu)"
         )
     return code
+
+
+def knows(lang: str) -> bool:
+    """Whether `lid_code` maps `lang` to one of the identifier's labels."""
+    return _label(lang) in _identifier().labels
+
+
+def _label(lang: str) -> str:
+    base = _SUFFIX.sub("", lang.lower())
+    return _ALIASES.get(base, base)
+
+
+def in_script(texts: Sequence[str], lang: str) -> np.ndarray:
+    """Where a text has a letter of a script `lang` is written in (everywhere if none is listed for it)."""
+    pattern = _script_pattern(lid_code(lang))
+    if pattern is None:
+        return np.ones(len(texts), dtype=bool)
+    return np.fromiter((pattern.search(text) is not None for text in texts), dtype=bool, count=len(texts))
+
+
+@functools.cache
+def _script_pattern(code: str) -> regex.Pattern[str] | None:
+    scripts = [script for script, codes in _BY_SCRIPT.items() if code in codes.split()]
+    if not scripts:
+        return None
+    return regex.compile("|".join(rf"\p{{Script={script}}}" for script in scripts))
 
 
 def identify(texts: Sequence[str]) -> tuple[list[str], np.ndarray]:

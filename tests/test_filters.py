@@ -10,12 +10,12 @@ from bitextmine.mining.filters import (
     NO_FILTERS,
     FilterSettings,
     PairFilter,
-    has_words,
     is_copy,
     length_ratio_ok,
     parse_filters,
     visible_length,
 )
+from bitextmine.text.lid import has_words
 
 
 def run(settings: FilterSettings, pairs, scores=None, langs=("de", "en")):

@@ -140,15 +140,16 @@ def test_every_language_of_the_script_table_is_a_label_of_the_identifier() -> No
     assert {"de", "en", "fr", "ru", "zh", "ja", "ko", "ar", "hi"} <= codes
 
 
-def test_the_reject_rule_drops_only_lines_confidently_another_language_or_script() -> None:
+def test_the_reject_rule_drops_only_another_language_another_script_or_no_word() -> None:
     reject = LidFilter("de", RULE_CONFIDENCE["reject"], lid.model_id(), "reject")
     accept = LidFilter("de", RULE_CONFIDENCE["accept"], lid.model_id(), "accept")
-    unsure = "Dinamo Zagreb"  # a name: no language for sure
-    texts = [GERMAN, SHORT_GERMAN, ENGLISH, DUTCH, CHINESE, "+49 30 1234567", "www.example.com", unsure]
-    assert reject.keeps(texts).tolist() == [True, True, False, False, False, False, True, True]
-    assert accept.keeps(texts).tolist() == [True, True, False, False, False, False, False, False]
-    _, confidence = identify([unsure, "www.example.com"])
-    assert (confidence < RULE_CONFIDENCE["reject"]).all()
+    unsure = "Dinamo Zagreb"  # a name: no language for sure, but words
+    junk = ["+49 30 1234567", "www.example.com", "BD-9775-46", "info@example.com"]
+    texts = [GERMAN, SHORT_GERMAN, ENGLISH, DUTCH, CHINESE, *junk, unsure]
+    assert reject.keeps(texts).tolist() == [True, True, False, False, False, False, False, False, False, True]
+    assert accept.keeps(texts).tolist() == [True, True] + [False] * 8
+    _, confidence = identify([unsure])
+    assert confidence[0] < RULE_CONFIDENCE["reject"]
 
 
 def test_a_close_language_below_the_reject_floor_is_kept() -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-import re
 import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -21,11 +20,10 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 
 from bitextmine.errors import BitextmineError
-from bitextmine.text.lid import DEFAULT_OTHER_CONFIDENCE, is_other_language, lid_code
+from bitextmine.text.lid import DEFAULT_OTHER_CONFIDENCE, has_words, is_other_language, lid_code
 
 FILTER_ORDER = ("score-max", "length", "length-ratio", "letters", "copies", "language", "dedup")
 WIDE_CHAR_WEIGHT = 3  # an East Asian wide character carries about three Latin ones (zh-en gold: 0.29)
-_URL_OR_EMAIL = re.compile(r"(?:https?://|www\.)\S+|\S+@\S+\.\S+", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -205,16 +203,6 @@ def length_ratio_ok(src: Sequence[str], tgt: Sequence[str], max_ratio: float) ->
     a = np.array([max(visible_length(t), 1) for t in src], dtype=np.float64)
     b = np.array([max(visible_length(t), 1) for t in tgt], dtype=np.float64)
     return np.maximum(a, b) <= max_ratio * np.minimum(a, b)
-
-
-def has_words(text: str) -> bool:
-    """True if, URLs and e-mail addresses removed, some token has two letters or more and more letters
-    than digits: false for numbers, dates, times, phone numbers and product codes."""
-    for token in _URL_OR_EMAIL.sub(" ", text).split():
-        letters = sum(1 for c in token if c.isalpha())
-        if letters >= 2 and letters > sum(1 for c in token if c.isdigit()):
-            return True
-    return False
 
 
 def is_copy(src: str, tgt: str, min_similarity: float) -> bool:

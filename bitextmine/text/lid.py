@@ -63,6 +63,7 @@ _ALIASES = {
 # Nigerian Pidgin counts as English: py3langid labels English headlines pcm (0.2% of bucc-like dev's English).
 _VARIETIES = {"zh": ("zh", "wuu", "yue"), "en": ("en", "pcm")}
 _SUFFIX = re.compile(r"[_-].*")  # deu_Latn, zho_simpl, pt-BR: the language is the part before
+_URL_OR_EMAIL = re.compile(r"(?:https?://|www\.)\S+|\S+@\S+\.\S+", re.IGNORECASE)
 # The scripts each identifier label is written in (Unicode script names, as `regex` spells them), for
 # `in_script`; a label not listed (zxx, grc, ...) has no script test. Languages written in more than one
 # script list each (Serbian, Uzbek, Kurdish, ...). Not from CLDR's likely subtags (langcodes): they give one
@@ -126,7 +127,8 @@ class LidFilter:
     def keeps(self, texts: Sequence[str]) -> np.ndarray:
         if self.rule == "accept":
             return is_language(texts, self.lang, self.min_confidence)
-        return ~is_other_language(texts, self.lang, self.min_confidence) & in_script(texts, self.lang)
+        words = np.fromiter((has_words(text) for text in texts), dtype=bool, count=len(texts))
+        return ~is_other_language(texts, self.lang, self.min_confidence) & in_script(texts, self.lang) & words
 
 
 def lid_code(lang: str) -> str:
@@ -164,6 +166,16 @@ def _script_pattern(code: str) -> regex.Pattern[str] | None:
     if not scripts:
         return None
     return regex.compile("|".join(rf"\p{{Script={script}}}" for script in scripts))
+
+
+def has_words(text: str) -> bool:
+    """True if, URLs and e-mail addresses removed, some token has two letters or more and more letters
+    than digits: false for numbers, dates, times, phone numbers and product codes."""
+    for token in _URL_OR_EMAIL.sub(" ", text).split():
+        letters = sum(1 for c in token if c.isalpha())
+        if letters >= 2 and letters > sum(1 for c in token if c.isdigit()):
+            return True
+    return False
 
 
 def identify(texts: Sequence[str]) -> tuple[list[str], np.ndarray]:

@@ -96,6 +96,8 @@ def encode() -> None:
                 str(files[lang]),
                 "--lang",
                 lang,
+                "--lid",
+                "off",  # every line: a size-N subsample is the first N lines of each side
                 "--shard-size",
                 "50000",
                 "--precision",
@@ -154,6 +156,8 @@ def size_workspace(size: int, name: str) -> tuple[Path, dict]:
                 str(text),
                 "--lang",
                 lang,
+                "--lid",
+                "off",
                 "--embeddings",
                 str(npy),
                 "--model-name",

@@ -125,9 +125,9 @@ def encode(
             "--lid",
             metavar="RULE",
             help="Language identification (py3langid) before encoding: reject drops a line only when it is "
-            "confidently another language or has no letter of --lang's script; accept keeps only the lines "
-            "identified as --lang; off keeps every line \\[default: reject where py3langid knows --lang, "
-            "else off].",
+            "confidently another language, has no letter of --lang's script or has no word (numbers, URLs); "
+            "accept keeps only the lines identified as --lang; off keeps every line \\[default: reject "
+            "where py3langid knows --lang, else off].",
             show_default=False,
             rich_help_panel="TSV input and language identification",
         ),

@@ -57,6 +57,8 @@ def pipeline(tmp_path_factory, tiny_model_dir):
                     "fp32",
                     "--threads",
                     "1",
+                    "--lid",
+                    "off",  # word salad under both labels
                 ],
             )
         )

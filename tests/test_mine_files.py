@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+import bitextmine
 from bitextmine.encoder.encoder import SentenceEncoder
 from bitextmine.steps.mine_files import default_workdir
 from tests.helpers import run, sentences
@@ -25,9 +26,22 @@ def texts(tmp_path) -> dict[str, Path]:
 
 
 def mine_files(texts: dict[str, Path], model: Path, output: Path, *options: str) -> tuple[int, str]:
+    """mine-files on the word salad of CORPORA, with --lid off unless `options` name --lid."""
     files = (str(texts["de"]), str(texts["en"]))
+    lid = [] if "--lid" in options else ["--lid", "off"]
     return run(
-        "mine-files", *files, "--src", "de", "--tgt", "en", "-m", str(model), "-o", str(output), *options
+        "mine-files",
+        *files,
+        "--src",
+        "de",
+        "--tgt",
+        "en",
+        "-m",
+        str(model),
+        "-o",
+        str(output),
+        *lid,
+        *options,
     )
 
 
@@ -44,7 +58,9 @@ def test_two_files_in_one_command_mine_what_the_five_commands_mine_and_a_rerun_r
     model = tiny_model_dir("bert")
     by_hand = tmp_path / "by-hand"
     for lang, path in texts.items():
-        assert run("encode", str(path), "-l", lang, "-m", str(model), "-w", str(by_hand))[0] == 0
+        assert (
+            run("encode", str(path), "-l", lang, "--lid", "off", "-m", str(model), "-w", str(by_hand))[0] == 0
+        )
     for lang in texts:
         assert run("index", lang, "-w", str(by_hand))[0] == 0
     expected = tmp_path / "expected.jsonl"
@@ -79,6 +95,21 @@ def test_a_named_workdir_and_the_json_of_the_steps(tmp_path, texts, tiny_model_d
     assert sorted(result["encoded"]) == ["de", "en"] and result["encoded"]["de"]["rows"] == 25
     assert result["indexed"]["de"]["factory"] == "Flat" and result["mined"]["counts"]["src_sentences"] == 25
     assert "indexing" not in printed  # an exact index: nothing built, no progress line
+
+
+@pytest.mark.integration
+def test_mine_files_identifies_languages_as_encode_does(tmp_path, texts, tiny_model_dir):
+    report = tmp_path / "r.json"
+    output = tmp_path / "p.tsv"
+    code, printed = mine_files(
+        texts, tiny_model_dir("bert"), output, "--lid", "reject", "--json", str(report)
+    )
+    assert code == 0, printed
+    dropped = json.loads(report.read_text())["encoded"]["de"]["counts"]["wrong_language"]
+    expected = len(CORPORA["de"]) - int(
+        bitextmine.EncodeOptions().lid_filter("de").keeps(CORPORA["de"]).sum()
+    )
+    assert dropped == expected > 0  # English word salad under a German label
 
 
 @pytest.mark.integration

@@ -338,6 +338,20 @@ AttentionOption = Annotated[
 ]
 
 
+LidOption = Annotated[
+    Literal["reject", "accept", "off"] | None,  # text/lid.py's LID_RULES, and off
+    typer.Option(
+        "--lid",
+        metavar="RULE",
+        help="Language identification (py3langid) before encoding: reject drops a line only when it is "
+        "confidently another language, has no letter of the language's script or has no word (numbers, "
+        "URLs); accept keeps only the lines identified as the language; off keeps every line \\[default: "
+        "reject where py3langid knows the language, else off].",
+        show_default=False,
+    ),
+]
+
+
 T = TypeVar("T")
 
 

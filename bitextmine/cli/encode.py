@@ -11,6 +11,7 @@ from bitextmine.cli.app import (
     AttentionOption,
     DeviceOption,
     JsonOption,
+    LidOption,
     ModelOption,
     PrecisionOption,
     WorkdirOption,
@@ -119,19 +120,7 @@ def encode(
             rich_help_panel="TSV input and language identification",
         ),
     ] = None,
-    lid: Annotated[
-        Literal["reject", "accept", "off"] | None,  # text/lid.py's LID_RULES, and off
-        typer.Option(
-            "--lid",
-            metavar="RULE",
-            help="Language identification (py3langid) before encoding: reject drops a line only when it is "
-            "confidently another language, has no letter of --lang's script or has no word (numbers, URLs); "
-            "accept keeps only the lines identified as --lang; off keeps every line \\[default: reject "
-            "where py3langid knows --lang, else off].",
-            show_default=False,
-            rich_help_panel="TSV input and language identification",
-        ),
-    ] = None,
+    lid: LidOption = None,
     lid_lang: Annotated[
         str | None,
         typer.Option(

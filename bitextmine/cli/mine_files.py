@@ -12,6 +12,7 @@ from bitextmine.cli.app import (
     DeviceOption,
     JsonOption,
     KOption,
+    LidOption,
     MarginOption,
     ModelOption,
     PrecisionOption,
@@ -66,6 +67,7 @@ def mine_files(
     ] = None,
     device: DeviceOption = "auto",
     precision: PrecisionOption = "auto",
+    lid: LidOption = None,
     json_path: JsonOption = None,
 ) -> None:
     """Mine translation pairs between two text files in one command (LASER's mine_bitexts.py).
@@ -75,6 +77,7 @@ def mine_files(
     and embedding shards, the indexes and the neighbour lists, and an interrupted run resumes. The
     options are `mine`'s; the summary is mine's, with the workspace. --json gets the steps' results.
     """
+    from bitextmine.steps.encode import EncodeOptions
     from bitextmine.steps.mine_files import default_workdir
     from bitextmine.steps.mine_files import mine_files as mine_both
 
@@ -85,7 +88,9 @@ def mine_files(
         json_out = json_target(json_path, inputs=inputs, workspace=workspace)
         spec = encoder_spec(require_model(model), device, precision)
         with ProgressDisplay() as progress:
-            summary = mine_both(workspace, (src_file, tgt_file), (src, tgt), spec, options, progress)
+            files, langs = (src_file, tgt_file), (src, tgt)
+            encoding = EncodeOptions(lid=lid)
+            summary = mine_both(workspace, files, langs, spec, options, progress, encode_options=encoding)
     print_mine_summary(summary.mined)
     out.print(
         f"workspace {summary.workspace} kept: a rerun reuses its shards, indexes and neighbour lists",

@@ -211,6 +211,21 @@ def train(
     projection: Annotated[
         bool, typer.Option("--projection", help="EMS MLP projection before the cosine.")
     ] = False,
+    hard_negatives: Annotated[
+        int,
+        typer.Option(
+            help="contrastive: N hard negatives a pair, mined by margin with the model being trained from "
+            "the next --hard-negative-pool pairs, likely translations left out (0: none; docs/training.md).",
+            min=0,
+        ),
+    ] = 0,
+    hard_negative_refresh: Annotated[
+        int, typer.Option(help="Steps between minings of hard negatives.", min=1)
+    ] = 100,
+    hard_negative_pool: Annotated[
+        int,
+        typer.Option(help="Pairs mined for hard negatives at once (at least --max-pairs).", min=1),
+    ] = 20_000,
     mask_ratio: Annotated[float, typer.Option(help="MEXMA masking ratio.", min=0, max=1)] = 0.4,
     no_token_gradients: Annotated[
         bool,
@@ -308,6 +323,9 @@ def train(
                 **({"teacher": p["teacher"]} if p["teacher"] else {}),
             },
             scratch={k: p[k] for k in ("vocab_size", "layers", "hidden", "heads")},
+            hard_negatives=p["hard_negatives"],
+            hard_negative_refresh=p["hard_negative_refresh"],
+            hard_negative_pool=p["hard_negative_pool"],
         )
         out_dir.mkdir(parents=True, exist_ok=True)
         try:

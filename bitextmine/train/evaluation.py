@@ -33,7 +33,7 @@ def evaluate_model(
     model: nn.Module, tokenizer, settings: EncoderSettings, model_dir: Path, sets: EvalSets
 ) -> dict[str, float]:
     """{"bucc/de-en": F1 %, "tatoeba/deu": mean of both directions %, "tatoeba/avg": ...}."""
-    encoder = SentenceEncoder(LoadedModel(model, tokenizer, model_dir, str(model_dir)), settings)
+    encoder = sentence_encoder(model, tokenizer, settings, model_dir)
     results: dict[str, float] = {}
     with torch.inference_mode():
         for directory in sets.bucc:
@@ -51,3 +51,10 @@ def evaluate_model(
                 sum(results[f"tatoeba/{r.lang}"] for r in tatoeba.rows) / len(tatoeba.rows), 2
             )
     return results
+
+
+def sentence_encoder(
+    model: nn.Module, tokenizer, settings: EncoderSettings, model_dir: Path
+) -> SentenceEncoder:
+    """The model being trained as `encode` runs it (its weights as they are when it encodes)."""
+    return SentenceEncoder(LoadedModel(model, tokenizer, model_dir, str(model_dir)), settings)

@@ -7,7 +7,7 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,11 +39,17 @@ from bitextmine.train.data import (
     read_excluded,
     token_batches,
 )
-from bitextmine.train.evaluation import EvalSets, evaluate_model
+from bitextmine.train.evaluation import EvalSets, evaluate_model, sentence_encoder
+from bitextmine.train.hard_negatives import BatchNegatives, HardNegativeMiner, HardNegativeSettings
 from bitextmine.train.mined import ScoreUse
-from bitextmine.train.model import TrainContext, TrainEncoder
+from bitextmine.train.model import TrainContext, TrainEncoder, split_side
 from bitextmine.train.objectives.distill import TEACHER_DIR, TeacherVectors, load_teacher
-from bitextmine.train.objectives.registry import READS_ENGLISH, build_objectives, check_pair_weighting
+from bitextmine.train.objectives.registry import (
+    READS_ENGLISH,
+    TAKES_NEGATIVES,
+    build_objectives,
+    check_pair_weighting,
+)
 from bitextmine.workspace.locks import file_lock
 
 LOG_FILE = "train_log.jsonl"
@@ -82,6 +88,9 @@ class TrainConfig:
     device: str = "auto"
     options: dict[str, Any] = field(default_factory=dict)  # per-objective settings (temperature, ...)
     scratch: dict[str, int] = field(default_factory=dict)  # vocab_size, layers, hidden, heads
+    hard_negatives: int = 0  # mined negatives per pair for the contrastive loss (0: none)
+    hard_negative_refresh: int = 100  # steps between minings
+    hard_negative_pool: int = 20_000  # pairs mined at once: the next ones of the stream
 
     def __post_init__(self) -> None:
         if not self.objectives:
@@ -100,6 +109,25 @@ class TrainConfig:
             raise BitextmineError(
                 "distill from scratch needs --teacher MODEL (its default is the --base model)"
             )
+        if self.hard_negatives:
+            self._check_hard_negatives()
+
+    def _check_hard_negatives(self) -> None:
+        if "contrastive" not in self.objectives:
+            raise BitextmineError(
+                "--hard-negatives feeds the contrastive loss: add contrastive to --objectives"
+            )
+        if self.hard_negative_pool < self.max_pairs:
+            raise BitextmineError(
+                f"--hard-negative-pool {self.hard_negative_pool} is smaller than a batch "
+                f"(--max-pairs {self.max_pairs}): a batch's pairs must fit in the pool"
+            )
+
+    @property
+    def hard_negative_settings(self) -> HardNegativeSettings | None:
+        if not self.hard_negatives:
+            return None
+        return HardNegativeSettings(self.hard_negatives, self.hard_negative_refresh, self.hard_negative_pool)
 
     @property
     def teacher(self) -> str | None:
@@ -111,7 +139,10 @@ class TrainConfig:
         keep = ("data", "objectives", "base", "from_scratch", "exclude", "lr", "warmup_steps", "weight_decay")
         keep += ("grad_accum", "seed", "max_tokens", "max_pairs", "max_length", "shuffle_buffer", "options")
         keep += ("min_score", "weight_by_score")
-        return json.loads(json.dumps({k: getattr(self, k) for k in keep}, default=str))
+        key = {k: getattr(self, k) for k in keep}
+        if self.hard_negative_settings:  # absent without, so that checkpoints from before it still resume
+            key["hard_negatives"] = self.hard_negative_settings.as_dict()
+        return json.loads(json.dumps(key, default=str))
 
 
 @dataclass
@@ -152,6 +183,7 @@ class _Run:
     autocast: bool
     tokenize: Callable[[list[str]], list[list[int]]]
     teacher: TeacherVectors | None = None  # distill's teacher, whose new vectors are saved at checkpoints
+    miner: HardNegativeMiner | None = None  # --hard-negatives
     step: int = 0
     pairs_drawn: int = 0
     pairs: int = 0
@@ -185,6 +217,8 @@ def _train(config: TrainConfig, reporter: Reporter) -> TrainSummary:
         on_excluded=lambda _pair: skipped.__setitem__(0, skipped[0] + 1),
         warn=reporter.warning,
     )
+    if config.hard_negative_settings:
+        run.miner = _hard_negative_miner(run, config.hard_negative_settings, sources, excluded, reporter)
     batches = token_batches(
         stream, run.tokenize, max_tokens=config.max_tokens, max_pairs=config.max_pairs, skip=run.pairs_drawn
     )
@@ -245,6 +279,43 @@ def _build_run(config: TrainConfig, sources, reporter: Reporter) -> _Run:
         _tokenizer_fn(tokenizer, settings.prefix, config.max_length),
         teacher,
     )
+
+
+def _hard_negative_miner(
+    run: _Run, settings: HardNegativeSettings, sources, excluded: set[bytes], reporter: Reporter
+) -> HardNegativeMiner:
+    """A miner reading its own copy of the batches' pair stream (whose problems the batches report)."""
+    config = run.config
+    pairs = pair_stream(
+        sources, config.seed, buffer=config.shuffle_buffer, excluded=excluded, warn=lambda _message: None
+    )
+    encoder = sentence_encoder(run.encoder.model, run.tokenizer, run.settings, run.model_dir)
+
+    def encode(texts: list[str]):
+        with _eval_mode(run.encoder):
+            return encoder.encode(texts).vectors
+
+    def report(step: int, summary: dict[str, Any]) -> None:
+        _log(config.out, {"step": step + 1, "hard_negatives": summary})  # mined before step + 1
+        reporter.note(
+            f"hard negatives for step {step + 1}: {summary['negatives']:,} for {summary['pairs']:,} pairs "
+            f"({summary['pairs_short']:,} with fewer than {settings.n}); the guard dropped "
+            f"{summary['excluded_duplicates']:,} duplicates of gold targets and "
+            f"{summary['excluded_above_gold']:,} scoring at least their gold pair ({summary['seconds']} s)"
+        )
+
+    device = "cuda" if encoder.device.type == "cuda" else "cpu"
+    return HardNegativeMiner(settings, pairs, encode, run.tokenize, device, report)
+
+
+@contextlib.contextmanager
+def _eval_mode(encoder: TrainEncoder) -> Iterator[None]:
+    """Dropout off while the model encodes for evaluation or mining, training mode again after."""
+    encoder.eval()
+    try:
+        yield
+    finally:
+        encoder.train()
 
 
 def _tokenizer_fn(tokenizer, prefix: str, max_length: int) -> Callable[[list[str]], list[list[int]]]:
@@ -309,8 +380,9 @@ def _optimizer_step(run: _Run, batches, reporter: Reporter, started: float) -> f
     total, terms, pairs, tokens = 0.0, {}, 0, 0
     for _ in range(run.config.grad_accum):
         batch = next(batches)
+        negatives = run.miner.for_batch(batch, run.step) if run.miner else None
         loss, batch_terms = batch_loss(
-            run.encoder, run.objectives, run.config.objectives, batch, run.ctx, run.autocast
+            run.encoder, run.objectives, run.config.objectives, batch, run.ctx, run.autocast, negatives
         )
         (loss / run.config.grad_accum).backward()
         total += loss.item() / run.config.grad_accum
@@ -351,21 +423,33 @@ def batch_loss(
     batch: PairBatch,
     ctx: TrainContext,
     autocast: bool = False,
+    negatives: BatchNegatives | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Weighted sum of the objectives' losses on one batch, and their logged terms."""
+    """Weighted sum of the objectives' losses on one batch, and their logged terms. `negatives` (hard
+    negatives) are encoded in the targets' forward and go to the objectives that take them."""
     device = next(encoder.parameters()).device
     index = {lang: i for i, lang in enumerate(ctx.languages)}
     src_langs = torch.tensor([index[lang] for lang in batch.langs], device=device)
     pair_weights = batch.pair_weights
     weighted = {} if pair_weights is None else {"pair_weights": torch.tensor(pair_weights, device=device)}
     english = {"english": batch.english}
-    tgt_langs = torch.full_like(src_langs, index[ENGLISH])
+    tgt_ids = batch.tgt_ids + (negatives.ids if negatives else [])
+    tgt_langs = torch.full((len(tgt_ids),), index[ENGLISH], device=device)
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
-        src, tgt = encoder.encode_pair(batch.src_ids, batch.tgt_ids, src_langs, tgt_langs)
+        src, tgt = encoder.encode_pair(batch.src_ids, tgt_ids, src_langs, tgt_langs)
+        extra = {}
+        if negatives:
+            tgt, mined = split_side(tgt, len(batch.tgt_ids))
+            allowed = torch.from_numpy(negatives.allowed).to(device)
+            extra = {"extra_negatives": mined.pooled, "extra_allowed": allowed}
         total = torch.zeros((), device=device)
         terms: dict[str, float] = {}
         for name, objective in objectives.items():
-            output = objective(src, tgt, ctx, **weighted, **(english if name in READS_ENGLISH else {}))
+            reads = {
+                **(english if name in READS_ENGLISH else {}),
+                **(extra if name in TAKES_NEGATIVES else {}),
+            }
+            output = objective(src, tgt, ctx, **weighted, **reads)
             total = total + weights[name] * output.loss.float()
             terms.update({f"{name}/{key}": value for key, value in output.terms.items()})
     return total, terms
@@ -439,13 +523,10 @@ def _truncate_log(out: Path, step: int) -> None:
 def _evaluate(run: _Run, reporter: Reporter) -> dict[str, float]:
     if run.config.eval_sets.empty:
         return {}
-    run.encoder.eval()
-    try:
+    with _eval_mode(run.encoder):
         results = evaluate_model(
             run.encoder.model, run.tokenizer, run.settings, run.model_dir, run.config.eval_sets
         )
-    finally:
-        run.encoder.train()
     _log(run.config.out, {"step": run.step, "eval": results})
     reporter.evaluated(run.step, results)
     return results
@@ -457,6 +538,7 @@ def save_model(run: _Run, evaluation: dict[str, float], excluded_pairs: int) -> 
     run.encoder.model.save_pretrained(out)
     run.tokenizer.save_pretrained(out)
     settings = asdict(run.settings)
+    hard_negatives = run.config.hard_negative_settings
     write_json(
         out / BITEXTMINE_CONFIG,
         {
@@ -471,6 +553,7 @@ def save_model(run: _Run, evaluation: dict[str, float], excluded_pairs: int) -> 
                 "excluded_pairs_seen": excluded_pairs,
                 "min_score": run.config.min_score,
                 "weight_by_score": run.config.weight_by_score,
+                "hard_negatives": hard_negatives.as_dict() if hard_negatives else None,
                 "languages": run.languages,
                 "steps": run.step,
                 "pairs": run.pairs,

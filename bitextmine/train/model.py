@@ -52,6 +52,18 @@ def pool(hidden: torch.Tensor, seqlens: Sequence[int], pooling: str) -> torch.Te
     return pool_tokens(hidden, torch.as_tensor(list(seqlens), device=hidden.device), pooling)
 
 
+def split_side(side: EncodedSide, n: int) -> tuple[EncodedSide, EncodedSide]:
+    """The first `n` sentences of `side`, and the rest."""
+    cut = sum(side.seqlens[:n])
+    first = EncodedSide(
+        side.input_ids[:cut], side.seqlens[:n], side.hidden[:cut], side.pooled[:n], side.langs[:n]
+    )
+    rest = EncodedSide(
+        side.input_ids[cut:], side.seqlens[n:], side.hidden[cut:], side.pooled[n:], side.langs[n:]
+    )
+    return first, rest
+
+
 class TrainEncoder(nn.Module):
     """Wraps a Hugging Face encoder; `packed=False` runs the ordinary padded forward, the only one for
     models other than BERT-family ones (`packer` is then None)."""
@@ -85,11 +97,7 @@ class TrainEncoder(nn.Module):
         device = next(self.model.parameters()).device
         seqlens = [len(x) for x in src_ids] + [len(x) for x in tgt_ids]
         stream = torch.tensor([t for x in (*src_ids, *tgt_ids) for t in x], device=device)
-        both = self.encode(stream, seqlens, torch.cat([src_langs, tgt_langs]))
-        cut, n = sum(seqlens[: len(src_ids)]), len(src_ids)
-        src = EncodedSide(stream[:cut], seqlens[:n], both.hidden[:cut], both.pooled[:n], src_langs)
-        tgt = EncodedSide(stream[cut:], seqlens[n:], both.hidden[cut:], both.pooled[n:], tgt_langs)
-        return src, tgt
+        return split_side(self.encode(stream, seqlens, torch.cat([src_langs, tgt_langs])), len(src_ids))
 
     def _padded(self, input_ids: torch.Tensor, seqlens: list[int]) -> torch.Tensor:
         width = max(seqlens)

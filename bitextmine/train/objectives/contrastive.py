@@ -8,7 +8,9 @@ subtracts an additive margin from the diagonal before scaling (LaBSE's AMS, m = 
 LaBSE-EMS runs). ``projection`` puts EMS's two-layer MLP h(x) = W1 ReLU(W2 x + b2) + b1 (eq. 10-11,
 d_cntrs = PROJECTION_DIM < d) before the cosine; without it h is the identity. ``pair_weights`` w_i
 (mined pairs weighted by score) scale pair i's row and column terms: the loss is the batch mean of
-w_i (row_i + column_i) / 2.
+w_i (row_i + column_i) / 2. ``extra_negatives`` (hard negatives, train/hard_negatives.py) are M more
+English vectors appended to every row as columns; ``extra_allowed`` [B, M] leaves out, per row, those that
+may translate its source. The column terms stay over the in-batch non-English vectors.
 """
 
 from __future__ import annotations
@@ -47,28 +49,50 @@ class Contrastive(nn.Module):
         tgt: EncodedSide,
         ctx: TrainContext | None = None,
         pair_weights: torch.Tensor | None = None,
+        extra_negatives: torch.Tensor | None = None,
+        extra_allowed: torch.Tensor | None = None,
     ) -> ObjectiveOutput:
-        loss, accuracy = self.loss(src.pooled, tgt.pooled, pair_weights)
+        loss, accuracy = self.loss(src.pooled, tgt.pooled, pair_weights, extra_negatives, extra_allowed)
         return ObjectiveOutput(loss, {"contrastive": loss.item(), "in_batch_accuracy": accuracy})
 
     def loss(
-        self, u: torch.Tensor, v: torch.Tensor, pair_weights: torch.Tensor | None = None
+        self,
+        u: torch.Tensor,
+        v: torch.Tensor,
+        pair_weights: torch.Tensor | None = None,
+        extra_negatives: torch.Tensor | None = None,
+        extra_allowed: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, float]:
-        """(loss, share of rows and columns whose best match is their own pair)."""
+        """(loss, share of rows and columns whose best match is their own pair). `extra_negatives` [M, dim]
+        are more columns of every row, where `extra_allowed` (bool [B, M]; None: everywhere) allows them."""
         if self.projection is not None:
             u, v = self.projection(u), self.projection(v)
         sims = F.normalize(u.float(), dim=-1) @ F.normalize(v.float(), dim=-1).T
         logits = (sims - self.margin * torch.eye(len(sims), device=sims.device)) / self.temperature
         target = torch.arange(len(sims), device=sims.device)
+        row_sims, row_logits = sims, logits
+        if extra_negatives is not None:
+            extra = self._extra_sims(u, extra_negatives, extra_allowed)
+            row_sims = torch.cat([sims, extra], 1)
+            row_logits = torch.cat([logits, extra / self.temperature], 1)
         if pair_weights is None:
-            loss = (F.cross_entropy(logits, target) + F.cross_entropy(logits.T, target)) / 2
+            loss = (F.cross_entropy(row_logits, target) + F.cross_entropy(logits.T, target)) / 2
         else:
-            per_pair = F.cross_entropy(logits, target, reduction="none") + F.cross_entropy(
+            per_pair = F.cross_entropy(row_logits, target, reduction="none") + F.cross_entropy(
                 logits.T, target, reduction="none"
             )
             loss = (pair_weights.float() * per_pair).mean() / 2
         with torch.no_grad():
             accuracy = (
-                (sims.argmax(1) == target).float().mean() + (sims.argmax(0) == target).float().mean()
+                (row_sims.argmax(1) == target).float().mean() + (sims.argmax(0) == target).float().mean()
             ) / 2
         return loss, float(accuracy)
+
+    def _extra_sims(
+        self, u: torch.Tensor, negatives: torch.Tensor, allowed: torch.Tensor | None
+    ) -> torch.Tensor:
+        """Cosines [B, M] of the (projected) rows to the negatives, -inf where a negative is not allowed."""
+        if self.projection is not None:
+            negatives = self.projection(negatives)
+        sims = F.normalize(u.float(), dim=-1) @ F.normalize(negatives.float(), dim=-1).T
+        return sims if allowed is None else sims.masked_fill(~allowed, -torch.inf)

@@ -16,6 +16,9 @@ if TYPE_CHECKING:
 _BERT_HEADS = ("mexma", "rtl", "vmsst")  # their heads are BERT layers, run by the packer
 PAIR_WEIGHTED = ("contrastive",)  # objectives whose forward takes `pair_weights` (train --weight-by-score)
 READS_ENGLISH = ("distill",)  # objectives whose forward takes `english`, the batch's English sentences
+TAKES_NEGATIVES = (
+    "contrastive",
+)  # objectives whose forward takes `extra_negatives` (train --hard-negatives)
 
 
 def check_pair_weighting(weights: dict[str, float]) -> None:

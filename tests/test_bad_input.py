@@ -79,7 +79,7 @@ def model(tiny_model_dir: Callable[[str], Path]) -> Path:
 
 
 def encode(source: Path, lang: str, model: Path, work: Path, *extra: str) -> Result:
-    return cli("encode", source, "-l", lang, "-m", model, "-w", work, *FAST, *extra)
+    return cli("encode", "--lid", "off", source, "-l", lang, "-m", model, "-w", work, *FAST, *extra)
 
 
 def deny_reading(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -201,7 +201,9 @@ def test_bad_new_input_keeps_the_embeddings_for_a_rerun_with_the_old_files(tmp_p
     work = tmp_path / "w"
     assert encode(good, "de", model, work, "--shard-size", "5").exit_code == 0
     before = vectors(work, "de")
-    both = cli("encode", good, bad, "-l", "de", "-m", model, "-w", work, *FAST, "--shard-size", "5")
+    both = cli(
+        "encode", "--lid", "off", good, bad, "-l", "de", "-m", model, "-w", work, *FAST, "--shard-size", "5"
+    )
     assert_one_line_error(both, f"{bad}:2: binary data")
     assert corpus_files(work, "de") == []
     rerun = encode(good, "de", model, work, "--shard-size", "5")

@@ -52,7 +52,7 @@ def encode_workspace(tmp_path, work, model, corpora: dict[str, list[str]], *opti
         path = tmp_path / f"{lang}.txt"
         path.write_text("\n".join(lines) + "\n")
         args = ["-m", str(model), "-w", str(work), "--shard-size", "7", *options]
-        code, output = run("encode", str(path), "-l", lang, *args)
+        code, output = run("encode", "--lid", "off", str(path), "-l", lang, *args)
         assert code == 0, output
 
 

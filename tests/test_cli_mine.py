@@ -88,7 +88,18 @@ def test_missing_steps_and_mismatches_are_one_line_errors(workspace, tiny_model_
     assert code == 0, output
     path = tmp_path / "fr.txt"
     path.write_text("\n".join(sentences(5, seed=9)) + "\n")
-    run("encode", str(path), "-l", "fr", "-m", str(tiny_model_dir("xlm-roberta")), "-w", str(work))
+    run(
+        "encode",
+        "--lid",
+        "off",
+        str(path),
+        "-l",
+        "fr",
+        "-m",
+        str(tiny_model_dir("xlm-roberta")),
+        "-w",
+        str(work),
+    )
     run("index", "fr", "-w", str(work))
     code, output = run("mine", "de", "fr", "-w", str(work))
     assert code == 1 and "encode both with the same model" in output and "Traceback" not in output
@@ -134,7 +145,7 @@ def test_calibrate_stores_a_threshold_that_mine_and_eval_use(tmp_path, tiny_mode
     for side, lines in (("de", bucc / "de-en.dev.de"), ("en", bucc / "de-en.dev.en")):
         corpus = tmp_path / f"{side}.txt"
         corpus.write_text("".join(line.split("\t", 1)[1] for line in lines.read_text().splitlines(True)))
-        assert run("encode", str(corpus), "-l", side, "-m", str(model), "-w", work)[0] == 0
+        assert run("encode", "--lid", "off", str(corpus), "-l", side, "-m", str(model), "-w", work)[0] == 0
         assert run("index", side, "-w", work)[0] == 0
     code, output = run("mine", "de", "en", "-w", work, "--k", "16", "--threshold", "auto")
     assert code == 1 and "no calibrated threshold for de-en (ratio margin, k=16)" in output, output
@@ -295,7 +306,18 @@ def test_a_truncated_workspace_file_is_a_one_line_error_and_encode_or_index_mend
     if damaged.endswith("shard-00001.json"):  # the shard whose record is unreadable is encoded again
         model = str(tiny_model_dir("bert"))
         code, output = run(
-            "encode", str(tmp_path / "de.txt"), "-l", "de", "-m", model, "-w", str(work), "--shard-size", "7"
+            "encode",
+            "--lid",
+            "off",
+            str(tmp_path / "de.txt"),
+            "-l",
+            "de",
+            "-m",
+            model,
+            "-w",
+            str(work),
+            "--shard-size",
+            "7",
         )
         assert code == 0 and "1 encoded now" in " ".join(output.split()), output
     if damaged.startswith("index"):
@@ -315,11 +337,34 @@ def test_reencoding_a_same_size_corpus_rebuilds_a_sharded_index(tmp_path, tiny_m
 
     def build(work: Path, de_files: list[str]) -> bytes:
         for number, de in enumerate(de_files):
-            args = ["encode", str(tmp_path / f"{de}.txt"), "-l", "de", "-m", model, "-w", str(work)]
+            args = [
+                "encode",
+                "--lid",
+                "off",
+                str(tmp_path / f"{de}.txt"),
+                "-l",
+                "de",
+                "-m",
+                model,
+                "-w",
+                str(work),
+            ]
             assert run(*args, *(["--overwrite"] if number else []))[0] == 0
             if number == 0:
                 assert (
-                    run("encode", str(tmp_path / "en.txt"), "-l", "en", "-m", model, "-w", str(work))[0] == 0
+                    run(
+                        "encode",
+                        "--lid",
+                        "off",
+                        str(tmp_path / "en.txt"),
+                        "-l",
+                        "en",
+                        "-m",
+                        model,
+                        "-w",
+                        str(work),
+                    )[0]
+                    == 0
                 )
                 assert run("index", "en", "-w", str(work), "--max-memory", "0.000001")[0] == 0
             assert run("index", "de", "-w", str(work), "--max-memory", "0.000001")[0] == 0

@@ -29,7 +29,9 @@ def _vectors(model: Path, lines: list[str]) -> np.ndarray:
 
 
 def _import(text: Path, lang: str, work: Path, vectors: Path, *extra: str) -> tuple[int, str]:
-    return run("encode", str(text), "-l", lang, "-w", str(work), "--embeddings", str(vectors), *extra)
+    return run(
+        "encode", "--lid", "off", str(text), "-l", lang, "-w", str(work), "--embeddings", str(vectors), *extra
+    )
 
 
 def _index_and_mine(work: Path, *extra: str) -> bytes:
@@ -54,7 +56,7 @@ def test_npy_and_raw_vectors_mine_the_same_file_as_encode(tmp_path, tiny_model_d
     texts = {lang: _write_lines(tmp_path / f"{lang}.txt", lines) for lang, lines in CORPORA.items()}
     for lang, text in texts.items():
         args = ("-l", lang, "-m", str(model), "-w", str(tmp_path / "enc"), "--precision", "fp32")
-        code, output = run("encode", str(text), *args)
+        code, output = run("encode", "--lid", "off", str(text), *args)
         assert code == 0, output
         vectors = _vectors(model, CORPORA[lang])
         np.save(tmp_path / f"{lang}.npy", vectors)
@@ -153,7 +155,19 @@ def test_model_name_is_required_and_one_input_file_only(tmp_path):
     np.save(tmp_path / "de.npy", np.ones((3, 4), np.float32))
     code, output = _import(text, "de", tmp_path / "w", tmp_path / "de.npy")
     _one_line_error(code, output, "de.npy: --embeddings needs --model-name")
-    args = ("encode", str(text), str(text), "-l", "de", "-w", str(tmp_path / "w"), "--model-name", "m")
+    args = (
+        "encode",
+        "--lid",
+        "off",
+        str(text),
+        str(text),
+        "-l",
+        "de",
+        "-w",
+        str(tmp_path / "w"),
+        "--model-name",
+        "m",
+    )
     code, output = run(*args, "--embeddings", str(tmp_path / "de.npy"))
     _one_line_error(code, output, "de.npy: --embeddings takes exactly one input file (not stdin)")
     assert not (tmp_path / "w" / "emb").exists()
@@ -229,7 +243,7 @@ def test_sentence_transformers_vectors_mine_the_pairs_encode_mines(tmp_path, e5_
     st_model = SentenceTransformer(str(e5_dir), device="cpu")
     for lang, text in texts.items():
         args = ("-l", lang, "-m", str(e5_dir), "-w", str(tmp_path / "enc"), "--precision", "fp32")
-        code, output = run("encode", str(text), *args)
+        code, output = run("encode", "--lid", "off", str(text), *args)
         assert code == 0, output
         lines = text.read_text(encoding="utf-8").splitlines()
         np.save(tmp_path / f"{lang}.npy", st_model.encode(lines, prompt="query: ", batch_size=64))
@@ -253,6 +267,8 @@ def test_encoder_and_launcher_flags_with_embeddings_are_refused_not_ignored(tmp_
     ):
         code, output = run(
             "encode",
+            "--lid",
+            "off",
             str(source),
             "-l",
             "de",

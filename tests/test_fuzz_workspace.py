@@ -60,7 +60,7 @@ class Pristine:
         """`mine` on the damaged workspace, then what rebuilds it: the same encodes, indexes, mine."""
         mine = ["mine", "de", "en", "--threshold", "auto"]
         encodes = [
-            ["encode", str(path), "-l", lang, "-m", str(self.model), "--shard-size", "7"]
+            ["encode", "--lid", "off", str(path), "-l", lang, "-m", str(self.model), "--shard-size", "7"]
             for lang, path in self.inputs.items()
         ]
         indexes = [

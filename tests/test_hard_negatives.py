@@ -244,7 +244,7 @@ def test_train_with_hard_negatives_records_them_and_refuses_other_settings_on_re
     out = tmp_path / "model"
     args = ["train", "--data", str(toy_pairs), "--base", str(tiny_model_dir("bert")), "--out", str(out)]
     args += ["--max-tokens", "400", "--max-pairs", "8", "--bf16", "off", "--device", "cpu"]
-    mining = ["--hard-negatives", "2", "--hard-negative-refresh", "2", "--hard-negative-pool", "24"]
+    mining = ["--hard-negatives", "2", "--negative-refresh", "2", "--negative-pool", "24"]
     code, output = run(*args, *mining, "--max-steps", "3")
     assert code == 0 and "trained 3 steps" in output, output
     assert "hard negatives for step 1:" in output and "hard negatives for step 3:" in output
@@ -264,8 +264,8 @@ def test_train_with_hard_negatives_records_them_and_refuses_other_settings_on_re
     [
         (["--objectives", "xtr"], "--hard-negatives feeds the contrastive loss: add contrastive"),
         (
-            ["--max-pairs", "16", "--hard-negative-pool", "8"],
-            "--hard-negative-pool 8 is smaller than a batch",
+            ["--max-pairs", "16", "--negative-pool", "8"],
+            "--negative-pool 8 is smaller than a batch",
         ),
     ],
 )

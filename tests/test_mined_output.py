@@ -122,6 +122,8 @@ def test_a_meta_column_is_carried_through_to_every_format(tmp_path, tiny_model_d
         path.write_text("".join(f"{lang}-{i:03d}\t{t}\n" for i, t in enumerate(texts)))
         code, output = run(
             "encode",
+            "--lid",
+            "off",
             str(path),
             "-l",
             lang,

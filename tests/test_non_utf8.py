@@ -45,7 +45,9 @@ def odd_names(tmp_path_factory, tiny_model_dir: Callable[[str], Path]) -> tuple[
     model = str(tiny_model_dir("bert"))
     for lang, name in (("de", "de.txt"), ("en", not_utf8(b"en\xff.txt"))):
         (root / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
-        code, output = run("encode", str(root / name), "-l", lang, "-m", model, "-w", str(work))
+        code, output = run(
+            "encode", "--lid", "off", str(root / name), "-l", lang, "-m", model, "-w", str(work)
+        )
         assert code == 0, output
     for lang in ("de", "en"):
         code, output = run("index", lang, "-w", str(work), "--json", str(root / not_utf8(b"i\xfa.json")))

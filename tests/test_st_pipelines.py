@@ -109,7 +109,7 @@ def test_labse_shape_mined_end_to_end_gives_sentence_transformers_pairs(st_model
         path = tmp_path / f"{lang}.txt"
         path.write_text("\n".join(lines) + "\n")
         args = ["-l", lang, "-m", str(model_dir), "-w", str(work), "--precision", "fp32", "--device", "cpu"]
-        code, output = run("encode", str(path), *args)
+        code, output = run("encode", "--lid", "off", str(path), *args)
         assert code == 0, output
         assert json.loads((work / "emb" / lang / "manifest.json").read_text())["model"]["dim"] == 24
         code, output = run("index", lang, "-w", str(work))

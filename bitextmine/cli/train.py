@@ -215,16 +215,22 @@ def train(
         int,
         typer.Option(
             help="contrastive: N hard negatives a pair, mined by margin with the model being trained from "
-            "the next --hard-negative-pool pairs, likely translations left out (0: none; docs/training.md).",
+            "the next --negative-pool pairs, likely translations left out (0: none; docs/training.md).",
+            metavar="N",
             min=0,
         ),
     ] = 0,
     hard_negative_refresh: Annotated[
-        int, typer.Option(help="Steps between minings of hard negatives.", min=1)
+        int,
+        typer.Option(
+            "--negative-refresh", metavar="STEPS", help="Steps between minings of hard negatives.", min=1
+        ),
     ] = 100,
     hard_negative_pool: Annotated[
         int,
-        typer.Option(help="Pairs mined for hard negatives at once (at least --max-pairs).", min=1),
+        typer.Option(
+            metavar="PAIRS", help="Pairs mined for hard negatives at once (at least --max-pairs).", min=1
+        ),
     ] = 20_000,
     mask_ratio: Annotated[float, typer.Option(help="MEXMA masking ratio.", min=0, max=1)] = 0.4,
     no_token_gradients: Annotated[

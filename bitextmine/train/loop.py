@@ -119,7 +119,7 @@ class TrainConfig:
             )
         if self.hard_negative_pool < self.max_pairs:
             raise BitextmineError(
-                f"--hard-negative-pool {self.hard_negative_pool} is smaller than a batch "
+                f"--negative-pool {self.hard_negative_pool} is smaller than a batch "
                 f"(--max-pairs {self.max_pairs}): a batch's pairs must fit in the pool"
             )
 

@@ -21,7 +21,11 @@ from bitextmine.cli.plots import CURVES
 from bitextmine.workspace.embeddings import EmbeddingShard, EmbeddingStore, ModelIdentity, ShardedVectors
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import torch
+
+    from bitextmine.train.loop import TrainConfig
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -292,3 +296,22 @@ def store_vectors(
         block = vectors[start : start + shard_rows]
         store.write_shard(EmbeddingShard(f"shard-{i:05d}", len(block), "t", 0, 0), block)
     return store.vectors()
+
+
+def straight_and_interrupted(
+    config: Callable[[Path], TrainConfig], root: Path, stop_at: int
+) -> tuple[Path, Path]:
+    """Train `config(out)` straight through into ROOT/straight, and into ROOT/interrupted until step
+    `stop_at` is logged (like a kill between checkpoints): the two output dirs, the second to resume."""
+    from bitextmine.train.loop import Reporter, train
+
+    class StopAt(Reporter):
+        def step(self, record: dict) -> None:
+            if record["step"] == stop_at:
+                raise KeyboardInterrupt
+
+    straight, interrupted = root / "straight", root / "interrupted"
+    train(config(straight))
+    with pytest.raises(KeyboardInterrupt):
+        train(config(interrupted), StopAt())
+    return straight, interrupted

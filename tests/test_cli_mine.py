@@ -305,20 +305,8 @@ def test_a_truncated_workspace_file_is_a_one_line_error_and_encode_or_index_mend
     assert "invalid JSON (" in line or "shard" in damaged
     if damaged.endswith("shard-00001.json"):  # the shard whose record is unreadable is encoded again
         model = str(tiny_model_dir("bert"))
-        code, output = run(
-            "encode",
-            "--lid",
-            "off",
-            str(tmp_path / "de.txt"),
-            "-l",
-            "de",
-            "-m",
-            model,
-            "-w",
-            str(work),
-            "--shard-size",
-            "7",
-        )
+        args = ["-l", "de", "--lid", "off", "-m", model, "-w", str(work), "--shard-size", "7"]
+        code, output = run("encode", str(tmp_path / "de.txt"), *args)
         assert code == 0 and "1 encoded now" in " ".join(output.split()), output
     if damaged.startswith("index"):
         assert run("index", "de", "-w", str(work))[0] == 0
@@ -339,11 +327,11 @@ def test_reencoding_a_same_size_corpus_rebuilds_a_sharded_index(tmp_path, tiny_m
         for number, de in enumerate(de_files):
             args = [
                 "encode",
-                "--lid",
-                "off",
                 str(tmp_path / f"{de}.txt"),
                 "-l",
                 "de",
+                "--lid",
+                "off",
                 "-m",
                 model,
                 "-w",

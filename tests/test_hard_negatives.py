@@ -22,11 +22,11 @@ from bitextmine.train.hard_negatives import (
     HardNegativeSettings,
     mine_negatives,
 )
-from bitextmine.train.loop import Reporter, TrainConfig, batch_loss, train
+from bitextmine.train.loop import TrainConfig, batch_loss, train
 from bitextmine.train.model import TrainContext, TrainEncoder
 from bitextmine.train.objectives.contrastive import Contrastive
 from bitextmine.train.objectives.registry import build_objectives
-from tests.helpers import TRAINING_TEXT, run, sentences, unit
+from tests.helpers import TRAINING_TEXT, run, sentences, straight_and_interrupted, unit
 
 DIM = 8
 ENGLISH = ["a cat sleeps.", "a dog barks.", "prices rose.", "kids play.", "rain falls.", "the sun shines."]
@@ -277,15 +277,6 @@ def test_hard_negatives_are_refused_without_contrastive_or_with_a_pool_under_a_b
     assert code == 1 and message in output and "Traceback" not in output, output
 
 
-class _StopAt(Reporter):
-    def __init__(self, step: int) -> None:
-        self.stop_at = step
-
-    def step(self, record: dict) -> None:
-        if record["step"] == self.stop_at:
-            raise KeyboardInterrupt
-
-
 def test_a_resume_at_a_mining_step_continues_with_identical_losses(tiny_model_dir, toy_pairs, tmp_path):
     def config(out: Path) -> TrainConfig:
         return TrainConfig(
@@ -307,10 +298,7 @@ def test_a_resume_at_a_mining_step_continues_with_identical_losses(tiny_model_di
             hard_negative_pool=24,
         )
 
-    straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
-    train(config(straight))
-    with pytest.raises(KeyboardInterrupt):
-        train(config(interrupted), _StopAt(3))
+    straight, interrupted = straight_and_interrupted(config, tmp_path, 3)
     assert train(config(interrupted)).resumed_from == 2
 
     def logged(out: Path) -> list[tuple[int, object]]:

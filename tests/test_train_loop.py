@@ -14,10 +14,10 @@ from typer.testing import CliRunner
 from bitextmine.cli import app
 from bitextmine.encoder.encoder import SentenceEncoder
 from bitextmine.train.data import PairBatch
-from bitextmine.train.loop import Reporter, TrainConfig, batch_loss, train
+from bitextmine.train.loop import TrainConfig, batch_loss, train
 from bitextmine.train.model import TrainContext, TrainEncoder
 from bitextmine.train.objectives.registry import build_objectives
-from tests.helpers import TRAINING_TEXT, require_shared
+from tests.helpers import TRAINING_TEXT, require_shared, straight_and_interrupted
 
 TINY = {"vocab_size": 600, "layers": 2, "hidden": 64, "heads": 4}
 
@@ -77,17 +77,6 @@ def test_a_tiny_model_from_scratch_learns_real_pairs(real_pairs, tmp_path):
     assert encoder.encode(["Guten Morgen.", "Good morning."]).vectors.shape == (2, 64)
 
 
-class _StopAt(Reporter):
-    """Interrupts the run when it reaches `step` (after logging it), like a kill between checkpoints."""
-
-    def __init__(self, step: int) -> None:
-        self.stop_at = step
-
-    def step(self, record: dict) -> None:
-        if record["step"] == self.stop_at:
-            raise KeyboardInterrupt
-
-
 def test_resume_from_a_checkpoint_continues_with_identical_losses(tiny_model_dir, toy_pairs, tmp_path):
     def config(out: Path) -> TrainConfig:
         return TrainConfig(
@@ -108,11 +97,7 @@ def test_resume_from_a_checkpoint_continues_with_identical_losses(tiny_model_dir
             device="cpu",  # bit-for-bit needs deterministic kernels; GPU reductions are not
         )
 
-    straight = tmp_path / "straight"
-    train(config(straight))
-    interrupted = tmp_path / "interrupted"
-    with pytest.raises(KeyboardInterrupt):
-        train(config(interrupted), _StopAt(6))  # steps 5 and 6 are lost with the process
+    straight, interrupted = straight_and_interrupted(config, tmp_path, 6)  # steps 5 and 6 are lost
     summary = train(config(interrupted))
     assert summary.resumed_from == 4 and summary.steps == 8
     want = [(r["step"], r["loss"]) for r in log(straight) if "loss" in r]

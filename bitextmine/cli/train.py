@@ -229,7 +229,10 @@ def train(
     hard_negative_pool: Annotated[
         int,
         typer.Option(
-            metavar="PAIRS", help="Pairs mined for hard negatives at once (at least --max-pairs).", min=1
+            "--negative-pool",
+            metavar="PAIRS",
+            help="Pairs mined for hard negatives at once (at least --max-pairs).",
+            min=1,
         ),
     ] = 20_000,
     mask_ratio: Annotated[float, typer.Option(help="MEXMA masking ratio.", min=0, max=1)] = 0.4,

@@ -19,15 +19,16 @@ report rebuilt, as it ends), and weigh the difference of the arms' means against
 Usage: python examples/benchmarks/bench_train.py --only contrastive [--minutes 10] [--threads 2]
        [--keep-model DIR]  (keeps each trained row's model dir, without checkpoints, as DIR/ROW)
        python examples/benchmarks/bench_train.py --ablation mexma [--steps 30] [--seeds 0,1,2]
-       python examples/benchmarks/bench_train.py --ablation hard-negatives [--steps 122] [--minutes 10,30]
-       [--seeds 0,1,2] [--hard-negatives 3] [--hard-negative-pool PAIRS]
+       python examples/benchmarks/bench_train.py --ablation hard-negatives [--steps S] [--minutes M,...]
+       [--seeds 0,1,2] [--hard-negatives 3] [--hard-negative-pool PAIRS]  (budgets: 122 steps, 10 and 30
+       minutes where neither --steps nor --minutes is given)
        python examples/benchmarks/bench_train.py --report-only
 --results PATH keeps the rows in PATH (and the report next to it, .md) instead of results/bench_train.json.
 
 The hard-negatives measurement (`make bench-train-hard-negatives`; 18 runs, ~7-9 h on 2 cores):
        python examples/benchmarks/bench_train.py --ablation hard-negatives --steps 122 --minutes 10,30 \
            --seeds 0,1,2 --hard-negatives 3
-Smoke run (minutes; rows kept outside results/):
+Smoke run (~10 min on 2 idle cores, 20 on busy ones; rows kept outside results/):
        python examples/benchmarks/bench_train.py --ablation hard-negatives --steps 3 --seeds 0 \
            --hard-negative-pool 1000 --results /tmp/hnb-smoke.json
 """

@@ -18,7 +18,7 @@ MODEL  ?= $(SHARED)/models/multilingual-e5-small-q4
 BUCC   ?= $(SHARED)/data/bucc-like
 WORK   ?= bitextmine-work/demo
 
-.PHONY: install test test-fast test-slurm demo bench bench-encode bench-mine bench-train bench-train-ablation bench-analysis bench-lid bench-filters bench-thresholds bench-exact bench-scale-real-encode bench-scale-real gpu-check-data gpu-check-dry-run lint format clean
+.PHONY: install test test-fast test-slurm demo bench bench-encode bench-mine bench-train bench-train-ablation bench-train-hard-negatives bench-analysis bench-lid bench-filters bench-thresholds bench-exact bench-scale-real-encode bench-scale-real gpu-check-data gpu-check-dry-run lint format clean
 
 install: $(VENV)/.installed
 
@@ -112,6 +112,16 @@ ABLATION_STEPS ?= 30
 ABLATION_SEEDS ?= 0,1,2
 bench-train-ablation: install
 	$(BIN)/python examples/benchmarks/bench_train.py --ablation mexma --steps $(ABLATION_STEPS) --seeds $(ABLATION_SEEDS)
+
+# The `mining` recipe with and without `train --hard-negatives HARD_NEGATIVES`: at HARD_NEGATIVE_STEPS steps (the
+# recipe's 10 minutes) and at 10 and 30 minutes, once per seed (18 runs: ~7-9 h on 2 cores; a quiet machine,
+# the minutes are wall clock)
+HARD_NEGATIVES      ?= 3
+HARD_NEGATIVE_STEPS ?= 122
+HARD_NEGATIVE_SEEDS ?= 0,1,2
+bench-train-hard-negatives: install
+	$(BIN)/python examples/benchmarks/bench_train.py --ablation hard-negatives --hard-negatives $(HARD_NEGATIVES) \
+	  --steps $(HARD_NEGATIVE_STEPS) --minutes 10,30 --seeds $(HARD_NEGATIVE_SEEDS)
 
 # Exact mining, whole process against whole process: LASER's mine_bitexts.py logic (FAISS IndexFlatIP,
 # ratio margin, k=4) against bitextmine.mine_arrays on the first EXACT_SIZE vectors a side of the scale

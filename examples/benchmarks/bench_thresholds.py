@@ -27,104 +27,22 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
-from benchlib import MODEL, REPO, RESULTS, bucc_split, save_rows, stamped, table
+from benchlib import MODEL, REPO, RESULTS, Half, bucc_split, halves, mined_half, save_rows, stamped, table
 
 import bitextmine as bm
 
-# measured on purpose: calibrate's threshold sweep, one rule at a time, on halves of a split's candidates
-from bitextmine.calibration.bucc import BuccError, sweep_threshold
-
 PAIRS = ("de-en", "fr-en", "ru-en", "zh-en")
 TARGETS = (0.9, 0.95)
-BAGGING_DRAWS = 50
 OUT = RESULTS / "bench_thresholds.json"
-
-
-@dataclass
-class Half:
-    pair: str
-    scores: np.ndarray  # the one-to-one candidates' margin scores
-    is_gold: np.ndarray
-    gold: int
-
-    def sweep(self, target: float | None = None, plateau: float | None = None):
-        """`calibrate`'s sweep of this half: best F1, the lowest threshold reaching `target` precision,
-        or the middle of those within `plateau` F1 points of the best."""
-        return sweep_threshold(self.scores, self.is_gold, self.gold, target, plateau)
-
-    def threshold(self, target: float | None = None, plateau: float | None = None) -> float:
-        """The sweep's threshold; where no threshold reaches `target`, the most precise one."""
-        try:
-            return self.sweep(target, plateau).threshold
-        except BuccError:
-            curve = self.sweep().curve
-            return float(curve.thresholds[int(np.argmax(curve.precision()))])
-
-    def bagged_threshold(self, rng: np.random.Generator, draws: int = BAGGING_DRAWS) -> float:
-        """The median of the best-F1 thresholds of `draws` bootstrap resamples of the candidates (gold
-        pairs that no candidate found stay missed)."""
-        missed = self.gold - int(self.is_gold.sum())
-        chosen = []
-        for _ in range(draws):
-            rows = rng.integers(len(self.scores), size=len(self.scores))
-            gold = self.is_gold[rows]
-            chosen.append(sweep_threshold(self.scores[rows], gold, missed + int(gold.sum())).threshold)
-        return float(np.median(chosen))
-
-    def plateau_width(self, points: float) -> float:
-        """The range of the thresholds whose F1 is within `points` of the best."""
-        curve = self.sweep().curve
-        f1 = curve.f1()
-        near = curve.thresholds[f1 >= f1.max() - points / 100 - 1e-12].astype(np.float64)
-        return float(near.max() - near.min())
-
-    def f1_at(self, threshold: float) -> float:
-        kept = self.scores >= threshold
-        true = int(self.is_gold[kept].sum())
-        return 2 * true / (int(kept.sum()) + self.gold)
-
-
-def halves(split, src: np.ndarray, tgt: np.ndarray, rng: np.random.Generator):
-    """Two BuccSplits with their vectors: half the gold pairs each, other sentences dealt at random."""
-    gold = sorted(split.gold)
-    in_a = set(rng.permutation(len(gold))[: len(gold) // 2].tolist())
-    gold_a = {g for i, g in enumerate(gold) if i in in_a}
-    coins = [rng.random(len(side.ids)) < 0.5 for side in (split.src, split.tgt)]  # True: to half A
-    out = []
-    for want_a in (True, False):
-        pairs = gold_a if want_a else set(gold) - gold_a
-        sides, vectors = [], []
-        for position, (side, vecs) in enumerate(((split.src, src), (split.tgt, tgt))):
-            gold_ids = {g[position] for g in gold}
-            mine_ids = {g[position] for g in pairs}
-            rows = [
-                k
-                for k, i in enumerate(side.ids)
-                if i in mine_ids or (i not in gold_ids and coins[position][k] == want_a)
-            ]
-            kept = {"ids": [side.ids[k] for k in rows], "sentences": [side.sentences[k] for k in rows]}
-            sides.append(replace(side, **kept))
-            vectors.append(vecs[rows])
-        out.append((replace(split, src=sides[0], tgt=sides[1], gold=pairs), *vectors))
-    return out
 
 
 def rows_of(full, sampled) -> list[int]:
     """Rows of `full` (a BuccSide) holding the sentences of `sampled`, a subset of it."""
     row = {sentence_id: k for k, sentence_id in enumerate(full.ids)}
     return [row[i] for i in sampled.ids]
-
-
-def mined_half(pair: str, split, src: np.ndarray, tgt: np.ndarray) -> Half:
-    """The split's one-to-one candidates mined exactly (ratio margin, k = 4, max strategy)."""
-    mined = bm.mine_arrays(src, tgt)
-    found = zip(mined.src, mined.tgt, strict=True)
-    is_gold = np.array([(split.src.ids[s], split.tgt.ids[t]) in split.gold for s, t in found], dtype=bool)
-    return Half(pair, mined.score, is_gold, len(split.gold))
 
 
 def joint_threshold(halves_a: list[Half]) -> float:

@@ -8,13 +8,29 @@ accuracy (mean of both directions). Rows are run one at a time with --only ROW; 
 results/bench_train.json (each row with its date, machine and commit) and results/bench_train.md is
 rebuilt from it after every row (`--report-only`: only that).
 Section `speed` times packed against padded training steps on the same batches.
-Section `mexma-ablation` (issue 23, item 4) trains contrastive + MEXMA with and without the unmasking
-task's token gradients (the paper's §5.1 ablation) for the same number of steps, once per seed.
+Ablations train a control arm and a treatment arm on equal budgets, once per seed (a run is saved, and the
+report rebuilt, as it ends), and weigh the difference of the arms' means against the spread over seeds:
+- `mexma-ablation` (issue 23, item 4): contrastive + MEXMA with and without the unmasking task's token
+  gradients (the paper's §5.1 ablation), for the same number of steps;
+- `hard-negatives` (issue 33, item 2): the `mining` recipe with and without `--hard-negatives N`, at equal
+  steps and at equal wall clock; evaluated also at dev thresholds calibrated on the other half of the
+  split (bench_thresholds' halves) and by xsim on FLORES-101 dev.
 
 Usage: python examples/benchmarks/bench_train.py --only contrastive [--minutes 10] [--threads 2]
        [--keep-model DIR]  (keeps each trained row's model dir, without checkpoints, as DIR/ROW)
        python examples/benchmarks/bench_train.py --ablation mexma [--steps 30] [--seeds 0,1,2]
+       python examples/benchmarks/bench_train.py --ablation hard-negatives [--steps S] [--minutes M,...]
+       [--seeds 0,1,2] [--hard-negatives 3] [--hard-negative-pool PAIRS]  (budgets: 122 steps, 10 and 30
+       minutes where neither --steps nor --minutes is given)
        python examples/benchmarks/bench_train.py --report-only
+--results PATH keeps the rows in PATH (and the report next to it, .md) instead of results/bench_train.json.
+
+The hard-negatives measurement (`make bench-train-hard-negatives`; 18 runs, ~7-9 h on 2 cores):
+       python examples/benchmarks/bench_train.py --ablation hard-negatives --steps 122 --minutes 10,30 \
+           --seeds 0,1,2 --hard-negatives 3
+Smoke run (~10 min on 2 idle cores, 20 on busy ones; rows kept outside results/):
+       python examples/benchmarks/bench_train.py --ablation hard-negatives --steps 3 --seeds 0 \
+           --hard-negative-pool 1000 --results /tmp/hnb-smoke.json
 """
 
 from __future__ import annotations
@@ -27,14 +43,20 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
 from benchlib import (
     MODEL,
     RESULTS,
     SHARED,
     bucc_split,
     cli_json,
+    distinct,
+    halves,
+    mined_half,
     oracle,
     peak_rss_mb,
     runs_table,
@@ -45,11 +67,15 @@ from benchlib import (
 
 import bitextmine as bm
 
+MINING = bm.RECIPES["mining"].config_settings()
 # the `mining` recipe's fine-tuning settings, under each row's objectives
-FINE_TUNE = {key: value for key, value in bm.RECIPES["mining"].settings.items() if key != "objectives"}
+FINE_TUNE = {key: value for key, value in MINING.items() if key != "objectives"}
 
 BUCC_PAIRS = ("de-en", "zh-en")
 TATOEBA_LANGS = ("deu", "fra", "rus", "cmn", "ces")
+FLORES = SHARED / "data" / "flores101"
+FLORES_LANGS = ("deu", "fra", "rus", "zho_simpl", "ces")  # the Tatoeba languages' FLORES-101 files
+TRANSFER_ROUNDS = 20  # cuts of each dev split into halves (seeds 0..19, as bench_thresholds cuts them)
 ROWS = {
     "base": None,
     "contrastive": {"objectives": {"contrastive": 1.0}},
@@ -68,12 +94,6 @@ ROWS = {
         "scratch": {"vocab_size": 16000, "layers": 4, "hidden": 256, "heads": 4},
     },
 }
-# --ablation mexma: the two arms, trained for equal steps; a result is keyed "mexma-ablation: ARM seed S"
-MEXMA_ARMS = {
-    "token gradients": ROWS["contrastive+mexma"],
-    "no token gradients": {**ROWS["contrastive+mexma"], "options": {"token_gradients": False}},
-}
-ABLATION_KEY = "mexma-ablation: {arm} seed {seed}"
 
 
 def held_out() -> list[str]:
@@ -85,32 +105,45 @@ def held_out() -> list[str]:
 def train_row(
     row_spec: dict, out: Path, *, minutes: float | None = None, steps: int | None = None, seed: int = 0
 ) -> dict:
-    """Train a row's objectives for `minutes` of wall clock or for `steps` steps; its training figures."""
-    spec = dict(row_spec)
-    settings = {**FINE_TUNE, **{k: spec.pop(k) for k in ("lr",) if k in spec}}
+    """Train a row's objectives for `minutes` of wall clock or for `steps` steps; its training figures, with
+    the hard-negative miner's where it ran."""
+    settings = {**FINE_TUNE, **row_spec}
     config = bm.TrainConfig(
         data=[str(SHARED / "data" / "parallel")],
         out=out,
-        base=None if spec.get("from_scratch") else str(MODEL),
+        base=None if settings.get("from_scratch") else str(MODEL),
         exclude=held_out(),
         max_minutes=minutes,
         max_steps=steps,
         seed=seed,
         checkpoint_every=0,
         **settings,
-        **spec,
     )
     summary = bm.train_encoder(config)
     records = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
-    steps = [r for r in records if "loss" in r]
-    return {
+    trained = [r for r in records if "loss" in r]
+    figures = {
         "steps": summary.steps,
         "pairs": summary.pairs,
         "train_minutes": round(summary.seconds / 60, 1),
-        "pairs_per_s": round(summary.pairs / sum(r["pairs"] / r["pairs_per_s"] for r in steps), 1),
-        "first_loss": round(statistics.mean(r["loss"] for r in steps[:10]), 4),
-        "last_loss": round(statistics.mean(r["loss"] for r in steps[-10:]), 4),
+        "pairs_per_s": round(summary.pairs / sum(r["pairs"] / r["pairs_per_s"] for r in trained), 1),
+        "first_loss": round(statistics.mean(r["loss"] for r in trained[:10]), 4),
+        "last_loss": round(statistics.mean(r["loss"] for r in trained[-10:]), 4),
         "peak_rss_mb": round(peak_rss_mb()),
+    }
+    minings = [r["hard_negatives"] for r in records if "hard_negatives" in r]
+    if config.hard_negative_settings:
+        figures["hard_negatives"] = {**config.hard_negative_settings.as_dict(), **miner_totals(minings)}
+    return figures
+
+
+def miner_totals(minings: list[dict]) -> dict:
+    """The hard-negative miner's figures (train_log.jsonl, one record a mining) summed over a run."""
+    counts = ("pairs", "negatives", "pairs_short", "excluded_duplicates", "excluded_above_gold")
+    return {
+        "minings": len(minings),
+        **{count: sum(m[count] for m in minings) for count in counts},
+        "mining_minutes": round(sum(m["seconds"] for m in minings) / 60, 2),
     }
 
 
@@ -120,24 +153,48 @@ def keep(model_dir: Path, destination: Path) -> None:
     shutil.copytree(model_dir, destination, ignore=shutil.ignore_patterns("checkpoints"))
 
 
-def evaluate(model_dir: Path) -> dict:
-    """Oracle dev F1 of each BUCC pair and Tatoeba accuracy (`bitextmine eval tatoeba`), encoded in bf16."""
+def evaluate(model_dir: Path, full: bool = False) -> dict:
+    """Oracle dev F1 of each BUCC pair and Tatoeba accuracy (`bitextmine eval tatoeba`), encoded in bf16;
+    `full` adds each pair's dev F1 at thresholds from the other half (`transferred_f1`) and the xsim error
+    (%) of FLORES-101 dev, xx -> eng (`bitextmine eval xsim`)."""
     import torch
 
     encoder = bm.load_encoder(model_dir, device="cpu", precision="bf16")
+    results = {}
     with tempfile.TemporaryDirectory() as work:  # the vector cache of the evaluation
-        results = {
-            f"bucc/{pair}": round(100 * oracle(bucc_split(pair), encoder, Path(work)).scores.f1, 2)
-            for pair in BUCC_PAIRS
-        }
-        tatoeba = cli_json(
-            "eval", "tatoeba", "--data", str(SHARED / "data" / "tatoeba"), "--langs", ",".join(TATOEBA_LANGS),
-            "--model", str(model_dir), "--device", "cpu", "--precision", "bf16", "--workdir", work,
-            "--threads", str(torch.get_num_threads()),
-        )  # fmt: skip
-    for r in tatoeba["rows"]:
-        results[f"tatoeba/{r['lang']}"] = round((r["xx_to_eng"] + r["eng_to_xx"]) / 2, 2)
+
+        def cli_rows(benchmark: str, data: Path, langs: tuple[str, ...], *options: str) -> list[dict]:
+            return cli_json(
+                "eval", benchmark, "--data", str(data), "--langs", ",".join(langs), *options,
+                "--model", str(model_dir), "--device", "cpu", "--precision", "bf16", "--workdir", work,
+                "--threads", str(torch.get_num_threads()),
+            )["rows"]  # fmt: skip
+
+        for pair in BUCC_PAIRS:
+            split = bucc_split(pair)
+            results[f"bucc/{pair}"] = round(100 * oracle(split, encoder, Path(work)).scores.f1, 2)
+            if full:
+                results[f"transfer/{pair}"] = round(100 * transferred_f1(split, encoder, Path(work)), 2)
+        for r in cli_rows("tatoeba", SHARED / "data" / "tatoeba", TATOEBA_LANGS):
+            results[f"tatoeba/{r['lang']}"] = round((r["xx_to_eng"] + r["eng_to_xx"]) / 2, 2)
+        if full:
+            for r in cli_rows("xsim", FLORES / "dev", FLORES_LANGS, "--split", "dev", "--target", "eng"):
+                results[f"xsim/{r['lang']}"] = round(r["error_rate"], 2)
     return results
+
+
+def transferred_f1(split, encoder, work: Path) -> float:
+    """The mean F1 of each half of `split` at the best-F1 threshold of the other half, over
+    TRANSFER_ROUNDS cuts into halves (bench_thresholds' cut; the same cuts for every model). The vectors
+    are those `oracle` cached in the workspace `work`."""
+    cache = bm.Workspace(work).embedding_cache_dir()
+    src, tgt = (bm.embed(encoder, side.sentences, cache) for side in (split.src, split.tgt))
+    f1 = []
+    for seed in range(TRANSFER_ROUNDS):
+        cut = halves(split, src, tgt, np.random.default_rng(seed))
+        a, b = (mined_half(split.pair, *half) for half in cut)
+        f1 += [b.f1_at(a.threshold()), a.f1_at(b.threshold())]
+    return statistics.mean(f1)
 
 
 def speed(minutes_each: float = 1.0) -> dict:
@@ -276,100 +333,258 @@ def report(results: dict) -> str:
             "",
             "Contrastive objective, e5, bf16 autocast, identical batches after one warm-up batch.",
         ]
-    ablation = {key: r for key, r in results.items() if key.startswith("mexma-ablation: ")}
-    if ablation:
-        lines += ["", *ablation_report(ablation)]
+    ablation_runs = {}
+    for ablation in ABLATIONS.values():
+        runs = {key: r for key, r in results.items() if key.startswith(ablation.prefix)}
+        if runs:
+            lines += ablation_report(ablation, list(runs.values()))
+            ablation_runs |= runs
     measured = {"speed": results["speed"]} if "speed" in results else {}
-    all_rows = [dict(r, row=name) for name, r in {**rows, **measured, **ablation}.items()]
+    all_rows = [dict(r, row=name) for name, r in {**rows, **measured, **ablation_runs}.items()]
     return "\n".join([*lines, "", *runs_table(all_rows, lambda r: r["row"])]) + "\n"
 
 
-def ablation_scores(ev: dict) -> tuple[float, float]:
-    """(average BUCC dev F1, average Tatoeba accuracy) of one evaluation."""
+@dataclass(frozen=True)
+class Budget:
+    """A run's training budget: `steps` steps, or else `minutes` of wall clock."""
+
+    steps: int | None = None
+    minutes: float | None = None
+
+    def __str__(self) -> str:
+        return f"{self.steps} steps" if self.steps is not None else f"{self.minutes:g} min"
+
+
+@dataclass(frozen=True)
+class Column:
+    """A figure of an ablation's per-run table: its header and its value in a run (None: not in that arm)."""
+
+    header: str
+    value: Callable[[dict], float | None]
+    digits: int = 2
+
+
+DEV, TATOEBA = "avg dev F1", "Tatoeba avg"  # the columns a verdict weighs
+Gains = dict[str, tuple[float, float]]  # column header -> (treatment mean - control mean, the larger sd)
+
+
+@dataclass(frozen=True)
+class Ablation:
+    """A control arm and a treatment arm, trained on equal budgets once per seed; the difference of their
+    means against the spread over seeds."""
+
+    key: str  # a run's results key, formatted with its arm, budget and seed; the prefix names the ablation
+    title: str  # the report section's question
+    about: str  # what the arms are and how they are measured
+    arms: dict[str, dict]  # control, then treatment: the arm's name -> its row spec (`train_row`)
+    columns: tuple[Column, ...]  # the per-run figures, DEV and TATOEBA among them
+    verdict: Callable[[Gains], str]
+    budgets: tuple[Budget, ...]  # where neither --steps nor --minutes is given
+    full_eval: bool = False  # `evaluate`'s thresholds from the other half and xsim
+
+    @property
+    def prefix(self) -> str:
+        return self.key.split(":")[0] + ": "
+
+
+def mean_of(measure: str, names: tuple[str, ...]) -> Callable[[dict], float]:
+    """A run's mean of `evaluate`'s figures MEASURE/NAME over `names`."""
+    return lambda run: statistics.mean(run["eval"][f"{measure}/{name}"] for name in names)
+
+
+def miner(figure: str) -> Callable[[dict], float | None]:
+    """A run's hard-negative miner figure (`miner_totals`); None where no miner ran."""
+    return lambda run: run["train"].get("hard_negatives", {}).get(figure)
+
+
+def mexma_verdict(gains: Gains) -> str:
+    (dev, noise), (tatoeba, _) = gains[DEV], gains[TATOEBA]
+    holds = dev > 0 and tatoeba > 0
     return (
-        statistics.mean(ev[f"bucc/{p}"] for p in BUCC_PAIRS),
-        statistics.mean(ev[f"tatoeba/{lang}"] for lang in TATOEBA_LANGS),
+        f"Token gradients change average dev F1 by {dev:+.2f} points and Tatoeba by {tatoeba:+.2f} "
+        f"(largest seed sd of dev F1: {noise:.2f}). The paper's direction (token gradients help, §5.1) "
+        + ("holds here, " if holds else "does not hold here; ")
+        + ("beyond" if abs(dev) > 2 * noise else "within")
+        + " twice the seed spread of dev F1."
     )
 
 
-def ablation_report(ablation: dict) -> list[str]:
-    """The MEXMA token-gradient ablation: a row per arm and seed, each arm's mean and spread, the verdict."""
-    arms = {
-        arm: [r for key, r in ablation.items() if key.startswith(f"mexma-ablation: {arm} seed")]
-        for arm in MEXMA_ARMS
-    }
-
-    def mean_sd(values: list[float]) -> str:
-        sd = statistics.stdev(values) if len(values) > 1 else 0.0
-        return f"{statistics.mean(values):.2f} ± {sd:.2f}"
-
-    rows = []
-    for arm, runs in arms.items():
-        for r in runs:
-            ev, dev, tatoeba = r["eval"], *ablation_scores(r["eval"])
-            cells = [f"{ev[f'bucc/{p}']:.2f}" for p in BUCC_PAIRS] + [f"{dev:.2f}", f"{tatoeba:.2f}"]
-            rows.append(
-                f"{arm} | {r['seed']} | {r['train']['steps']} | {r['train']['train_minutes']} | "
-                + " | ".join(cells)
-            )
-        if runs:
-            scores = [ablation_scores(r["eval"]) for r in runs]
-            pair_means = [f"{statistics.mean(r['eval'][f'bucc/{p}'] for r in runs):.2f}" for p in BUCC_PAIRS]
-            rows.append(
-                f"**{arm}, mean ± sd** | seeds: {len(runs)} | | | {' | '.join(pair_means)} | "
-                f"**{mean_sd([d for d, _ in scores])}** | **{mean_sd([t for _, t in scores])}**"
-            )
-    lines = ["## Do MEXMA's token gradients help, at equal steps?", ""]
-    if all(arms.values()):
-        with_grad, without = ([ablation_scores(r["eval"]) for r in arms[arm]] for arm in MEXMA_ARMS)
-        dev_gain = statistics.mean(d for d, _ in with_grad) - statistics.mean(d for d, _ in without)
-        tatoeba_gain = statistics.mean(t for _, t in with_grad) - statistics.mean(t for _, t in without)
-        noise = max(
-            statistics.stdev([d for d, _ in arm]) if len(arm) > 1 else 0.0 for arm in (with_grad, without)
-        )
-        holds = dev_gain > 0 and tatoeba_gain > 0
-        lines.append(
-            f"Token gradients change average dev F1 by {dev_gain:+.2f} points and Tatoeba by "
-            f"{tatoeba_gain:+.2f} "
-            f"(largest seed sd of dev F1: {noise:.2f}). The paper's direction (token gradients help, §5.1) "
-            + ("holds" if holds else "does not hold")
-            + (" here, " if holds else " here; ")
-            + ("beyond" if abs(dev_gain) > 2 * noise else "within")
-            + " twice the seed spread of dev F1."
-        )
+def hard_negatives_verdict(gains: Gains) -> str:
+    """Pays only where the gains in average dev F1 and in Tatoeba both exceed twice the larger arm's sd."""
+    (dev, dev_sd), (tatoeba, tatoeba_sd) = gains[DEV], gains[TATOEBA]
+    if dev > 2 * dev_sd and tatoeba > 2 * tatoeba_sd:
+        word = "pays"
+    elif dev < -2 * dev_sd or tatoeba < -2 * tatoeba_sd:
+        word = "does not pay (a loss beyond the seed spread)"
     else:
-        lines.append("Not every arm has a seed yet.")
-    header = (
-        "arm | seed | steps | minutes | "
-        + " | ".join(f"{p} F1" for p in BUCC_PAIRS)
-        + " | avg dev F1 | Tatoeba avg"
+        word = "does not pay (within seed spread)"
+    return (
+        f"Hard negatives change average dev F1 (thresholds from the other half) by {dev:+.2f} points "
+        f"(twice the larger arm's sd: {2 * dev_sd:.2f}) and Tatoeba by {tatoeba:+.2f} "
+        f"({2 * tatoeba_sd:.2f}): **{word}**."
     )
-    return [
-        *lines,
-        "",
-        "contrastive + MEXMA, e5, the fine-tuning settings of the table above, equal steps; without token "
-        "gradients the unmasking loss reaches the encoder only through the sentence vectors (paper §5.1, "
-        "model (1)). A seed sets the data order, the masking and the unmasking head's initialisation.",
-        "",
-        *table(header, "l" + "r" * (5 + len(BUCC_PAIRS)), rows),
-    ]
 
 
-def run_ablation(results: dict, store: Path, steps: int, seeds: list[int]) -> None:
-    """Each MEXMA arm for `steps` steps at each seed; a run is saved, and the report rebuilt, as it ends."""
-    for seed in seeds:
-        for arm, spec in MEXMA_ARMS.items():
-            key = ABLATION_KEY.format(arm=arm, seed=seed)
-            print(f"bench_train: {key}, {steps} steps ...", flush=True)
-            when = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
-            with tempfile.TemporaryDirectory() as scratch:
-                trained = train_row(spec, Path(scratch) / "model", steps=steps, seed=seed)
-                evaluated = evaluate(Path(scratch) / "model")
-            results[key] = stamped(
-                {"arm": arm, "seed": seed, "train": trained, "eval": evaluated, "when": when}
+HARD_NEGATIVES_ARM = "contrastive + hard negatives"
+ABLATIONS = {
+    "mexma": Ablation(
+        key="mexma-ablation: {arm} seed {seed}",
+        title="Do MEXMA's token gradients help, at equal steps?",
+        about="contrastive + MEXMA, e5, the fine-tuning settings of the table above, equal steps; without "
+        "token gradients the unmasking loss reaches the encoder only through the sentence vectors (paper "
+        "§5.1, model (1)). A seed sets the data order, the masking and the unmasking head's initialisation. "
+        "Dev F1 at each split's best threshold.",
+        arms={
+            "no token gradients": {**ROWS["contrastive+mexma"], "options": {"token_gradients": False}},
+            "token gradients": ROWS["contrastive+mexma"],
+        },
+        columns=(
+            *(Column(f"{pair} F1", mean_of("bucc", (pair,))) for pair in BUCC_PAIRS),
+            Column(DEV, mean_of("bucc", BUCC_PAIRS)),
+            Column(TATOEBA, mean_of("tatoeba", TATOEBA_LANGS)),
+        ),
+        verdict=mexma_verdict,
+        budgets=(Budget(steps=30),),
+    ),
+    "hard-negatives": Ablation(
+        key="hard-negatives: {arm}, {budget}, seed {seed}",
+        title="Do mined hard negatives pay, at equal steps and at equal wall clock?",
+        about="The `mining` recipe (contrastive) against the same with `--hard-negatives N` (N, refresh "
+        "and pool under each budget; refresh and pool are the library's defaults, so the cost is a user's), "
+        "trained as the rows above. At equal wall clock the minutes spent mining count against the arm and "
+        "the learning rate stays constant after warm-up; at equal steps it decays to 0 (train's schedule). "
+        "A seed sets the data order, and with it the pools mined. Dev F1 (`*`): each bucc-like dev split "
+        f"cut into halves as bench_thresholds cuts them ({TRANSFER_ROUNDS} cuts, the same for every model), "
+        "each half scored at the best-F1 threshold of the other, averaged (a half holds half the split's "
+        "sentences, so F1* is not comparable with a full split's oracle F1). Tatoeba as above (deu fra rus "
+        "cmn ces). xsim: `bitextmine eval xsim` on ../shared/data/flores101/dev, "
+        f"{', '.join(FLORES_LANGS)}.dev -> eng.dev (985 lines each; none in the training data), % error "
+        "averaged, lower is better. Miner figures summed over a run's minings (train_log.jsonl): negatives "
+        "kept, candidates the guard dropped as duplicates of the gold target or as scoring at least the "
+        "gold pair, minutes spent mining.",
+        arms={"contrastive": MINING, HARD_NEGATIVES_ARM: {**MINING, "hard_negatives": 3}},
+        columns=(
+            *(Column(f"{pair} F1*", mean_of("transfer", (pair,))) for pair in BUCC_PAIRS),
+            Column(DEV, mean_of("transfer", BUCC_PAIRS)),
+            Column(TATOEBA, mean_of("tatoeba", TATOEBA_LANGS)),
+            Column("xsim %", mean_of("xsim", FLORES_LANGS)),
+            Column("negatives", miner("negatives"), 0),
+            Column("dropped: duplicates", miner("excluded_duplicates"), 0),
+            Column("dropped: above gold", miner("excluded_above_gold"), 0),
+            Column("mining min", miner("mining_minutes")),
+        ),
+        verdict=hard_negatives_verdict,
+        budgets=(Budget(steps=122), Budget(minutes=10), Budget(minutes=30)),
+        full_eval=True,
+    ),
+}
+
+
+def budget_of(run: dict) -> str:
+    """A run's budget; runs saved before budgets were recorded were bounded by steps."""
+    return run.get("budget") or f"{run['train']['steps']} steps"
+
+
+def spread(values: list[float]) -> float:
+    return statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def ablation_report(ablation: Ablation, runs: list[dict]) -> list[str]:
+    """The ablation's section: for each budget, a row per arm and seed, each arm's mean ± sd, the
+    difference of the means against the larger arm's sd, and the verdict."""
+    lines = ["", f"## {ablation.title}", "", ablation.about]
+    header = "arm | seed | steps | minutes | " + " | ".join(c.header for c in ablation.columns)
+    for budget in dict.fromkeys(map(budget_of, runs)):
+        in_budget = [r for r in runs if budget_of(r) == budget]
+        by_arm = {arm: [r for r in in_budget if r["arm"] == arm] for arm in ablation.arms}
+        rows, gains = [], {}
+        for arm, arm_runs in by_arm.items():
+            for r in arm_runs:
+                cells = [cell(c.value(r), c.digits) for c in ablation.columns]
+                t = r["train"]
+                rows.append(
+                    " | ".join([arm, str(r["seed"]), f"{t['steps']}", f"{t['train_minutes']}", *cells])
+                )
+            if arm_runs:
+                cells = [mean_sd([c.value(r) for r in arm_runs], c.digits) for c in ablation.columns]
+                rows.append(" | ".join([f"**{arm}, mean ± sd**", f"seeds: {len(arm_runs)}", "", "", *cells]))
+        if all(by_arm.values()):
+            control, treatment = by_arm.values()
+            for c in ablation.columns:
+                before, after = [c.value(r) for r in control], [c.value(r) for r in treatment]
+                if None not in before + after:
+                    gains[c.header] = (
+                        statistics.mean(after) - statistics.mean(before),
+                        max(spread(before), spread(after)),
+                    )
+            cells = [f"{gains[c.header][0]:+.2f} (sd {gains[c.header][1]:.2f})" if c.header in gains else "-"
+                     for c in ablation.columns]  # fmt: skip
+            rows.append(" | ".join(["**difference of means** (larger sd)", "", "", "", *cells]))
+        if not gains:
+            verdict = "Not every arm has a seed yet."
+        elif min(map(len, by_arm.values())) < 2:
+            verdict = "An arm has one seed: no spread over seeds to weigh the difference against yet."
+        else:
+            verdict = ablation.verdict(gains)
+        mined = [r["train"]["hard_negatives"] for r in in_budget if "hard_negatives" in r["train"]]
+        if mined:
+            verdict += (
+                f" Hard negatives: N {distinct(mined, 'n')}, refresh {distinct(mined, 'refresh')} steps, "
             )
-            save_rows(store, results)
-            (RESULTS / "bench_train.md").write_text(report(results))
+            verdict += f"pool {distinct(mined, 'pool')} pairs."
+        lines += ["", f"### {budget}", "", verdict, ""]
+        lines += table(header, "l" + "r" * (3 + len(ablation.columns)), rows)
+    return lines
+
+
+def cell(value: float | None, digits: int) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def mean_sd(values: list[float | None], digits: int) -> str:
+    if None in values:
+        return "-"
+    return f"{statistics.mean(values):,.{digits}f} ± {spread(values):,.{digits}f}"
+
+
+def run_ablation(
+    ablation: Ablation, budgets: list[Budget], seeds: list[int], results: dict, store: Path
+) -> None:
+    """Each arm of the ablation on each budget at each seed; a run is saved, and the report rebuilt, as it
+    ends."""
+    for seed in seeds:
+        for budget in budgets:
+            for arm, spec in ablation.arms.items():
+                key = ablation.key.format(arm=arm, budget=budget, seed=seed)
+                print(f"bench_train: {ablation.prefix}{arm}, {budget}, seed {seed} ...", flush=True)
+                when = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+                with tempfile.TemporaryDirectory() as scratch:
+                    out = Path(scratch) / "model"
+                    trained = train_row(spec, out, steps=budget.steps, minutes=budget.minutes, seed=seed)
+                    evaluated = evaluate(out, full=ablation.full_eval)
+                run = {"arm": arm, "budget": str(budget), "seed": seed, "train": trained, "eval": evaluated}
+                results[key] = stamped({**run, "when": when})
+                save(results, store)
+
+
+def save(results: dict, store: Path) -> None:
+    """The rows at `store` and the report rebuilt from them next to it (.md)."""
+    save_rows(store, results)
+    store.with_suffix(".md").write_text(report(results))
+
+
+def numbers(text: str) -> list[float]:
+    """A comma-separated list of numbers ("10,30")."""
+    return [float(x) for x in text.split(",")]
+
+
+def budgets(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[Budget]:
+    """The ablation's budgets: --steps and each of --minutes, else the ablation's own."""
+    given = [Budget(steps=args.steps)] if args.steps is not None else []
+    given += [Budget(minutes=m) for m in args.minutes or []]
+    if any((b.steps or b.minutes) <= 0 for b in given):
+        parser.error("--steps and --minutes must be positive")
+    return given or list(ABLATIONS[args.ablation].budgets)
 
 
 def main() -> None:
@@ -377,10 +592,20 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--only", choices=[*ROWS, "speed"], action="append")
-    parser.add_argument("--minutes", type=float, default=10.0)
-    parser.add_argument("--ablation", choices=["mexma"], help="train both arms for --steps, once per seed")
-    parser.add_argument("--steps", type=int, default=30, help="--ablation: training steps of every run")
+    parser.add_argument(
+        "--minutes", type=numbers, help="training minutes: of a row (default 10); --ablation: each a budget"
+    )
+    parser.add_argument(
+        "--ablation", choices=list(ABLATIONS), help="train both arms on each budget, per seed"
+    )
+    parser.add_argument("--steps", type=int, help="--ablation: a budget of this many training steps")
     parser.add_argument("--seeds", default="0,1,2", help="--ablation: comma-separated seeds")
+    parser.add_argument(
+        "--hard-negatives", type=int, default=3, metavar="N", help="--ablation hard-negatives: N a pair"
+    )
+    parser.add_argument(
+        "--hard-negative-pool", type=int, metavar="PAIRS", help="--ablation hard-negatives (default: train's)"
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument(
         "--keep-model",
@@ -388,22 +613,34 @@ def main() -> None:
         metavar="DIR",
         help="copy each trained row's model dir to DIR/ROW (without checkpoints)",
     )
+    parser.add_argument(
+        "--results", type=Path, default=RESULTS / "bench_train.json", help="the rows (the report: its .md)"
+    )
     parser.add_argument("--report-only", action="store_true", help="rewrite the .md from the .json")
     args = parser.parse_args()
-    store = RESULTS / "bench_train.json"
+    store = args.results
     results = json.loads(store.read_text()) if store.is_file() else {}
     if args.report_only:
-        (RESULTS / "bench_train.md").write_text(report(results))
+        store.with_suffix(".md").write_text(report(results))
         return
     if not args.only and not args.ablation:
-        parser.error("--only ROW or --ablation mexma is required (or --report-only)")
+        parser.error("--only ROW or --ablation NAME is required (or --report-only)")
+    if args.only and len(args.minutes or []) > 1:
+        parser.error("--only trains for one --minutes")
     if not MODEL.is_dir():
         sys.exit(f"bench_train: {MODEL} is absent; the benchmark needs the shared model and data")
     import torch
 
     torch.set_num_threads(args.threads)
     if args.ablation:
-        run_ablation(results, store, args.steps, [int(seed) for seed in args.seeds.split(",")])
+        ablation = ABLATIONS[args.ablation]
+        if args.ablation == "hard-negatives":
+            tuned = {"hard_negatives": args.hard_negatives}
+            tuned |= {"hard_negative_pool": args.hard_negative_pool} if args.hard_negative_pool else {}
+            arms = {**ablation.arms, HARD_NEGATIVES_ARM: {**ablation.arms[HARD_NEGATIVES_ARM], **tuned}}
+            ablation = replace(ablation, arms=arms)
+        seeds = [int(seed) for seed in args.seeds.split(",")]
+        run_ablation(ablation, budgets(parser, args), seeds, results, store)
     for row in args.only or []:
         when = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
         print(f"bench_train: {row} ...", flush=True)
@@ -414,12 +651,11 @@ def main() -> None:
         else:
             with tempfile.TemporaryDirectory() as scratch:
                 out = Path(scratch) / row
-                trained = train_row(ROWS[row], out, minutes=args.minutes)
+                trained = train_row(ROWS[row], out, minutes=(args.minutes or [10.0])[0])
                 results[row] = stamped({"train": trained, "eval": evaluate(out), "when": when})
                 if args.keep_model:
                     keep(out, args.keep_model / row)
-        save_rows(store, results)
-        (RESULTS / "bench_train.md").write_text(report(results))
+        save(results, store)
         print(report(results), flush=True)
 
 

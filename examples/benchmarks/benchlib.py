@@ -1,6 +1,7 @@
-"""What the benchmark scripts share: where the shared data and model are, the shared BUCC-format splits,
-a workspace's vectors, peak RSS, and the stamp that every result row carries (`date`, `machine`,
-`software`, `commit`), written and read back here. Benchmarks reach bitextmine through its public API
+"""What the benchmark scripts share: where the shared data and model are, the shared BUCC-format splits
+and their halves (a threshold calibrated on one half, scored on the other), a workspace's vectors, peak
+RSS, and the stamp that every result row carries (`date`, `machine`, `software`, `commit`), written and
+read back here. Benchmarks reach bitextmine through its public API
 (`import bitextmine`) or its command line (`BITEXTMINE`)."""
 
 from __future__ import annotations
@@ -13,11 +14,15 @@ import platform
 import subprocess
 import sys
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 import bitextmine as bm
+
+# measured on purpose: calibrate's threshold sweep, one rule at a time, on halves of a split's candidates
+from bitextmine.calibration.bucc import BuccError, sweep_threshold
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED = Path(os.environ.get("BITEXTMINE_SHARED", REPO.parent / "shared"))
@@ -25,6 +30,7 @@ MODEL = SHARED / "models" / "multilingual-e5-small-q4"
 RESULTS = Path(__file__).with_name("results")
 STAMP = ("date", "machine", "software", "commit")
 BITEXTMINE = [sys.executable, "-m", "bitextmine"]
+BAGGING_DRAWS = 50
 
 
 def bucc_split(pair: str, dataset: str = "bucc-like", split: str = "dev"):
@@ -39,6 +45,86 @@ def oracle(split, encoder, workdir: Path, settings=None):
     settings = settings or bm.MiningSettings()
     options = bm.EvaluateOptions(settings.k, settings.margin, settings.strategy, threshold="oracle")
     return bm.evaluate_bucc(bm.Workspace(workdir), split, encoder, options)
+
+
+@dataclass
+class Half:
+    """The one-to-one candidates mined in one half of a split (`halves`), and calibrate's threshold rules
+    on them."""
+
+    pair: str
+    scores: np.ndarray  # the one-to-one candidates' margin scores
+    is_gold: np.ndarray
+    gold: int
+
+    def sweep(self, target: float | None = None, plateau: float | None = None):
+        """`calibrate`'s sweep of this half: best F1, the lowest threshold reaching `target` precision,
+        or the middle of those within `plateau` F1 points of the best."""
+        return sweep_threshold(self.scores, self.is_gold, self.gold, target, plateau)
+
+    def threshold(self, target: float | None = None, plateau: float | None = None) -> float:
+        """The sweep's threshold; where no threshold reaches `target`, the most precise one."""
+        try:
+            return self.sweep(target, plateau).threshold
+        except BuccError:
+            curve = self.sweep().curve
+            return float(curve.thresholds[int(np.argmax(curve.precision()))])
+
+    def bagged_threshold(self, rng: np.random.Generator, draws: int = BAGGING_DRAWS) -> float:
+        """The median of the best-F1 thresholds of `draws` bootstrap resamples of the candidates (gold
+        pairs that no candidate found stay missed)."""
+        missed = self.gold - int(self.is_gold.sum())
+        chosen = []
+        for _ in range(draws):
+            rows = rng.integers(len(self.scores), size=len(self.scores))
+            gold = self.is_gold[rows]
+            chosen.append(sweep_threshold(self.scores[rows], gold, missed + int(gold.sum())).threshold)
+        return float(np.median(chosen))
+
+    def plateau_width(self, points: float) -> float:
+        """The range of the thresholds whose F1 is within `points` of the best."""
+        curve = self.sweep().curve
+        f1 = curve.f1()
+        near = curve.thresholds[f1 >= f1.max() - points / 100 - 1e-12].astype(np.float64)
+        return float(near.max() - near.min())
+
+    def f1_at(self, threshold: float) -> float:
+        kept = self.scores >= threshold
+        true = int(self.is_gold[kept].sum())
+        return 2 * true / (int(kept.sum()) + self.gold)
+
+
+def halves(split, src: np.ndarray, tgt: np.ndarray, rng: np.random.Generator):
+    """Two BuccSplits with their vectors: half the gold pairs each, other sentences dealt at random."""
+    gold = sorted(split.gold)
+    in_a = set(rng.permutation(len(gold))[: len(gold) // 2].tolist())
+    gold_a = {g for i, g in enumerate(gold) if i in in_a}
+    coins = [rng.random(len(side.ids)) < 0.5 for side in (split.src, split.tgt)]  # True: to half A
+    out = []
+    for want_a in (True, False):
+        pairs = gold_a if want_a else set(gold) - gold_a
+        sides, vectors = [], []
+        for position, (side, vecs) in enumerate(((split.src, src), (split.tgt, tgt))):
+            gold_ids = {g[position] for g in gold}
+            mine_ids = {g[position] for g in pairs}
+            rows = [
+                k
+                for k, i in enumerate(side.ids)
+                if i in mine_ids or (i not in gold_ids and coins[position][k] == want_a)
+            ]
+            kept = {"ids": [side.ids[k] for k in rows], "sentences": [side.sentences[k] for k in rows]}
+            sides.append(replace(side, **kept))
+            vectors.append(vecs[rows])
+        out.append((replace(split, src=sides[0], tgt=sides[1], gold=pairs), *vectors))
+    return out
+
+
+def mined_half(pair: str, split, src: np.ndarray, tgt: np.ndarray) -> Half:
+    """The split's one-to-one candidates mined exactly (ratio margin, k = 4, max strategy)."""
+    mined = bm.mine_arrays(src, tgt)
+    found = zip(mined.src, mined.tgt, strict=True)
+    is_gold = np.array([(split.src.ids[s], split.tgt.ids[t]) in split.gold for s, t in found], dtype=bool)
+    return Half(pair, mined.score, is_gold, len(split.gold))
 
 
 def cli_json(*args: str) -> dict:

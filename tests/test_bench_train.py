@@ -1,0 +1,59 @@
+"""The ablation report of examples/benchmarks/bench_train.py on hand-made runs: a table per budget, each
+arm's mean ± sd, the difference of the means, and the hard-negatives verdict against the seed spread."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from tests.helpers import REPO
+
+sys.path.insert(0, str(REPO / "examples" / "benchmarks"))
+bench = pytest.importorskip("bench_train")
+HARD = bench.ABLATIONS["hard-negatives"]
+
+
+def run(arm: str, budget: str, seed: int, dev: float, tatoeba: float) -> dict:
+    """A run whose every dev pair scores `dev` at transferred thresholds and every language `tatoeba`."""
+    ev = {f"transfer/{p}": dev for p in bench.BUCC_PAIRS} | {
+        f"tatoeba/{x}": tatoeba for x in bench.TATOEBA_LANGS
+    }
+    ev |= {f"xsim/{x}": 0.5 for x in bench.FLORES_LANGS}
+    train = {"steps": 10, "train_minutes": 1.0}
+    if arm == bench.HARD_NEGATIVES_ARM:
+        train["hard_negatives"] = {"n": 3, "refresh": 100, "pool": 2000, **bench.miner_totals([])}
+    return {"arm": arm, "budget": budget, "seed": seed, "train": train, "eval": ev}
+
+
+@pytest.mark.parametrize(
+    ("dev", "tatoeba", "word"),
+    [
+        ((1.0, 0.2), (0.5, 0.1), "**pays**"),
+        ((1.0, 0.2), (0.1, 0.1), "**does not pay (within seed spread)**"),
+        ((-1.0, 0.2), (0.5, 0.1), "**does not pay (a loss beyond the seed spread)**"),
+    ],
+)
+def test_hard_negatives_pay_only_when_both_gains_exceed_twice_the_larger_sd(dev, tatoeba, word):
+    assert word in bench.hard_negatives_verdict({bench.DEV: dev, bench.TATOEBA: tatoeba})
+
+
+def test_the_report_has_a_table_per_budget_with_means_the_difference_and_the_verdict():
+    runs = [
+        run("contrastive", "10 min", 0, 90.0, 80.0),
+        run("contrastive", "10 min", 1, 90.2, 80.2),
+        run(bench.HARD_NEGATIVES_ARM, "10 min", 0, 91.0, 81.0),
+        run(bench.HARD_NEGATIVES_ARM, "10 min", 1, 91.2, 81.2),
+        run("contrastive", "122 steps", 0, 90.0, 80.0),
+    ]
+    text = "\n".join(bench.ablation_report(HARD, runs))
+    ten, steps = text.split("### 10 min")[1].split("### 122 steps")
+    assert "| **contrastive, mean ± sd** | seeds: 2 |  |  | 90.10 ± 0.14 |" in ten
+    assert "| **difference of means** (larger sd) |  |  |  | +1.00 (sd 0.14) |" in ten
+    assert "**pays**" in ten and "pool 2,000 pairs" in ten
+    assert "Not every arm has a seed yet." in steps and "difference of means" not in steps
+
+
+def test_runs_saved_before_budgets_were_recorded_count_their_steps():
+    assert bench.budget_of({"train": {"steps": 30}}) == "30 steps"
+    assert str(bench.Budget(minutes=10.0)) == "10 min" and str(bench.Budget(steps=122)) == "122 steps"

@@ -292,7 +292,7 @@ def test_a_corpus_that_lid_drops_whole_is_an_error_saying_so(tmp_path: Path) -> 
     english = tmp_path / "en.txt"
     english.write_text("The weather is lovely today.\n\nWhere is the train station?\n")
     lid = LidFilter("de", DEFAULT_MIN_CONFIDENCE, model_id())
-    expected = f"no sentences in {english}: every line was dropped (1 empty, 2 in another language (--lid))"
+    expected = f"no sentences in {english}: every line was dropped (1 empty, 2 by --lid)"
     with pytest.raises(CorpusError, match=exactly(expected)):
         build_corpus([str(english)], "de", tmp_path / "out", shard_size=10, dedup=False, lid=lid)
 

@@ -270,7 +270,7 @@ def test_encode_tsv_with_lid_end_to_end_and_a_changed_setting_rebuilds(tmp_path,
     code, output = encode(*args, "--text-column", "2", "--meta-column", "1", "--lid", "accept")
     assert code == 0, output
     flat = " ".join(output.replace("│", " ").split())  # the table wraps long cells
-    assert "2 wrong language, 1 too few columns" in flat and "web.tsv:6: fewer than 2" in flat
+    assert "2 by --lid, 1 too few columns" in flat and "web.tsv:6: fewer than 2" in flat
     counts = json.loads((work / "corpora" / "deu" / MANIFEST_NAME).read_text())["counts"]
     assert (counts["wrong_language"], counts["missing_columns"], counts["kept"]) == (2, 1, 3)
     rows = read_shard_rows(work / "corpora" / "deu" / "shard-00000.tsv")

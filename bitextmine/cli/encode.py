@@ -41,7 +41,7 @@ def _summary_table(summary) -> Table:
     drops = {"empty": counts.empty, "duplicate": counts.duplicates}
     drops |= {  # named where they happened: their options are off by default
         why: n
-        for why, n in (("wrong language", counts.wrong_language), ("too few columns", counts.missing_columns))
+        for why, n in (("by --lid", counts.wrong_language), ("too few columns", counts.missing_columns))
         if n
     }
     rows = [

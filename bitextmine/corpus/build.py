@@ -88,7 +88,7 @@ def _no_sentences(paths: Sequence[str], counts: CorpusCounts) -> str:
     names = ", ".join(display_name(p) for p in paths)
     dropped = {
         "empty": counts.empty,
-        "in another language (--lid)": counts.wrong_language,
+        "by --lid": counts.wrong_language,
         "without the columns asked for": counts.missing_columns,
     }
     if counts.lines == counts.empty:

@@ -95,7 +95,8 @@ def cancel_a_running_job(logs: Path, function: str, deadline: float) -> str:
 
 @pytest.fixture(scope="module")
 def corpora(tmp_path_factory, tiny_model_dir) -> tuple[Path, Path, dict[str, Path]]:
-    """The tiny BERT, a launcher config and a de and an en corpus sharing 10 sentences."""
+    """The tiny BERT, a launcher config and a de and an en corpus sharing 10 sentences (word salad: encoded
+    with --lid off)."""
     root = tmp_path_factory.mktemp("slurm")
     shared = sentences(10, seed=0)
     files = {"de": root / "de.txt", "en": root / "en.txt"}
@@ -110,7 +111,19 @@ def steps(files: dict[str, Path], model: Path, work: Path) -> list[list[list[str
     w = ["-w", str(work)]
     return [
         [
-            ["encode", str(files[lang]), "-l", lang, "-m", str(model), "--shard-size", SHARD_ROWS, *w]
+            [
+                "encode",
+                str(files[lang]),
+                "-l",
+                lang,
+                "--lid",
+                "off",
+                "-m",
+                str(model),
+                "--shard-size",
+                SHARD_ROWS,
+                *w,
+            ]
             for lang in files
         ],
         [["index", lang, "--max-memory", INDEX_MEMORY_GB, "--factory", "IVF1,Flat", *w] for lang in files],
@@ -125,7 +138,7 @@ def past_time_limit(corpora, partition) -> Iterator[tuple[subprocess.Popen, Path
     root, model, files = corpora
     config, work = root / "slow.toml", root / "slow"
     config.write_text(LAUNCHER_TOML + '[launcher.extra]\nsetup = ["sleep 300"]\n')
-    args = ["encode", str(files["de"]), "-l", "de", "-m", str(model), "-w", str(work)]
+    args = ["encode", str(files["de"]), "-l", "de", "--lid", "off", "-m", str(model), "-w", str(work)]
     slurm = [*slurm_flags(partition, config), "--timeout-min", "1", "--retries", "0"]
     process = bitextmine(*args, *slurm)
     yield process, work

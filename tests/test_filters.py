@@ -32,6 +32,8 @@ def run(settings: FilterSettings, pairs, scores=None, langs=("de", "en")):
         ("ICE 915", True),
         ("COVID-19 cases rose", True),
         ("北京2008年奥运会", True),
+        ("好。", True),  # one ideograph can be a word
+        ("2019年", False),
         ("+53 601 8443606", False),
         ("04.07.2002", False),
         ("13:11 - 17:55", False),

@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -170,9 +171,10 @@ def _script_pattern(code: str) -> regex.Pattern[str] | None:
 
 def has_words(text: str) -> bool:
     """True if, URLs and e-mail addresses removed, some token has two letters or more and more letters
-    than digits: false for numbers, dates, times, phone numbers and product codes."""
+    than digits: false for numbers, dates, times, phone numbers and product codes. An East Asian wide
+    letter counts two: one ideograph can be a word ("好。")."""
     for token in _URL_OR_EMAIL.sub(" ", text).split():
-        letters = sum(1 for c in token if c.isalpha())
+        letters = sum(1 + (unicodedata.east_asian_width(c) in "WF") for c in token if c.isalpha())
         if letters >= 2 and letters > sum(1 for c in token if c.isdigit()):
             return True
     return False

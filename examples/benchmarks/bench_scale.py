@@ -48,6 +48,7 @@ SETTINGS = [
     ("default", "default", []),
     ("list-size 1000, nprobe 16", "ivf", ["--list-size", "1000", "--nprobe", "16"]),
     ("list-size 1000, nprobe 8", "ivf8", ["--list-size", "1000", "--nprobe", "8"]),
+    ("list-size 1000, nprobe 32", "ivf32", ["--list-size", "1000", "--nprobe", "32"]),
 ]
 # Exact mining of the full set takes hours on 2 cores, more than one sitting: its neighbour jobs are
 # this many queries, so a run stopped with SIGTERM (or Ctrl-C) loses at most one job's work on rerun.
@@ -302,7 +303,7 @@ def main() -> None:
     sub.add_parser("encode")
     runner = sub.add_parser("run")
     runner.add_argument("--sizes", default=",".join(map(str, SIZES)))
-    runner.add_argument("--settings", default="", help="besides exact: default, ivf, ivf8 (comma-separated)")
+    runner.add_argument("--settings", default="", help="besides exact: default, ivf, ivf8, ivf32 (comma-separated)")
     sub.add_parser("report")
     args = parser.parse_args()
     if args.command == "encode":

@@ -247,6 +247,11 @@ def run(sizes: list[int], names: list[str]) -> None:
         for label, suffix, args in SETTINGS:
             if names and suffix not in names and label != EXACT_SETTING[0]:
                 continue
+            if label == EXACT_SETTING[0] and EXACT_SETTING[1] not in names:
+                recorded = recorded_exact_pairs(size, rows)
+                if recorded is not None:
+                    exact_pairs = recorded
+                    continue
             workspace, imported = size_workspace(size, f"size-{size}-{suffix}")
             figures = mine_in(workspace, threshold, args, resumable=label == EXACT_SETTING[0])
             pairs = set(figures.pop("pairs"))
@@ -256,6 +261,15 @@ def run(sizes: list[int], names: list[str]) -> None:
             row["share_of_exact_pairs"] = round(len(pairs & exact_pairs) / max(len(exact_pairs), 1), 4)
             rows = [r for r in rows if (r["size"], r.get("setting")) != (size, label)] + [stamped(row)]
             save_results(RESULT, rows, report(rows))
+
+
+def recorded_exact_pairs(size: int, rows: list[dict]) -> set[tuple[int, int]] | None:
+    """Exact mining's pairs at `size` from its recorded run (its row and its output still there), so that
+    another setting is compared with them without mining exactly again (hours at 1M; pass `--settings
+    exact` to redo it); None if there are none."""
+    out = WORK / f"size-{size}-{EXACT_SETTING[1]}" / "ws" / "mined" / "de-en.tsv"
+    recorded = any((r["size"], r.get("setting")) == (size, EXACT_SETTING[0]) for r in rows)
+    return set(mined_ids(out)) if recorded and out.exists() else None
 
 
 def report(rows: list[dict]) -> str:
@@ -303,7 +317,12 @@ def main() -> None:
     sub.add_parser("encode")
     runner = sub.add_parser("run")
     runner.add_argument("--sizes", default=",".join(map(str, SIZES)))
-    runner.add_argument("--settings", default="", help="besides exact: default, ivf, ivf8, ivf32 (comma-separated)")
+    runner.add_argument(
+        "--settings",
+        default="",
+        help="default, ivf, ivf8, ivf32 (comma-separated; exact runs first unless its pairs are recorded, "
+        "or when named)",
+    )
     sub.add_parser("report")
     args = parser.parse_args()
     if args.command == "encode":

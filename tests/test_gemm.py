@@ -13,10 +13,12 @@ from bitextmine.mining.selection import Candidates, select_candidates
 from bitextmine.search.gemm import (
     ArrayVectors,
     GemmPlan,
+    _Best,
     block_top,
     error_bound,
     exact_neighbours,
     gemm_neighbours,
+    mutual_neighbours,
 )
 from bitextmine.search.knn import SearchShard, exact_knn, find_neighbours
 from tests.helpers import clustered_unit, random_unit, require_shared
@@ -51,10 +53,16 @@ def same_pairs(mined: Candidates) -> set[tuple[int, int]]:
     return set(zip(mined.src.tolist(), mined.tgt.tolist(), strict=True))
 
 
-def plan(precision: str, query_rows: int = 64, base_rows: int = 100, extra: int = 4) -> GemmPlan:
-    """Small blocks, so that every test crosses block boundaries on both sides."""
+def plan(
+    precision: str, query_rows: int = 64, base_rows: int = 100, extra: int = 4, group: int = 4
+) -> GemmPlan:
+    """Small blocks, so that every test crosses block boundaries on both sides, and small groups, so
+    that `_Best.scan` gathers groups in blocks of 100 (a block whose width `group` does not divide is
+    ranked whole)."""
     default = GemmPlan.for_device("cpu", precision)
-    return GemmPlan(default.device, default.dtype, query_rows, base_rows, extra, default.resident_bytes)
+    return GemmPlan(
+        default.device, default.dtype, query_rows, base_rows, extra, default.resident_bytes, group=group
+    )
 
 
 def search(queries: np.ndarray, base: np.ndarray, k: int, gemm: GemmPlan):
@@ -73,6 +81,60 @@ def test_random_and_clustered_vectors_give_the_reference_neighbours(precision, k
         want_cos, want_ids = reference(queries, base, k)
         np.testing.assert_array_equal(found.ids, want_ids)
         np.testing.assert_allclose(found.sims, want_cos, atol=1e-6)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp32"])
+@pytest.mark.parametrize("k", [1, 4, 9])
+def test_mutual_neighbours_are_the_reference_both_ways(precision, k):
+    for x, y in [
+        (random_unit(700, 48, seed=21), random_unit(450, 48, seed=22)),
+        (clustered_unit(700, 48, clusters=8, seed=23), clustered_unit(450, 48, clusters=8, seed=24)),
+    ]:
+        x, y = as_stored(x), as_stored(y)
+        fwd, bwd = mutual_neighbours(x, y, k, plan(precision))
+        for found, (queries, base) in ((fwd, (x, y)), (bwd, (y, x))):
+            want_cos, want_ids = reference(queries, base, k)
+            np.testing.assert_array_equal(found.ids, want_ids)
+            np.testing.assert_allclose(found.sims, want_cos, atol=1e-6)
+
+
+def test_mutual_neighbours_break_ties_by_the_smaller_row_both_ways():
+    x, y = as_stored(random_unit(300, 32, seed=25)), as_stored(random_unit(500, 32, seed=26))
+    y[[7, 130, 260, 499]] = y[260]  # four identical rows of y in four blocks
+    x[[3, 70, 200]] = y[260]  # three rows of x equal to them, in three blocks
+    fwd, bwd = mutual_neighbours(x, y, 4, plan("bf16", extra=0))
+    np.testing.assert_array_equal(fwd.ids[[3, 70, 200]], [[7, 130, 260, 499]] * 3)
+    np.testing.assert_array_equal(bwd.ids[[7, 130, 260, 499], :3], [[3, 70, 200]] * 4)
+    np.testing.assert_array_equal(fwd.ids, reference(x, y, 4)[1])
+    np.testing.assert_array_equal(bwd.ids, reference(y, x, 4)[1])
+
+
+def test_mutual_neighbours_of_sets_smaller_than_k_pad():
+    x, y = as_stored(random_unit(3, 8, seed=27)), as_stored(random_unit(40, 8, seed=28))
+    fwd, bwd = mutual_neighbours(x, y, 5, plan("bf16"))
+    np.testing.assert_array_equal(fwd.ids, reference(x, y, 5)[1])
+    assert (bwd.ids[:, 3:] == -1).all() and np.isnan(bwd.sims[:, 3:]).all()
+    np.testing.assert_array_equal(bwd.ids[:, :3], reference(y, x, 3)[1])
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_scanning_blocks_keeps_each_rows_best_products(transposed):
+    """`_Best.scan` against torch.topk of whole rows: random products, products rising block after block
+    (every group can enter: ranked whole), and one row whose products all rise (it alone would pad)."""
+    rising = torch.arange(8 * 512, dtype=torch.float32).view(8, 512) / 4096
+    one_rising = torch.rand(8, 512)
+    one_rising[3] = torch.arange(512) / 512 + 1
+    for products in (torch.rand(8, 512), rising, one_rising):
+        products = products.to(torch.bfloat16)
+        best = _Best(8, 9, products.device)
+        for start in range(0, 512, 128):
+            block = products[:, start : start + 128]
+            if transposed:  # the column side of a product matrix: a transposed view
+                block = block.T.contiguous().T
+            best.scan(0, block, start, 8)
+        want, _ = torch.topk(products.float(), 9, dim=1)
+        assert torch.equal(best.values, want)
+        assert torch.equal(torch.gather(products.float(), 1, best.ids), best.values)
 
 
 def test_block_top_by_groups_equals_a_full_top_k():

@@ -16,7 +16,7 @@ import numpy.typing as npt
 from bitextmine.errors import BitextmineValueError, whole_number
 from bitextmine.mining.margin import MAX_K, check_margin
 from bitextmine.mining.selection import Candidates, check_strategy, select_candidates
-from bitextmine.search.gemm import GemmPlan, exact_neighbours
+from bitextmine.search.gemm import GemmPlan, mutual_neighbours
 from bitextmine.unit_vectors import unit_rows
 
 
@@ -47,7 +47,7 @@ def mine_arrays(
             "one encoder"
         )
     plan = GemmPlan.for_device(device)
-    fwd, bwd = exact_neighbours(src, tgt, k, plan), exact_neighbours(tgt, src, k, plan)
+    fwd, bwd = mutual_neighbours(src, tgt, k, plan)
     with tempfile.TemporaryDirectory(prefix="bitextmine-selection-", dir=scratch) as folder:
         selected = select_candidates(
             lambda: [(0, fwd)], lambda: [(0, bwd)], (len(src), len(tgt)), margin, strategy, Path(folder)

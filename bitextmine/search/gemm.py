@@ -2,7 +2,8 @@
 
 Each block of queries is multiplied with each block of the base in reduced precision (bf16 on CPUs that
 run it natively, fp16 on CUDA; fp32 elsewhere), and the `fetch` = k + `extra` best products per query are
-kept. Those candidates are re-ranked with exact float32 cosines (ties: the smaller base row first), and
+kept (`_Best`). `mutual_neighbours` searches two sets both ways from one product matrix. The candidates
+near the k-th are re-ranked with exact float32 cosines (ties: the smaller base row first), and
 every query is then *certified*: the products are within a proven bound `eps` of the float32 cosines
 (`error_bound`, from how far rounding moved each vector), so when a query's k-th exact cosine exceeds
 the best product it discarded by more than `eps`, no discarded row can belong to its top k. The queries
@@ -12,8 +13,10 @@ brute-force answer, whatever the precision of the products.
 
 Memory: a query block of `query_rows` and a base block of `base_rows` make a `query_rows x base_rows`
 product matrix (2 bytes an entry in bf16/fp16, 4 in fp32) on the device, plus the base in the compute
-precision when it fits `resident_bytes` (else it is converted block by block for each query block), and
-the float32 rows of `RERANK_ROWS` candidates while they are re-ranked.
+precision when it fits `resident_bytes` (else it is converted block by block for each query block), what
+`_Best.scan` gathers (at most 1/`GATHER_SHARE` of a block's products, with their int64 columns: 0.6 of
+the product matrix in bf16), the float32 rows of `RERANK_ROWS` candidates while they are re-ranked, and
+each query's `fetch` + 1 best (12 bytes each: for every row of both sets in `mutual_neighbours`).
 """
 
 from __future__ import annotations
@@ -28,8 +31,14 @@ import torch
 
 from bitextmine.search.knn import Neighbours
 
-GROUP = 64  # columns a group in `block_top`
-EXTRA = 28  # candidates kept beyond k: 32 at k = 4
+GROUP = 64  # columns a group in `block_top` (CUDA)
+CPU_GROUP = 16  # columns a group in `_Best.scan` (CPU): fewer to gather where a group's maximum passes
+# Candidates kept beyond k. On a CPU, 60 (64 at k = 4): with 28, 5.5% of real scale-set queries failed
+# the certificate (each searched again over the whole base), with 60, 0.1%; only those within the error
+# bound of the k-th are re-ranked, so more cost little. On CUDA, 28 (fp16's bound is 8x tighter).
+EXTRA = {"cpu": 60, "cuda": 28}
+# `_Best.scan` gathers the groups that can enter while they take at most this share of the products' count
+GATHER_SHARE = 8
 FP32_UNIT = 2.0**-24
 UNIT_ROUNDOFF = {torch.float32: FP32_UNIT, torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11}
 CPU_BLOCK = (8_192, 16_384)  # query rows x base rows: a 256 MB bf16 product matrix
@@ -78,13 +87,13 @@ class GemmPlan:
     dtype: torch.dtype
     query_rows: int
     base_rows: int
-    extra: int = EXTRA
+    extra: int = EXTRA["cpu"]
     resident_bytes: int = 0
-    group: int = GROUP  # columns a group of `block_top` (CUDA)
+    group: int = GROUP  # columns a group in `block_top` (CUDA) or `_Best.scan` (CPU)
     levels: int = 1  # rounds of group maxima in `block_top`
 
     @classmethod
-    def for_device(cls, device: str = "cpu", precision: str = "auto", extra: int = EXTRA) -> GemmPlan:
+    def for_device(cls, device: str = "cpu", precision: str = "auto") -> GemmPlan:
         """bf16 on CPUs with native bf16 arithmetic, fp16 on CUDA (the float16 shards convert exactly),
         else fp32; `precision` (fp32, bf16, fp16) overrides."""
         dev = torch.device(device)
@@ -92,8 +101,8 @@ class GemmPlan:
         if dtype is None:
             dtype = _default_dtype(dev)
         if dev.type == "cuda":
-            return cls(dev, dtype, *CUDA_BLOCK, extra, RESIDENT_BYTES["cuda"], levels=CUDA_TOP_LEVELS)
-        return cls(dev, dtype, *CPU_BLOCK, extra, RESIDENT_BYTES.get(dev.type, 0))
+            return cls(dev, dtype, *CUDA_BLOCK, EXTRA["cuda"], RESIDENT_BYTES["cuda"], levels=CUDA_TOP_LEVELS)
+        return cls(dev, dtype, *CPU_BLOCK, EXTRA["cpu"], RESIDENT_BYTES.get(dev.type, 0), group=CPU_GROUP)
 
     def describe(self) -> str:
         return f"{str(self.dtype).removeprefix('torch.')} products on {self.device}"
@@ -172,19 +181,83 @@ def exact_neighbours(
 def _exact_top_k(
     queries: np.ndarray, products: _BaseProducts, base: VectorSource, k: int, plan: GemmPlan
 ) -> tuple[np.ndarray, np.ndarray]:
-    width = min(k, len(base))
     fetch = min(k + plan.extra, len(base))
     q = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32)).to(plan.device)
-    cut, ids = products.top(q, fetch)
+    return _certified(q, *products.top(q, fetch), products, k)
+
+
+def _certified(
+    q: torch.Tensor,
+    cut: torch.Tensor,
+    approx: torch.Tensor,
+    ids: torch.Tensor,
+    products: _BaseProducts,
+    k: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The exact top k of queries `q` from the rows `ids` of their best products `approx` (all above
+    `cut`, the best product left out): re-ranked, certified, and searched again with four times the
+    candidates where the certificate fails."""
+    fetch, rows = ids.shape[1], len(products.base)
+    width = min(k, rows)
     eps = products.bound(q)  # after a pass over the base: its norms are known
-    cos, ids = products.rerank(q, ids, width)
+    cos, ids = products.rerank(q, approx, ids, width, eps)
     doubtful = _uncertified(cos, cut, eps)
-    while len(doubtful) and fetch < len(base):  # four times the candidates, until all rows are
-        fetch = min(4 * fetch, len(base))
-        cut, more = products.top(q[doubtful], fetch)
-        cos[doubtful], ids[doubtful] = products.rerank(q[doubtful], more, width)
+    while len(doubtful) and fetch < rows:  # four times the candidates, until all rows are
+        fetch = min(4 * fetch, rows)
+        cut, approx, more = products.top(q[doubtful], fetch)
+        cos[doubtful], ids[doubtful] = products.rerank(q[doubtful], approx, more, width, eps[doubtful])
         doubtful = doubtful[_uncertified(cos[doubtful], cut, eps[doubtful])]
     return _pad(cos.cpu().numpy(), ids.cpu().numpy(), k)
+
+
+def mutual_neighbours(
+    x: np.ndarray, y: np.ndarray, k: int, plan: GemmPlan | None = None
+) -> tuple[Neighbours, Neighbours]:
+    """`exact_neighbours(x, y, k)` and `exact_neighbours(y, x, k)` from one product per pair of blocks:
+    the product of x's row i and y's row j is a candidate for both, so it is computed once (two one-way
+    searches compute every product twice). On a CPU, with both sets resident (`RESIDENT_BYTES`); else
+    two searches (on CUDA the one-way search's block shape and top-k were tuned, this one's were not)."""
+    plan = plan or GemmPlan.for_device("cpu")
+    if plan.device.type != "cpu" or not (_fits(x, plan) and _fits(y, plan)) or min(len(x), len(y), k) == 0:
+        return exact_neighbours(x, y, k, plan), exact_neighbours(y, x, k, plan)
+    to_y, to_x = _BaseProducts(ArrayVectors(y), plan), _BaseProducts(ArrayVectors(x), plan)
+    fetch_y, fetch_x = min(k + plan.extra, len(y)), min(k + plan.extra, len(x))
+    rows, columns = _mutual_best(to_x.resident, to_y.resident, fetch_y + 1, fetch_x + 1, plan)
+    return _certify_all(x, rows, to_y, k, plan), _certify_all(y, columns, to_x, k, plan)
+
+
+def _fits(vectors: np.ndarray, plan: GemmPlan) -> bool:
+    return vectors.size * torch.finfo(plan.dtype).bits // 8 <= plan.resident_bytes
+
+
+def _mutual_best(
+    xs: torch.Tensor, ys: torch.Tensor, keep_y: int, keep_x: int, plan: GemmPlan
+) -> tuple[_Best, _Best]:
+    """The best `keep_y` products of each x row with y's rows and `keep_x` of each y row with x's, by
+    blocks of `plan.query_rows` x rows and `plan.base_rows` y rows (one product matrix at a time)."""
+    rows, columns = _Best(len(xs), keep_y, xs.device), _Best(len(ys), keep_x, ys.device)
+    buffer = torch.empty(plan.query_rows * plan.base_rows, dtype=xs.dtype, device=xs.device)
+    for a in range(0, len(xs), plan.query_rows):
+        for b in range(0, len(ys), plan.base_rows):
+            x_block, y_block = xs[a : a + plan.query_rows], ys[b : b + plan.base_rows]
+            products = buffer[: len(x_block) * len(y_block)].view(len(x_block), len(y_block))
+            torch.matmul(x_block, y_block.T, out=products)
+            rows.scan(a, products, b, plan.group)
+            columns.scan(b, products.T, a, plan.group)
+    return rows, columns
+
+
+def _certify_all(
+    queries: np.ndarray, best: _Best, products: _BaseProducts, k: int, plan: GemmPlan
+) -> Neighbours:
+    """`_certified` over `best`'s owners (the queries), `plan.query_rows` at a time."""
+    fetch = min(k + plan.extra, len(products.base))
+    found = Neighbours(np.empty((len(queries), k), np.float32), np.empty((len(queries), k), np.int64))
+    for a in range(0, len(queries), plan.query_rows):
+        rows = slice(a, a + plan.query_rows)
+        q = torch.from_numpy(np.ascontiguousarray(queries[rows], dtype=np.float32)).to(plan.device)
+        found.sims[rows], found.ids[rows] = _certified(q, *best.candidates(fetch, rows), products, k)
+    return found
 
 
 def _uncertified(cos: torch.Tensor, cut: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
@@ -230,20 +303,21 @@ class _BaseProducts:
             return ((a, self.resident[a : a + rows]) for a in range(0, len(self.resident), rows))
         return self._converted()
 
-    def top(self, q32: torch.Tensor, fetch: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per query: the best discarded product (-inf if none) and the rows of the `fetch` best."""
+    def top(self, q32: torch.Tensor, fetch: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per query: the best discarded product (-inf if none), and the `fetch` best products (float32)
+        and their rows, best first."""
         q = q32.to(self.plan.dtype)
-        keep = fetch + 1
-        best = _Best(len(q), q.device)
+        best = _Best(len(q), fetch + 1, q.device)
         with _full_precision_sums():
             for start, block in self._blocks():
-                values, ids = self.best(self._products(q, block), keep)
-                best.merge(values.float(), ids + start, keep)
-        if best.width > fetch:
-            cut = best.values[:, fetch].double()
-        else:
-            cut = torch.full((len(q),), -torch.inf, dtype=torch.float64, device=q.device)
-        return cut, best.ids[:, :fetch]
+                products = self._products(q, block)
+                if products.device.type == "cuda":  # 11 ms against torch.topk's 68 for a 32,768 x
+                    # 262,144 block on an H200 (gpu_check.md's stage_ms); `scan`'s gathers are CPU-tuned
+                    values, ids = block_top(products, best.keep, self.plan.group, self.plan.levels)
+                    best.merge(slice(None), values.float(), ids + start)
+                else:
+                    best.scan(0, products, start, self.plan.group)
+        return best.candidates(fetch)
 
     def _products(self, q: torch.Tensor, block: torch.Tensor) -> torch.Tensor:
         """q @ block.T into a buffer kept for the next block: a new product matrix for every block costs
@@ -254,34 +328,37 @@ class _BaseProducts:
         out = self._buffer[: shape[0] * shape[1]].view(shape)
         return torch.matmul(q, block.T, out=out)
 
-    def best(self, products: torch.Tensor, keep: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The `keep` best products of each row: by group maxima on CUDA (`block_top`: 11 ms against
-        torch.topk's 68 for a 32,768 x 262,144 block on an H200, gpu_check.md's stage_ms), by torch.topk
-        on a CPU (on 2 cores `block_top` was no faster there)."""
-        if products.device.type == "cuda":
-            return block_top(products, keep, self.plan.group, self.plan.levels)
-        return torch.topk(products, min(keep, products.shape[1]), dim=1)
-
-    def rerank(self, q32: torch.Tensor, ids: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The k candidates of each query with the highest float32 cosine, best first, ties broken by
-        the smaller row, `RERANK_ROWS` candidates at a time."""
+    def rerank(
+        self, q32: torch.Tensor, approx: torch.Tensor, ids: torch.Tensor, k: int, eps: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The k candidates (`ids`, their products `approx` best first) of each query with the highest
+        float32 cosine, best first, ties broken by the smaller row; `eps` bounds |product - cosine| per
+        query (`bound`). `RERANK_ROWS` candidates at a time."""
         chunk = max(1, RERANK_ROWS // ids.shape[1])
-        parts = [self._rerank(q32[a : a + chunk], ids[a : a + chunk], k) for a in range(0, len(ids), chunk)]
+        parts = [
+            self._rerank(q32[a : a + chunk], approx[a : a + chunk], ids[a : a + chunk], k, eps[a : a + chunk])
+            for a in range(0, len(ids), chunk)
+        ]
         return torch.cat([cos for cos, _ in parts]), torch.cat([top for _, top in parts])
 
-    def _rerank(self, q32: torch.Tensor, ids: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Float32 products of every candidate first; then, for those within the float32 sums' error of
-        the k-th (the only ones that can be in the top k), the cosine summed in float64 and rounded: the
-        same float32 cosine on every device and kernel (float32 sums in another order differ in the last
-        bit, which would reorder tied margin scores across devices)."""
-        rows = self._exact_rows(ids.flatten()).view(*ids.shape, -1)
-        approx = torch.bmm(rows, q32[:, :, None]).squeeze(2)
-        kth = torch.topk(approx, k, dim=1).values[:, -1].double()
-        near = approx >= (kth - 2 * self._sum_error(q32))[:, None]
+    def _rerank(
+        self, q32: torch.Tensor, approx: torch.Tensor, ids: torch.Tensor, k: int, eps: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Candidates whose product is within 2 `eps` of the k-th product (any other has a cosine below k
+        candidates' cosines) get a float32 product; those within the float32 sums' error of the k-th of
+        these, the cosine summed in float64 and rounded: the same float32 cosine on every device and
+        kernel (float32 sums in another order differ in the last bit, which would reorder tied margin
+        scores across devices)."""
+        near = approx.double() >= (approx[:, k - 1].double() - 2 * eps)[:, None]
         at, column = torch.nonzero(near, as_tuple=True)
-        exact = (q32[at].double() * rows[at, column].double()).sum(dim=1).float()
+        rows = self._exact_rows(ids[at, column])
+        sums = torch.full(ids.shape, -torch.inf, dtype=torch.float32, device=ids.device)
+        sums[at, column] = (q32[at] * rows).sum(dim=1)
+        kth = torch.topk(sums, k, dim=1).values[:, -1].double()
+        exact = sums[at, column].double() >= (kth - 2 * self._sum_error(q32))[at]
+        at, column, rows = at[exact], column[exact], rows[exact]
         cos = torch.full(ids.shape, -torch.inf, dtype=torch.float32, device=ids.device)
-        cos[at, column] = exact
+        cos[at, column] = (q32[at].double() * rows.double()).sum(dim=1).float()
         ids, by_row = torch.sort(ids, dim=1)
         cos = torch.gather(cos, 1, by_row)
         order = torch.sort(-cos, dim=1, stable=True).indices[:, :k]
@@ -310,22 +387,91 @@ class _BaseProducts:
 
 
 class _Best:
-    """Each query's best products so far and their rows, best first (at most `keep` once merged)."""
+    """The `keep` best products of each of `rows` owners (queries, or base rows in `mutual_neighbours`) so
+    far and the rows they came from, best first; -inf and -1 until that many are seen."""
 
-    def __init__(self, rows: int, device: torch.device) -> None:
-        self.values = torch.empty((rows, 0), dtype=torch.float32, device=device)
-        self.ids = torch.empty((rows, 0), dtype=torch.int64, device=device)
+    def __init__(self, rows: int, keep: int, device: torch.device) -> None:
+        self.values = torch.full((rows, keep), -torch.inf, dtype=torch.float32, device=device)
+        self.ids = torch.full((rows, keep), -1, dtype=torch.int64, device=device)
 
     @property
-    def width(self) -> int:
+    def keep(self) -> int:
         return self.values.shape[1]
 
-    def merge(self, values: torch.Tensor, ids: torch.Tensor, keep: int) -> None:
-        values, ids = torch.cat([self.values, values], dim=1), torch.cat([self.ids, ids], dim=1)
-        if values.shape[1] > keep or self.width == 0:
-            values, order = torch.topk(values, min(keep, values.shape[1]), dim=1)
-            ids = torch.gather(ids, 1, order)
-        self.values, self.ids = values, ids
+    def candidates(
+        self, fetch: int, owners: slice = slice(None)
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`owners`' best product left out when `fetch` are kept (float64), and the `fetch` best
+        products and their rows."""
+        return self.values[owners, fetch].double(), self.values[owners, :fetch], self.ids[owners, :fetch]
+
+    def merge(self, owners: slice | torch.Tensor, values: torch.Tensor, ids: torch.Tensor) -> None:
+        """Merge candidates (`values`, `ids`: a row per owner in `owners`) into those owners' best."""
+        values = torch.cat([self.values[owners], values.float()], dim=1)
+        ids = torch.cat([self.ids[owners], ids], dim=1)
+        values, order = torch.topk(values, self.keep, dim=1)
+        self.values[owners], self.ids[owners] = values, torch.gather(ids, 1, order)
+
+    def scan(self, first: int, products: torch.Tensor, offset: int, group: int) -> None:
+        """Merge a block of products: row i holds owner `first` + i's products with rows `offset`.. .
+
+        Once every owner of the block has `keep` values, only products above its `keep`-th can enter.
+        The block's columns are split into groups of `group` (every (width / group)-th column, as in
+        `block_top`); one max pass gives each group's maximum, and only the groups whose maximum beats
+        their owner's `keep`-th are gathered, only their products above it merged. Past the first
+        blocks, few are."""
+        owners = slice(first, first + len(products))
+        width = products.shape[1]
+        floor = self.values[owners, -1]
+        if width % group or width <= self.keep or bool(torch.isinf(floor).any()):
+            self._merge_top(owners, products, offset)
+            return
+        maxima = _group_maxima(products, group)
+        row, column = torch.nonzero(maxima > floor[:, None], as_tuple=True)  # by owner, then column
+        if len(row) * group > products.numel() // GATHER_SHARE:
+            self._merge_top(owners, products, offset)  # early blocks: gathering would cost more
+            return
+        columns = column[:, None] + (width // group) * torch.arange(group, device=products.device)
+        values = products[row[:, None], columns]
+        hit, place = torch.nonzero(values > floor[row, None], as_tuple=True)
+        row, values, columns = row[hit], values[hit, place], columns[hit, place]
+        counts = torch.bincount(row, minlength=len(products))
+        if not len(row):
+            return
+        if int(counts.max()) * int(torch.count_nonzero(counts)) > products.numel() // GATHER_SHARE:
+            self._merge_top(owners, products, offset)  # one crowded owner: its row would pad all
+        else:
+            self._merge_entries(owners, counts, values, columns + offset)
+
+    def _merge_top(self, owners: slice, products: torch.Tensor, offset: int) -> None:
+        values, ids = torch.topk(products.contiguous(), min(self.keep, products.shape[1]), dim=1)
+        self.merge(owners, values, ids + offset)
+
+    def _merge_entries(
+        self, owners: slice, counts: torch.Tensor, values: torch.Tensor, ids: torch.Tensor
+    ) -> None:
+        """Merge single candidates listed by owner (`counts[i]` of them for owner `owners.start` + i, in
+        order): each owner's laid side by side in one row, padded with -inf."""
+        present = torch.nonzero(counts).flatten()
+        counts = counts[present]
+        slot = torch.repeat_interleave(torch.arange(len(present), device=values.device), counts)
+        starts = torch.cumsum(counts, 0) - counts
+        place = torch.arange(len(values), device=values.device) - starts[slot]
+        shape = (len(present), int(counts.max()))
+        padded = torch.full(shape, -torch.inf, dtype=torch.float32, device=values.device)
+        padded_ids = torch.full(shape, -1, dtype=torch.int64, device=values.device)
+        padded[slot, place], padded_ids[slot, place] = values.float(), ids
+        self.merge(present + owners.start, padded, padded_ids)
+
+
+def _group_maxima(products: torch.Tensor, group: int) -> torch.Tensor:
+    """[rows, width / group]: the maximum of each row's columns s, s + width / group, ... (`group` of
+    them); for a transposed matrix (`mutual_neighbours`' column side), reduced in its memory order, which
+    took a twentieth of the time on a CPU."""
+    rows, width = products.shape
+    if products.is_contiguous() or not products.T.is_contiguous():
+        return products.view(rows, group, width // group).amax(dim=1)
+    return products.T.view(group, width // group, rows).amax(dim=0).T
 
 
 def block_top(

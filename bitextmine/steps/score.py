@@ -33,7 +33,7 @@ from bitextmine.mining.mined_file import (
 )
 from bitextmine.mining.settings import MarginSettings
 from bitextmine.progress import Progress
-from bitextmine.search.gemm import exact_neighbours
+from bitextmine.search.gemm import mutual_neighbours
 from bitextmine.search.knn import Neighbours
 from bitextmine.search.language_search import BaseSearch
 from bitextmine.text.bitext import Bitext
@@ -144,8 +144,8 @@ def _threshold(
 
 def _own_means(src: np.ndarray, tgt: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Neighbourhood means within the bitext: each source among all targets, and back (exact)."""
-
-    return exact_neighbours(src, tgt, k).mean, exact_neighbours(tgt, src, k).mean
+    fwd, bwd = mutual_neighbours(src, tgt, k)
+    return fwd.mean, bwd.mean
 
 
 def _workspace_means(

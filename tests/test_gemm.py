@@ -117,24 +117,41 @@ def test_mutual_neighbours_of_sets_smaller_than_k_pad():
     np.testing.assert_array_equal(bwd.ids[:, :3], reference(y, x, 3)[1])
 
 
+SCAN_CASES = {  # products of 64 rows, their blocks' `_Best.scan` calls: (gathered, ranked whole)
+    "gathered": (3, 1),  # random: the first block ranked whole, then only the groups that can enter
+    "ranked whole": (0, 4),  # rising block after block: every group can enter
+    "one crowded row": (0, 4),  # one row rising: it alone would pad every row
+}
+
+
+def _scan_case(case: str) -> torch.Tensor:
+    random = torch.rand(64, 2048, generator=torch.Generator().manual_seed(29))
+    if case == "ranked whole":
+        return torch.arange(64 * 2048, dtype=torch.float32).view(64, 2048) / 2**17
+    if case == "one crowded row":
+        random[3] = torch.arange(2048) / 2048 + 1
+    return random
+
+
 @pytest.mark.parametrize("transposed", [False, True])
-def test_scanning_blocks_keeps_each_rows_best_products(transposed):
-    """`_Best.scan` against torch.topk of whole rows: random products, products rising block after block
-    (every group can enter: ranked whole), and one row whose products all rise (it alone would pad)."""
-    rising = torch.arange(8 * 512, dtype=torch.float32).view(8, 512) / 4096
-    one_rising = torch.rand(8, 512)
-    one_rising[3] = torch.arange(512) / 512 + 1
-    for products in (torch.rand(8, 512), rising, one_rising):
-        products = products.to(torch.bfloat16)
-        best = _Best(8, 9, products.device)
-        for start in range(0, 512, 128):
-            block = products[:, start : start + 128]
-            if transposed:  # the column side of a product matrix: a transposed view
-                block = block.T.contiguous().T
-            best.scan(0, block, start, 8)
-        want, _ = torch.topk(products.float(), 9, dim=1)
-        assert torch.equal(best.values, want)
-        assert torch.equal(torch.gather(products.float(), 1, best.ids), best.values)
+@pytest.mark.parametrize("case", list(SCAN_CASES))
+def test_scanning_blocks_keeps_each_rows_best_products(case, transposed, monkeypatch):
+    """`_Best.scan`, block by block, against torch.topk of whole rows."""
+    calls = []
+    for method in ("_merge_entries", "_merge_top"):
+        original = getattr(_Best, method)
+        monkeypatch.setattr(
+            _Best, method, lambda self, *a, o=original, m=method: calls.append(m) or o(self, *a)
+        )
+    products = _scan_case(case).to(torch.bfloat16)
+    best = _Best(64, 9, products.device)
+    for start in range(0, 2048, 512):
+        block = products[:, start : start + 512]
+        best.scan(0, block.T.contiguous().T if transposed else block, start, 8)  # transposed: a column side
+    want, _ = torch.topk(products.float(), 9, dim=1)
+    assert torch.equal(best.values, want)
+    assert torch.equal(torch.gather(products.float(), 1, best.ids), best.values)
+    assert (calls.count("_merge_entries"), calls.count("_merge_top")) == SCAN_CASES[case]
 
 
 def test_block_top_by_groups_equals_a_full_top_k():

@@ -435,9 +435,9 @@ class _Best:
         values = products[row[:, None], columns]
         hit, place = torch.nonzero(values > floor[row, None], as_tuple=True)
         row, values, columns = row[hit], values[hit, place], columns[hit, place]
-        counts = torch.bincount(row, minlength=len(products))
         if not len(row):
             return
+        counts = torch.bincount(row, minlength=len(products))
         if int(counts.max()) * int(torch.count_nonzero(counts)) > products.numel() // GATHER_SHARE:
             self._merge_top(owners, products, offset)  # one crowded owner: its row would pad all
         else:

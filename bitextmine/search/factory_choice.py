@@ -19,9 +19,10 @@ from bitextmine.search.training import MIN_TRAIN_PER_LIST, POINTS_PER_LIST, samp
 FLAT_MAX = 200_000
 IVF_FLAT_MAX = 4_000_000
 # The default IVF-Flat: lists of 1,000 vectors probed 16 at a time kept 99.69% and 99.09% of exact
-# mining's pairs on real de-en text at 100k and 300k a side, in 35% and 14% of its mining time; 8 probes
-# kept 98.47% at 100k (examples/benchmarks/results/bench_scale_real.md). Fixed lists keep a query's scan
-# the same length at every N.
+# mining's pairs on real de-en text at 100k and 300k a side, in 35% and 14% of its mining time, and 98.42%
+# at 1M in 3% (below 99%: more probes there are not measured yet); 8 probes kept 98.47% at 100k
+# (examples/benchmarks/results/bench_scale_real.md). Fixed lists keep a query's scan the same length at
+# every N.
 DEFAULT_LIST_SIZE = 1000
 AUTO_NPROBE = 16
 MIN_LISTS, MAX_LISTS = 16, 262_144

@@ -222,7 +222,7 @@ def mutual_neighbours(
         return exact_neighbours(x, y, k, plan), exact_neighbours(y, x, k, plan)
     to_y, to_x = _BaseProducts(ArrayVectors(y), plan), _BaseProducts(ArrayVectors(x), plan)
     fetch_y, fetch_x = min(k + plan.extra, len(y)), min(k + plan.extra, len(x))
-    rows, columns = _mutual_best(to_x.resident, to_y.resident, fetch_y + 1, fetch_x + 1, plan)
+    rows, columns = _mutual_best(to_x.resident, to_y, fetch_y + 1, fetch_x + 1, plan)
     return _certify_all(x, rows, to_y, k, plan), _certify_all(y, columns, to_x, k, plan)
 
 
@@ -231,17 +231,15 @@ def _fits(vectors: np.ndarray, plan: GemmPlan) -> bool:
 
 
 def _mutual_best(
-    xs: torch.Tensor, ys: torch.Tensor, keep_y: int, keep_x: int, plan: GemmPlan
+    xs: torch.Tensor, to_y: _BaseProducts, keep_y: int, keep_x: int, plan: GemmPlan
 ) -> tuple[_Best, _Best]:
     """The best `keep_y` products of each x row with y's rows and `keep_x` of each y row with x's, by
     blocks of `plan.query_rows` x rows and `plan.base_rows` y rows (one product matrix at a time)."""
+    ys = to_y.resident
     rows, columns = _Best(len(xs), keep_y, xs.device), _Best(len(ys), keep_x, ys.device)
-    buffer = torch.empty(plan.query_rows * plan.base_rows, dtype=xs.dtype, device=xs.device)
     for a in range(0, len(xs), plan.query_rows):
         for b in range(0, len(ys), plan.base_rows):
-            x_block, y_block = xs[a : a + plan.query_rows], ys[b : b + plan.base_rows]
-            products = buffer[: len(x_block) * len(y_block)].view(len(x_block), len(y_block))
-            torch.matmul(x_block, y_block.T, out=products)
+            products = to_y._products(xs[a : a + plan.query_rows], ys[b : b + plan.base_rows])
             rows.scan(a, products, b, plan.group)
             columns.scan(b, products.T, a, plan.group)
     return rows, columns

@@ -192,13 +192,41 @@ def test_ctrl_c_while_reading_input_ends_with_interrupted_and_130(tmp_path, tiny
         env=env,
     )
     writer = _open_once_read(fifo, child)
-    time.sleep(0.5)  # settled in read(): without this pause it hung once in 3 loaded runs (cause not found)
     try:
+        _wait_blocked_in_read(child)
         child.send_signal(signal.SIGINT)
         stdout, stderr = child.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        state = _main_thread_state(child.pid)
+        child.kill()
+        raise AssertionError(f"no exit 60 s after SIGINT; its main thread: {state}") from None
     finally:
         os.close(writer)
     assert (child.returncode, stdout, stderr) == (130, "", "interrupted\n")
+
+
+def _wait_blocked_in_read(child: subprocess.Popen, timeout: float = 60.0) -> None:
+    """Until `child`'s main thread sleeps in a pipe read (Linux's /proc; elsewhere half a second). A
+    signal that arrives between Python's last check for signals and the read() call is handled, but
+    read() then blocks for good: a fixed pause let that race hang this test on a loaded machine."""
+    if not os.path.exists(f"/proc/{child.pid}/wchan"):
+        time.sleep(0.5)
+        return
+    deadline = time.monotonic() + timeout
+    while "pipe" not in _main_thread_state(child.pid):
+        if child.poll() is not None or time.monotonic() > deadline:
+            child.kill()
+            raise AssertionError(f"the command never blocked reading its input: {child.communicate()}")
+        time.sleep(0.02)
+
+
+def _main_thread_state(pid: int) -> str:
+    """What the kernel says the process's main thread waits in (its wchan; "0" while it runs)."""
+    try:
+        with open(f"/proc/{pid}/wchan") as fh:
+            return fh.read()
+    except OSError as exc:
+        return f"unknown ({exc.strerror})"
 
 
 def _open_once_read(fifo, child: subprocess.Popen, timeout: float = 60.0) -> int:

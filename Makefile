@@ -115,13 +115,13 @@ bench-train-ablation: install
 
 # The `mining` recipe with and without `train --hard-negatives HARD_NEGATIVES`: at HARD_NEGATIVE_STEPS steps (the
 # recipe's 10 minutes) and at 10 and 30 minutes, once per seed (18 runs: ~7-9 h on 2 cores; a quiet machine,
-# the minutes are wall clock)
+# the minutes are wall clock). Resumable: a rerun keeps the runs recorded and runs the others.
 HARD_NEGATIVES      ?= 3
 HARD_NEGATIVE_STEPS ?= 122
 HARD_NEGATIVE_SEEDS ?= 0,1,2
 bench-train-hard-negatives: install
 	$(BIN)/python examples/benchmarks/bench_train.py --ablation hard-negatives --hard-negatives $(HARD_NEGATIVES) \
-	  --steps $(HARD_NEGATIVE_STEPS) --minutes 10,30 --seeds $(HARD_NEGATIVE_SEEDS)
+	  --steps $(HARD_NEGATIVE_STEPS) --minutes 10,30 --seeds $(HARD_NEGATIVE_SEEDS) --resume
 
 # Exact mining, whole process against whole process: LASER's mine_bitexts.py logic (FAISS IndexFlatIP,
 # ratio margin, k=4) against bitextmine.mine_arrays on the first EXACT_SIZE vectors a side of the scale

@@ -57,3 +57,20 @@ def test_the_report_has_a_table_per_budget_with_means_the_difference_and_the_ver
 def test_runs_saved_before_budgets_were_recorded_count_their_steps():
     assert bench.budget_of({"train": {"steps": 30}}) == "30 steps"
     assert str(bench.Budget(minutes=10.0)) == "10 min" and str(bench.Budget(steps=122)) == "122 steps"
+
+
+@pytest.mark.parametrize("resume", [False, True])
+def test_a_resumed_ablation_runs_only_what_is_not_recorded(tmp_path, monkeypatch, resume):
+    trained = []
+    monkeypatch.setattr(
+        bench, "train_row", lambda spec, out, **kw: trained.append(kw["seed"]) or {"steps": 1}
+    )
+    monkeypatch.setattr(bench, "evaluate", lambda out, full=False: {})
+    monkeypatch.setattr(bench, "stamped", lambda row: {**row, "commit": "now"})
+    monkeypatch.setattr(bench, "report", lambda results: "")
+    monkeypatch.setattr(bench, "save_rows", lambda store, results: None)
+    recorded = {HARD.key.format(arm=arm, budget="3 steps", seed=0): {"commit": "before"} for arm in HARD.arms}
+    results = dict(recorded)
+    bench.run_ablation(HARD, [bench.Budget(steps=3)], [0, 1], results, tmp_path / "r.json", resume)
+    assert trained == [0, 0, 1, 1][2 * resume :]
+    assert all((results[key] == {"commit": "before"}) == resume for key in recorded)

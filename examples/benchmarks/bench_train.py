@@ -548,14 +548,23 @@ def mean_sd(values: list[float | None], digits: int) -> str:
 
 
 def run_ablation(
-    ablation: Ablation, budgets: list[Budget], seeds: list[int], results: dict, store: Path
+    ablation: Ablation,
+    budgets: list[Budget],
+    seeds: list[int],
+    results: dict,
+    store: Path,
+    resume: bool = False,
 ) -> None:
     """Each arm of the ablation on each budget at each seed; a run is saved, and the report rebuilt, as it
-    ends."""
+    ends. With `resume`, the runs already in `results` are kept and not run again (an ablation of hours,
+    spread over several sittings: each run carries its own date and commit)."""
     for seed in seeds:
         for budget in budgets:
             for arm, spec in ablation.arms.items():
                 key = ablation.key.format(arm=arm, budget=budget, seed=seed)
+                if resume and key in results:
+                    print(f"bench_train: {key} is recorded ({results[key]['commit']}), kept", flush=True)
+                    continue
                 print(f"bench_train: {ablation.prefix}{arm}, {budget}, seed {seed} ...", flush=True)
                 when = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
                 with tempfile.TemporaryDirectory() as scratch:
@@ -606,6 +615,9 @@ def main() -> None:
     parser.add_argument(
         "--hard-negative-pool", type=int, metavar="PAIRS", help="--ablation hard-negatives (default: train's)"
     )
+    parser.add_argument(
+        "--resume", action="store_true", help="--ablation: keep the runs already recorded, run the others"
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument(
         "--keep-model",
@@ -640,7 +652,7 @@ def main() -> None:
             arms = {**ablation.arms, HARD_NEGATIVES_ARM: {**ablation.arms[HARD_NEGATIVES_ARM], **tuned}}
             ablation = replace(ablation, arms=arms)
         seeds = [int(seed) for seed in args.seeds.split(",")]
-        run_ablation(ablation, budgets(parser, args), seeds, results, store)
+        run_ablation(ablation, budgets(parser, args), seeds, results, store, args.resume)
     for row in args.only or []:
         when = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
         print(f"bench_train: {row} ...", flush=True)

@@ -31,8 +31,11 @@ def test_exact_is_chosen_by_the_measured_time_not_the_size():
     assert choose_factory(10_000, 384) == EXACT  # no measurement: by size, as before
 
 
-def test_the_automatic_ivf_flat_probes_16_lists_and_other_factories_are_tuned():
+def test_the_automatic_ivf_flat_probes_16_lists_or_one_in_32_and_other_factories_are_tuned():
     assert auto_nprobe(choose_factory(300_000, 384, exact_seconds=700.0)) == 16
+    assert choose_factory(1_050_592, 384, exact_seconds=7000.0) == "IVF1051,Flat"
+    assert auto_nprobe("IVF1051,Flat") == 32  # 99.46% of exact's pairs at 1M, where 16 kept 98.42%
+    assert auto_nprobe("IVF3000,Flat") == 93
     assert auto_nprobe("IVF8,Flat") == 8  # never more probes than lists
     assert auto_nprobe(choose_factory(10**7, 384, exact_seconds=1e6)) is None  # PQ: tuned by recall
     assert auto_nprobe("Flat") is None
@@ -70,11 +73,11 @@ def test_an_exact_index_prints_no_progress_for_the_build_it_does_not_do(workspac
 
 def test_index_help_states_the_defaults_the_code_uses():
     from bitextmine.search.cost import EXACT_BUDGET_SECONDS
-    from bitextmine.search.factory_choice import AUTO_NPROBE, DEFAULT_LIST_SIZE
+    from bitextmine.search.factory_choice import AUTO_NPROBE, DEFAULT_LIST_SIZE, PROBED_SHARE
 
     code, output = run("index", "--help")
     text = " ".join(output.replace("│", " ").split())  # the help as one line, whatever its width
     assert code == 0
     assert f"[default: {EXACT_BUDGET_SECONDS:g}]" in text
     assert f"[default: {DEFAULT_LIST_SIZE:,} up to 4M vectors" in text
-    assert f"[default: {AUTO_NPROBE} for the default IVF-Flat" in text
+    assert f"[default: {AUTO_NPROBE} for the default IVF-Flat, or 1 list in {PROBED_SHARE}" in text

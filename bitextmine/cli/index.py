@@ -51,8 +51,8 @@ def index(
     nprobe: Annotated[
         int | None,
         typer.Option(
-            help="IVF lists probed per query \\[default: 16 for the default IVF-Flat, else tuned for "
-            "--target-recall].",
+            help="IVF lists probed per query \\[default: 16 for the default IVF-Flat, or 1 list in 32 "
+            "above 512 lists; else tuned for --target-recall].",
             min=1,
         ),
     ] = None,

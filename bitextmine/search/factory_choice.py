@@ -18,13 +18,15 @@ from bitextmine.search.training import MIN_TRAIN_PER_LIST, POINTS_PER_LIST, samp
 # re-ranking of its top 64), where IVF2048,SQ8 (384 B) found 0.933 at 256 probes and 0.963 at 512.
 FLAT_MAX = 200_000
 IVF_FLAT_MAX = 4_000_000
-# The default IVF-Flat: lists of 1,000 vectors probed 16 at a time kept 99.69% and 99.09% of exact
-# mining's pairs on real de-en text at 100k and 300k a side, in 35% and 14% of its mining time, and 98.42%
-# at 1M in 3% (below 99%: more probes there are not measured yet); 8 probes kept 98.47% at 100k
-# (examples/benchmarks/results/bench_scale_real.md). Fixed lists keep a query's scan the same length at
+# The default IVF-Flat: lists of 1,000 vectors, probed 16 at a time, or one list in PROBED_SHARE where
+# that is more (above 512 lists). On real de-en text (examples/benchmarks/results/bench_scale_real.md), 16
+# probes kept 99.69% and 99.09% of exact mining's pairs at 100k and 300k a side, in 35% and 14% of its
+# mining time, but 98.42% at 1M (1,051 lists); 32 probes kept 99.46% there, in 9% (8 probes: 98.47% at
+# 100k). Beyond 1M the share is an extrapolation. Fixed lists keep a list's scan the same length at
 # every N.
 DEFAULT_LIST_SIZE = 1000
 AUTO_NPROBE = 16
+PROBED_SHARE = 32
 MIN_LISTS, MAX_LISTS = 16, 262_144
 # `--list-size` indexes find a query's lists by a flat (exact, BLAS) search of the centroids up to this
 # many lists, an HNSW graph above: on 2 cores, for blocks of 65,536 queries and nprobe 8, the flat
@@ -45,7 +47,7 @@ def choose_factory(
 
     Exact where mining exactly takes at most `budget` seconds by the measured `exact_seconds`
     (search/cost.py); without a measurement, up to FLAT_MAX vectors. Above, up to IVF_FLAT_MAX vectors,
-    IVF-Flat with lists of DEFAULT_LIST_SIZE vectors, searched at AUTO_NPROBE (`auto_nprobe`).
+    IVF-Flat with lists of DEFAULT_LIST_SIZE vectors, probed as `auto_nprobe` says.
 
     With `list_size`, always IVF: n / list_size lists, so that the lists a query scans at a given nprobe
     keep their length whatever n (with a list count growing like sqrt(n), the list length grows like
@@ -63,9 +65,12 @@ def choose_factory(
 
 
 def auto_nprobe(factory: str) -> int | None:
-    """The lists probed in an index of `choose_factory`'s own IVF-Flat choice (None: tune by recall)."""
+    """The lists probed in an index of `choose_factory`'s own IVF-Flat choice: AUTO_NPROBE, or one list
+    in PROBED_SHARE where that is more, never more than it has (None: tune by recall)."""
     nlist = ivf_lists(factory)
-    return min(AUTO_NPROBE, nlist) if nlist and factory.endswith(",Flat") else None
+    if not nlist or not factory.endswith(",Flat"):
+        return None
+    return min(max(AUTO_NPROBE, nlist // PROBED_SHARE), nlist)
 
 
 def _lists_of_size(n: int, list_size: int) -> int:

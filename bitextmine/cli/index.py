@@ -108,9 +108,9 @@ def index(
     of 1,000 vectors probed 16 at a time, 1 in 32 above 512 lists (which kept 99% of exact mining's
     pairs on real text up to 1M; Flat where IVF searches slower), above 4M vectors OPQ+IVF+PQ with
     exact re-ranking. Recall is measured with another encoded language's vectors, as mining searches;
-    an IVF index of a given factory is tuned on them. An unsharded IVF index is populated in parts of 1M rows saved as they complete, so a
-    rerun after a kill resumes from the trained index and the parts done. --json gets
-    WORK/index/LANG.json's content.
+    an IVF index of a given factory is tuned on them. An unsharded IVF index is populated in parts of
+    1M rows saved as they complete, so a rerun after a kill resumes from the trained index and the
+    parts done. --json gets WORK/index/LANG.json's content.
     """
     from bitextmine.search.cost import EXACT_BUDGET_SECONDS
     from bitextmine.steps.index import IndexOptions

@@ -69,33 +69,35 @@ def search(queries: np.ndarray, base: np.ndarray, k: int, gemm: GemmPlan):
     return gemm_neighbours(lambda: [(0, queries)], len(queries), ArrayVectors(base), k, gemm)
 
 
+def random_and_clustered(rows: int, other_rows: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Two pairs of stored-precision sets of 48 dimensions: random, then in 8 clusters."""
+    random = [random_unit(n, 48, seed=seed + i) for i, n in enumerate((rows, other_rows))]
+    clustered = [
+        clustered_unit(n, 48, clusters=8, seed=seed + 2 + i) for i, n in enumerate((rows, other_rows))
+    ]
+    return [(as_stored(a), as_stored(b)) for a, b in (random, clustered)]
+
+
+def assert_reference(found, queries: np.ndarray, base: np.ndarray, k: int) -> None:
+    want_cos, want_ids = reference(queries, base, k)
+    np.testing.assert_array_equal(found.ids, want_ids)
+    np.testing.assert_allclose(found.sims, want_cos, atol=1e-6)
+
+
 @pytest.mark.parametrize("precision", ["bf16", "fp32"])
 @pytest.mark.parametrize("k", [1, 4, 9])
 def test_random_and_clustered_vectors_give_the_reference_neighbours(precision, k):
-    for base, queries in [
-        (random_unit(700, 48, seed=1), random_unit(300, 48, seed=2)),
-        (clustered_unit(700, 48, clusters=8, seed=3), clustered_unit(300, 48, clusters=8, seed=4)),
-    ]:
-        base, queries = as_stored(base), as_stored(queries)
-        found = search(queries, base, k, plan(precision))
-        want_cos, want_ids = reference(queries, base, k)
-        np.testing.assert_array_equal(found.ids, want_ids)
-        np.testing.assert_allclose(found.sims, want_cos, atol=1e-6)
+    for base, queries in random_and_clustered(700, 300, seed=1):
+        assert_reference(search(queries, base, k, plan(precision)), queries, base, k)
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp32"])
 @pytest.mark.parametrize("k", [1, 4, 9])
 def test_mutual_neighbours_are_the_reference_both_ways(precision, k):
-    for x, y in [
-        (random_unit(700, 48, seed=21), random_unit(450, 48, seed=22)),
-        (clustered_unit(700, 48, clusters=8, seed=23), clustered_unit(450, 48, clusters=8, seed=24)),
-    ]:
-        x, y = as_stored(x), as_stored(y)
+    for x, y in random_and_clustered(700, 450, seed=21):
         fwd, bwd = mutual_neighbours(x, y, k, plan(precision))
-        for found, (queries, base) in ((fwd, (x, y)), (bwd, (y, x))):
-            want_cos, want_ids = reference(queries, base, k)
-            np.testing.assert_array_equal(found.ids, want_ids)
-            np.testing.assert_allclose(found.sims, want_cos, atol=1e-6)
+        assert_reference(fwd, x, y, k)
+        assert_reference(bwd, y, x, k)
 
 
 def test_mutual_neighbours_break_ties_by_the_smaller_row_both_ways():

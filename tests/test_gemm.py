@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -54,14 +55,27 @@ def same_pairs(mined: Candidates) -> set[tuple[int, int]]:
 
 
 def plan(
-    precision: str, query_rows: int = 64, base_rows: int = 100, extra: int = 4, group: int = 4
+    precision: str,
+    query_rows: int = 64,
+    base_rows: int = 100,
+    extra: int = 4,
+    group: int = 4,
+    grouped_top: bool = False,
 ) -> GemmPlan:
     """Small blocks, so that every test crosses block boundaries on both sides, and small groups, so
-    that `_Best.scan` gathers groups in blocks of 100 (a block whose width `group` does not divide is
-    ranked whole)."""
+    that `_Best.scan` (or with `grouped_top`, CUDA's `block_top`) takes groups in blocks of 100 (a block
+    whose width `group` does not divide is ranked whole)."""
     default = GemmPlan.for_device("cpu", precision)
     return GemmPlan(
-        default.device, default.dtype, query_rows, base_rows, extra, default.resident_bytes, group=group
+        default.device,
+        default.dtype,
+        query_rows,
+        base_rows,
+        extra,
+        default.resident_bytes,
+        group=group,
+        levels=2 if grouped_top else 1,
+        grouped_top=grouped_top,
     )
 
 
@@ -84,27 +98,31 @@ def assert_reference(found, queries: np.ndarray, base: np.ndarray, k: int) -> No
     np.testing.assert_allclose(found.sims, want_cos, atol=1e-6)
 
 
+@pytest.mark.parametrize("grouped_top", [False, True])
 @pytest.mark.parametrize("precision", ["bf16", "fp32"])
 @pytest.mark.parametrize("k", [1, 4, 9])
-def test_random_and_clustered_vectors_give_the_reference_neighbours(precision, k):
+def test_random_and_clustered_vectors_give_the_reference_neighbours(precision, k, grouped_top):
     for base, queries in random_and_clustered(700, 300, seed=1):
-        assert_reference(search(queries, base, k, plan(precision)), queries, base, k)
+        found = search(queries, base, k, plan(precision, grouped_top=grouped_top))
+        assert_reference(found, queries, base, k)
 
 
+@pytest.mark.parametrize("grouped_top", [False, True])
 @pytest.mark.parametrize("precision", ["bf16", "fp32"])
 @pytest.mark.parametrize("k", [1, 4, 9])
-def test_mutual_neighbours_are_the_reference_both_ways(precision, k):
+def test_mutual_neighbours_are_the_reference_both_ways(precision, k, grouped_top):
     for x, y in random_and_clustered(700, 450, seed=21):
-        fwd, bwd = mutual_neighbours(x, y, k, plan(precision))
+        fwd, bwd = mutual_neighbours(x, y, k, plan(precision, grouped_top=grouped_top))
         assert_reference(fwd, x, y, k)
         assert_reference(bwd, y, x, k)
 
 
-def test_mutual_neighbours_break_ties_by_the_smaller_row_both_ways():
+@pytest.mark.parametrize("grouped_top", [False, True])
+def test_mutual_neighbours_break_ties_by_the_smaller_row_both_ways(grouped_top):
     x, y = as_stored(random_unit(300, 32, seed=25)), as_stored(random_unit(500, 32, seed=26))
     y[[7, 130, 260, 499]] = y[260]  # four identical rows of y in four blocks
     x[[3, 70, 200]] = y[260]  # three rows of x equal to them, in three blocks
-    fwd, bwd = mutual_neighbours(x, y, 4, plan("bf16", extra=0))
+    fwd, bwd = mutual_neighbours(x, y, 4, plan("bf16", extra=0, grouped_top=grouped_top))
     np.testing.assert_array_equal(fwd.ids[[3, 70, 200]], [[7, 130, 260, 499]] * 3)
     np.testing.assert_array_equal(bwd.ids[[7, 130, 260, 499], :3], [[3, 70, 200]] * 4)
     np.testing.assert_array_equal(fwd.ids, reference(x, y, 4)[1])
@@ -156,15 +174,18 @@ def test_scanning_blocks_keeps_each_rows_best_products(case, transposed, monkeyp
     assert (calls.count("_merge_entries"), calls.count("_merge_top")) == SCAN_CASES[case]
 
 
-def test_block_top_by_groups_equals_a_full_top_k():
-    products = torch.from_numpy(
-        as_stored(clustered_unit(300, 64, seed=16)) @ as_stored(random_unit(4096, 64)).T
-    )
-    want_values, _ = torch.topk(products.to(torch.bfloat16), 9, dim=1)
+@pytest.mark.parametrize("transposed", [False, True])
+def test_block_top_by_groups_equals_a_full_top_k(transposed):
+    """Rows of a product block, or (transposed: `mutual_neighbours`' column side) rows of its transpose."""
+    products = as_stored(clustered_unit(300, 64, seed=16)) @ as_stored(random_unit(4096, 64)).T
+    products = torch.from_numpy(products).to(torch.bfloat16)
+    if transposed:
+        products = products.T.contiguous().T
+    want_values, _ = torch.topk(products, 9, dim=1)
     for group, levels in ((64, 1), (16, 2), (8, 3)):  # 2 and 3 levels: group maxima taken by groups
-        values, ids = block_top(products.to(torch.bfloat16), 9, group, levels)
+        values, ids = block_top(products, 9, group, levels)
         assert torch.equal(values, want_values), (group, levels)
-        assert torch.equal(torch.gather(products.to(torch.bfloat16), 1, ids), values)
+        assert torch.equal(torch.gather(products, 1, ids), values)
 
 
 def test_long_base_blocks_take_the_grouped_top_k_and_stay_exact():
@@ -290,8 +311,10 @@ def test_real_sentence_vectors_give_the_reference_neighbours_and_pairs(e5_dir, t
 def test_cuda_products_give_the_cpu_neighbours(precision):
     base = as_stored(clustered_unit(5000, 384, seed=14))
     queries = as_stored(clustered_unit(2000, 384, seed=15))
-    default = GemmPlan.for_device("cuda", precision)
-    gpu = GemmPlan(default.device, default.dtype, 512, 1024, 4, default.resident_bytes)
+    gpu = replace(GemmPlan.for_device("cuda", precision), query_rows=512, base_rows=1024, extra=4)
     found = search(queries, base, 4, gpu)
     np.testing.assert_array_equal(found.ids, reference(queries, base, 4)[1])
     np.testing.assert_array_equal(found.ids, search(queries, base, 4, plan("bf16")).ids)
+    fwd, bwd = mutual_neighbours(queries, base, 4, replace(gpu, query_rows=1024))
+    np.testing.assert_array_equal(fwd.ids, found.ids)
+    np.testing.assert_array_equal(bwd.ids, reference(base, queries, 4)[1])

@@ -46,8 +46,7 @@ def mine_arrays(
             f"src vectors have {src.shape[1]} dimensions, tgt vectors {tgt.shape[1]}: mine vectors of "
             "one encoder"
         )
-    plan = GemmPlan.for_device(device)
-    fwd, bwd = mutual_neighbours(src, tgt, k, plan)
+    fwd, bwd = mutual_neighbours(src, tgt, k, GemmPlan.for_device(device, both_ways=True))
     with tempfile.TemporaryDirectory(prefix="bitextmine-selection-", dir=scratch) as folder:
         selected = select_candidates(
             lambda: [(0, fwd)], lambda: [(0, bwd)], (len(src), len(tgt)), margin, strategy, Path(folder)

@@ -2,7 +2,8 @@
 
 Each block of queries is multiplied with each block of the base in reduced precision (bf16 on CPUs that
 run it natively, fp16 on CUDA; fp32 elsewhere), and the `fetch` = k + `extra` best products per query are
-kept (`_Best`). `mutual_neighbours` searches two sets both ways from one product matrix. The candidates
+kept (`_Best`: by `block_top` on CUDA, by `_Best.scan`'s gathers on CPUs). `mutual_neighbours` searches
+two sets both ways from one product matrix. The candidates
 near the k-th are re-ranked with exact float32 cosines (ties: the smaller base row first), and
 every query is then *certified*: the products are within a proven bound `eps` of the float32 cosines
 (`error_bound`, from how far rounding moved each vector), so when a query's k-th exact cosine exceeds
@@ -45,6 +46,9 @@ CPU_BLOCK = (8_192, 16_384)  # query rows x base rows: a 256 MB bf16 product mat
 # 16 GB fp16 product matrix, its top-k by two levels of group maxima: the fastest of 25 block shapes and
 # groupings on an H200 (130k queries/s against 1M rows; 102k for 32,768 x 262,144, one level), gpu_check.md
 CUDA_BLOCK = (16_384, 524_288)
+# `mutual_neighbours` on CUDA: as many product entries, in a square, so that the column side (one owner a
+# base row) gathers as few candidates as the row side
+CUDA_MUTUAL_BLOCK = (98_304, 98_304)
 CUDA_TOP_LEVELS = 2
 RESIDENT_BYTES = {"cpu": 4 * 2**30, "cuda": 24 * 2**30}  # base kept whole in the compute precision
 # Candidates re-ranked at once: 12 MB of float32 rows at 384 dimensions, under glibc's mmap threshold, so
@@ -91,17 +95,28 @@ class GemmPlan:
     resident_bytes: int = 0
     group: int = GROUP  # columns a group in `block_top` (CUDA) or `_Best.scan` (CPU)
     levels: int = 1  # rounds of group maxima in `block_top`
+    grouped_top: bool = False  # each block's best by `block_top` (CUDA), else by `_Best.scan` (CPU)
 
     @classmethod
-    def for_device(cls, device: str = "cpu", precision: str = "auto") -> GemmPlan:
+    def for_device(cls, device: str = "cpu", precision: str = "auto", both_ways: bool = False) -> GemmPlan:
         """bf16 on CPUs with native bf16 arithmetic, fp16 on CUDA (the float16 shards convert exactly),
-        else fp32; `precision` (fp32, bf16, fp16) overrides."""
+        else fp32; `precision` (fp32, bf16, fp16) overrides. `both_ways`: the block shape for
+        `mutual_neighbours`."""
         dev = torch.device(device)
         dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
         if dtype is None:
             dtype = _default_dtype(dev)
         if dev.type == "cuda":
-            return cls(dev, dtype, *CUDA_BLOCK, EXTRA["cuda"], RESIDENT_BYTES["cuda"], levels=CUDA_TOP_LEVELS)
+            block = CUDA_MUTUAL_BLOCK if both_ways else CUDA_BLOCK
+            return cls(
+                dev,
+                dtype,
+                *block,
+                EXTRA["cuda"],
+                RESIDENT_BYTES["cuda"],
+                levels=CUDA_TOP_LEVELS,
+                grouped_top=True,
+            )
         return cls(dev, dtype, *CPU_BLOCK, EXTRA["cpu"], RESIDENT_BYTES.get(dev.type, 0), group=CPU_GROUP)
 
     def describe(self) -> str:
@@ -215,10 +230,9 @@ def mutual_neighbours(
 ) -> tuple[Neighbours, Neighbours]:
     """`exact_neighbours(x, y, k)` and `exact_neighbours(y, x, k)` from one product per pair of blocks:
     the product of x's row i and y's row j is a candidate for both, so it is computed once (two one-way
-    searches compute every product twice). On a CPU, with both sets resident (`RESIDENT_BYTES`); else
-    two searches (on CUDA the one-way search's block shape and top-k were tuned, this one's were not)."""
-    plan = plan or GemmPlan.for_device("cpu")
-    if plan.device.type != "cpu" or not (_fits(x, plan) and _fits(y, plan)) or min(len(x), len(y), k) == 0:
+    searches compute every product twice). With both sets resident (`RESIDENT_BYTES`); else two searches."""
+    plan = plan or GemmPlan.for_device("cpu", both_ways=True)
+    if not (_fits(x, plan) and _fits(y, plan)) or min(len(x), len(y), k) == 0:
         return exact_neighbours(x, y, k, plan), exact_neighbours(y, x, k, plan)
     to_y, to_x = _BaseProducts(ArrayVectors(y), plan), _BaseProducts(ArrayVectors(x), plan)
     fetch_y, fetch_x = min(k + plan.extra, len(y)), min(k + plan.extra, len(x))
@@ -237,11 +251,12 @@ def _mutual_best(
     blocks of `plan.query_rows` x rows and `plan.base_rows` y rows (one product matrix at a time)."""
     ys = to_y.resident
     rows, columns = _Best(len(xs), keep_y, xs.device), _Best(len(ys), keep_x, ys.device)
-    for a in range(0, len(xs), plan.query_rows):
-        for b in range(0, len(ys), plan.base_rows):
-            products = to_y._products(xs[a : a + plan.query_rows], ys[b : b + plan.base_rows])
-            rows.scan(a, products, b, plan.group)
-            columns.scan(b, products.T, a, plan.group)
+    with _full_precision_sums():
+        for a in range(0, len(xs), plan.query_rows):
+            for b in range(0, len(ys), plan.base_rows):
+                products = to_y._products(xs[a : a + plan.query_rows], ys[b : b + plan.base_rows])
+                rows.add(a, products, b, plan)
+                columns.add(b, products.T, a, plan)
     return rows, columns
 
 
@@ -308,13 +323,7 @@ class _BaseProducts:
         best = _Best(len(q), fetch + 1, q.device)
         with _full_precision_sums():
             for start, block in self._blocks():
-                products = self._products(q, block)
-                if products.device.type == "cuda":  # 11 ms against torch.topk's 68 for a 32,768 x
-                    # 262,144 block on an H200 (gpu_check.md's stage_ms); `scan`'s gathers are CPU-tuned
-                    values, ids = block_top(products, best.keep, self.plan.group, self.plan.levels)
-                    best.merge(slice(None), values.float(), ids + start)
-                else:
-                    best.scan(0, products, start, self.plan.group)
+                best.add(0, self._products(q, block), start, self.plan)
         return best.candidates(fetch)
 
     def _products(self, q: torch.Tensor, block: torch.Tensor) -> torch.Tensor:
@@ -403,6 +412,16 @@ class _Best:
         products and their rows."""
         return self.values[owners, fetch].double(), self.values[owners, :fetch], self.ids[owners, :fetch]
 
+    def add(self, first: int, products: torch.Tensor, offset: int, plan: GemmPlan) -> None:
+        """Merge a block of products (row i: owner `first` + i's products with rows `offset`..): its
+        best by `block_top` where `plan.grouped_top` (CUDA: 11 ms against torch.topk's 68 for a 32,768 x
+        262,144 block on an H200, gpu_check.md's stage_ms), else by `scan` (gathers tuned on CPUs)."""
+        if plan.grouped_top:
+            values, ids = block_top(products, self.keep, plan.group, plan.levels)
+            self.merge(slice(first, first + len(products)), values, ids + offset)
+        else:
+            self.scan(first, products, offset, plan.group)
+
     def merge(self, owners: slice | torch.Tensor, values: torch.Tensor, ids: torch.Tensor) -> None:
         """Merge candidates (`values`, `ids`: a row per owner in `owners`) into those owners' best."""
         values = torch.cat([self.values[owners], values.float()], dim=1)
@@ -480,13 +499,14 @@ def block_top(
     hold its `keep` best values (any group outside them has `keep` groups above it, each with a larger
     value), so one max pass and a top-k over the group maxima leave `keep * group` columns to rank.
     A group takes every (width / group)-th column, so that its maximum is an elementwise maximum of
-    contiguous slices: on an H200, 7 ms for a 32,768 x 262,144 fp16 block, where groups of consecutive
-    columns took 40. With `levels` > 1 the top-k over the group maxima is itself taken by groups."""
-    rows, width = products.shape
+    contiguous slices (`_group_maxima`, also for a transposed matrix): on an H200, 7 ms for a 32,768 x
+    262,144 fp16 block, where groups of consecutive columns took 40. With `levels` > 1 the top-k over the
+    group maxima is itself taken by groups."""
+    width = products.shape[1]
     if width % group or width <= keep * group:
         return torch.topk(products, min(keep, width), dim=1)
     stride = width // group
-    maxima = products.view(rows, group, stride).amax(dim=1)
+    maxima = _group_maxima(products, group)
     if levels > 1:
         _, best_groups = block_top(maxima, keep, group, levels - 1)
     else:

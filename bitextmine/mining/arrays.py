@@ -46,7 +46,7 @@ def mine_arrays(
             f"src vectors have {src.shape[1]} dimensions, tgt vectors {tgt.shape[1]}: mine vectors of "
             "one encoder"
         )
-    fwd, bwd = mutual_neighbours(src, tgt, k, GemmPlan.for_device(device, both_ways=True))
+    fwd, bwd = mutual_neighbours(src, tgt, k, GemmPlan.for_device(device))
     with tempfile.TemporaryDirectory(prefix="bitextmine-selection-", dir=scratch) as folder:
         selected = select_candidates(
             lambda: [(0, fwd)], lambda: [(0, bwd)], (len(src), len(tgt)), margin, strategy, Path(folder)

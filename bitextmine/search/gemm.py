@@ -1,22 +1,21 @@
 """Exact k-nearest neighbours by blocked matrix products, at the hardware's matrix-product rate.
 
-Each block of queries is multiplied with each block of the base in reduced precision (bf16 on CPUs that
-run it natively, fp16 on CUDA; fp32 elsewhere), and the `fetch` = k + `extra` best products per query are
-kept (`_Best`: by `block_top` on CUDA, by `_Best.scan`'s gathers on CPUs). `mutual_neighbours` searches
-two sets both ways from one product matrix. The candidates
-near the k-th are re-ranked with exact float32 cosines (ties: the smaller base row first), and
-every query is then *certified*: the products are within a proven bound `eps` of the float32 cosines
-(`error_bound`, from how far rounding moved each vector), so when a query's k-th exact cosine exceeds
-the best product it discarded by more than `eps`, no discarded row can belong to its top k. The queries
-that fail the test (neighbourhoods crowded within `eps`, duplicated rows) are searched again with four
-times the candidates until they pass, or until every row is a candidate. The result is the float32
-brute-force answer, whatever the precision of the products.
+Each block of queries is multiplied with each block of the base in reduced precision (bf16 on CPUs that run
+it natively, fp16 on CUDA; fp32 elsewhere), and the `fetch` = k + `extra` best products per query are kept
+(`_Best`: by `block_top` on CUDA, by `_Best.scan`'s gathers on CPUs). On a CPU, `mutual_neighbours` searches
+two sets both ways from one product matrix. The candidates near the k-th are re-ranked with exact float32
+cosines (ties: the smaller base row first), and every query is then *certified*: the products are within a
+proven bound `eps` of the float32 cosines (`error_bound`, from how far rounding moved each vector), so when
+a query's k-th exact cosine exceeds the best product it discarded by more than `eps`, no discarded row can
+belong to its top k. The queries that fail the test (neighbourhoods crowded within `eps`, duplicated rows)
+are searched again with four times the candidates until they pass, or until every row is a candidate. The
+result is the float32 brute-force answer, whatever the precision of the products.
 
 Memory: a query block of `query_rows` and a base block of `base_rows` make a `query_rows x base_rows`
 product matrix (2 bytes an entry in bf16/fp16, 4 in fp32) on the device, plus the base in the compute
 precision when it fits `resident_bytes` (else it is converted block by block for each query block), what
 `_Best.scan` gathers (at most 1/`GATHER_SHARE` of a block's products, with their int64 columns: 0.6 of
-the product matrix in bf16), the float32 rows of `RERANK_ROWS` candidates while they are re-ranked, and
+the product matrix in bf16), the float32 rows of `rerank_rows` candidates while they are re-ranked, and
 each query's `fetch` + 1 best (12 bytes each: for every row of both sets in `mutual_neighbours`).
 """
 
@@ -46,14 +45,13 @@ CPU_BLOCK = (8_192, 16_384)  # query rows x base rows: a 256 MB bf16 product mat
 # 16 GB fp16 product matrix, its top-k by two levels of group maxima: the fastest of 25 block shapes and
 # groupings on an H200 (130k queries/s against 1M rows; 102k for 32,768 x 262,144, one level), gpu_check.md
 CUDA_BLOCK = (16_384, 524_288)
-# `mutual_neighbours` on CUDA: as many product entries, in a square, so that the column side (one owner a
-# base row) gathers as few candidates as the row side
-CUDA_MUTUAL_BLOCK = (98_304, 98_304)
 CUDA_TOP_LEVELS = 2
 RESIDENT_BYTES = {"cpu": 4 * 2**30, "cuda": 24 * 2**30}  # base kept whole in the compute precision
-# Candidates re-ranked at once: 12 MB of float32 rows at 384 dimensions, under glibc's mmap threshold, so
-# the memory is reused; chunks of 2**18 (fresh pages each time) took 1.8x as long.
-RERANK_ROWS = 2**13
+# Candidates re-ranked at once. CPU: 12 MB of float32 rows at 384 dimensions, under glibc's mmap threshold,
+# so the memory is reused; chunks of 2**18 (fresh pages each time) took 1.8x as long. CUDA: 1.6 GB; with
+# 2**13 (256 queries a chunk, each chunk a dozen kernels and a sync) certifying 2 x 196,608 queries took
+# 1.39 s on an H100, with 2**20 0.12 s.
+RERANK_ROWS = {"cpu": 2**13, "cuda": 2**20}
 
 
 class VectorSource(Protocol):
@@ -96,26 +94,26 @@ class GemmPlan:
     group: int = GROUP  # columns a group in `block_top` (CUDA) or `_Best.scan` (CPU)
     levels: int = 1  # rounds of group maxima in `block_top`
     grouped_top: bool = False  # each block's best by `block_top` (CUDA), else by `_Best.scan` (CPU)
+    rerank_rows: int = RERANK_ROWS["cpu"]  # candidates re-ranked at once
 
     @classmethod
-    def for_device(cls, device: str = "cpu", precision: str = "auto", both_ways: bool = False) -> GemmPlan:
+    def for_device(cls, device: str = "cpu", precision: str = "auto") -> GemmPlan:
         """bf16 on CPUs with native bf16 arithmetic, fp16 on CUDA (the float16 shards convert exactly),
-        else fp32; `precision` (fp32, bf16, fp16) overrides. `both_ways`: the block shape for
-        `mutual_neighbours`."""
+        else fp32; `precision` (fp32, bf16, fp16) overrides."""
         dev = torch.device(device)
         dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
         if dtype is None:
             dtype = _default_dtype(dev)
         if dev.type == "cuda":
-            block = CUDA_MUTUAL_BLOCK if both_ways else CUDA_BLOCK
             return cls(
                 dev,
                 dtype,
-                *block,
+                *CUDA_BLOCK,
                 EXTRA["cuda"],
                 RESIDENT_BYTES["cuda"],
                 levels=CUDA_TOP_LEVELS,
                 grouped_top=True,
+                rerank_rows=RERANK_ROWS["cuda"],
             )
         return cls(dev, dtype, *CPU_BLOCK, EXTRA["cpu"], RESIDENT_BYTES.get(dev.type, 0), group=CPU_GROUP)
 
@@ -230,9 +228,11 @@ def mutual_neighbours(
 ) -> tuple[Neighbours, Neighbours]:
     """`exact_neighbours(x, y, k)` and `exact_neighbours(y, x, k)` from one product per pair of blocks:
     the product of x's row i and y's row j is a candidate for both, so it is computed once (two one-way
-    searches compute every product twice). With both sets resident (`RESIDENT_BYTES`); else two searches."""
-    plan = plan or GemmPlan.for_device("cpu", both_ways=True)
-    if not (_fits(x, plan) and _fits(y, plan)) or min(len(x), len(y), k) == 0:
+    searches compute every product twice). On a CPU, with both sets resident (`RESIDENT_BYTES`); else two
+    searches: with CUDA's grouped top-k, the column side's cost more than the product saved (on an H100,
+    1M x 1M in 22.6 s against 19.7 s: docs/design.md)."""
+    plan = plan or GemmPlan.for_device("cpu")
+    if plan.grouped_top or not (_fits(x, plan) and _fits(y, plan)) or min(len(x), len(y), k) == 0:
         return exact_neighbours(x, y, k, plan), exact_neighbours(y, x, k, plan)
     to_y, to_x = _BaseProducts(ArrayVectors(y), plan), _BaseProducts(ArrayVectors(x), plan)
     fetch_y, fetch_x = min(k + plan.extra, len(y)), min(k + plan.extra, len(x))
@@ -340,8 +340,8 @@ class _BaseProducts:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The k candidates (`ids`, their products `approx` best first) of each query with the highest
         float32 cosine, best first, ties broken by the smaller row; `eps` bounds |product - cosine| per
-        query (`bound`). `RERANK_ROWS` candidates at a time."""
-        chunk = max(1, RERANK_ROWS // ids.shape[1])
+        query (`bound`). `plan.rerank_rows` candidates at a time."""
+        chunk = max(1, self.plan.rerank_rows // ids.shape[1])
         parts = [
             self._rerank(q32[a : a + chunk], approx[a : a + chunk], ids[a : a + chunk], k, eps[a : a + chunk])
             for a in range(0, len(ids), chunk)

@@ -11,17 +11,13 @@ Sections, each a row in OUT/gpu_check.json (and gpu_check.md):
 1. attention: the packed encoder with each backend (xFormers block-diagonal, torch varlen, SDPA) in bf16
    against the padded Hugging Face forward in fp32, cosine per sentence;
 2. encode: packed encoding (auto backend, bf16) against sentence-transformers (bf16) on the sentences;
-3. mine-1m: exact mining (`mine_arrays`: both directions from one product matrix) of 1M x 1M vectors on
-   the GPU, and the pairs of a 100k x 100k subsample against the same mining on the CPU;
+3. mine-1m: exact mining (search/gemm.py) of 1M x 1M vectors on the GPU, and the pairs of a 100k x 100k
+   subsample against the same mining on the CPU;
 4. search-plans: exact search of SWEEP_QUERIES queries against 1M vectors with each block shape and
    grouped top-k of PLANS (the rate of each), and the time of each stage of one product block;
 5. mine-10m: exact search of 10M queries against 10M vectors for a fixed time with the fastest plan of
-   search-plans, the rate and GPU memory, and the time the two one-way searches of 10M x 10M take at
-   that rate (what a workspace's `mine` does);
-6. mutual-plans: `mutual_neighbours` of 1M x 1M with each block shape and grouping of MUTUAL_PLANS;
-7. mutual-10m: `mine_arrays` end to end at MUTUAL_ROWS a side, each size while four times the last one's
-   time fits the section's budget, and 10M x 10M's time projected from the largest (the products grow
-   with the square of the rows).
+   search-plans, the rate and GPU memory, and the time the whole 10M x 10M mining (both directions)
+   takes at that rate.
 
 `--dry-run` runs every section at toy sizes on the CPU (the test suite does), so the script is known to
 work before a GPU is lent.
@@ -51,7 +47,7 @@ from benchlib import RESULTS, stamped
 from bitextmine import SentenceEncoder, mine_arrays
 
 # measured on purpose: the matrix-product search itself (search/gemm.py), streamed for a fixed time
-from bitextmine.search.gemm import ArrayVectors, GemmPlan, gemm_neighbours, mutual_neighbours
+from bitextmine.search.gemm import ArrayVectors, GemmPlan, gemm_neighbours
 
 SIZES = {  # full run / dry run
     "attention_sentences": (2_000, 40),
@@ -60,8 +56,6 @@ SIZES = {  # full run / dry run
     "compare_rows": (100_000, 1_000),
     "big_rows": (10_000_000, 20_000),
     "big_seconds": (90.0, 5.0),
-    "mutual_rows": ((2_097_152, 4_194_304, 10_000_000), (2_048, 4_096, 10_000)),
-    "mutual_seconds": (200.0, 30.0),
     "sweep_rows": (1_000_000, 5_000),
     "sweep_queries": (65_536, 512),
     "dim": (384, 32),
@@ -73,8 +67,6 @@ MAX_TOKENS = (4096, 32768)  # tokens a packed batch: the default, and a GPU-size
 BLOCKS = ((32_768, 262_144), (65_536, 131_072), (16_384, 524_288), (32_768, 131_072), (65_536, 262_144))
 GROUPS = ((32, 1), (64, 1), (128, 1), (256, 1), (64, 2))
 CHECKED_QUERIES = 1024  # queries whose neighbours each plan must give as the float32 products do
-# mutual-plans: (x rows, y rows) of a product block x (columns a group, levels) of `block_top`
-MUTUAL_PLANS = (((98_304, 98_304), (64, 2)), ((98_304, 98_304), (32, 1)), ((65_536, 131_072), (64, 2)))
 
 
 def main() -> None:
@@ -85,11 +77,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--dry-run", action="store_true", help="toy sizes on the CPU")
     parser.add_argument("--big-seconds", type=float, help="mine-10m's search time [default: 90]")
-    parser.add_argument("--mutual-seconds", type=float, help="mutual-10m's budget [default: 200]")
     parser.add_argument(
-        "--sections",
-        default="attention,encode,mine-1m,search-plans,mine-10m,mutual-plans,mutual-10m",
-        help="comma-separated",
+        "--sections", default="attention,encode,mine-1m,search-plans,mine-10m", help="comma-separated"
     )
     args = parser.parse_args()
     if args.report:
@@ -100,7 +89,6 @@ def main() -> None:
         parser.error("--model-shape and --sentences are needed to run the check")
     size = {name: pair[1 if args.dry_run else 0] for name, pair in SIZES.items()}
     size["big_seconds"] = args.big_seconds or size["big_seconds"]
-    size["mutual_seconds"] = args.mutual_seconds or size["mutual_seconds"]
     device = "cpu" if args.dry_run else "cuda"
     rows: list[dict] = []
     with tempfile.TemporaryDirectory() as scratch:
@@ -116,8 +104,6 @@ def main() -> None:
                 lambda: plans_row(size["sweep_rows"], size["sweep_queries"], size["dim"], device),
             ),
             ("mine-10m", lambda: big_row(size["big_rows"], size["big_seconds"], dim, device, rows)),
-            ("mutual-plans", lambda: mutual_plans_row(size["sweep_rows"], dim, device)),
-            ("mutual-10m", lambda: mutual_row(size["mutual_rows"], size["mutual_seconds"], dim, device)),
         ]
         for name, run in sections:
             if name not in args.sections.split(","):
@@ -236,29 +222,28 @@ def encode_row(model: Path, sentences: list[str], device: str) -> dict:
     }
 
 
-def planted_pairs(rows: int, dim: int, seed: int = 0, device: str = "cpu") -> tuple[np.ndarray, np.ndarray]:
-    """Random unit vectors a side (float16 values, as the shards store them), drawn on `device`; the
-    first rows * PAIR_SHARE target rows are noisy copies of source rows (cosine ~0.9), then shuffled."""
-    generator = torch.Generator(device).manual_seed(seed)
-    src = unit(torch.randn(rows, dim, generator=generator, device=device))
-    tgt = unit(torch.randn(rows, dim, generator=generator, device=device))
+def planted_pairs(rows: int, dim: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Random unit vectors a side (float16 values, as the shards store them); the first rows *
+    PAIR_SHARE target rows are noisy copies of source rows (cosine ~0.9), then both sides shuffled."""
+    rng = np.random.default_rng(seed)
+    src = unit(rng.standard_normal((rows, dim), dtype=np.float32))
+    tgt = unit(rng.standard_normal((rows, dim), dtype=np.float32))
     pairs = int(rows * PAIR_SHARE)
-    noise = unit(torch.randn(pairs, dim, generator=generator, device=device))
-    tgt[:pairs] = unit(src[:pairs] + 0.5 * noise)
-    tgt = tgt[torch.randperm(rows, generator=generator, device=device)]
-    return src.cpu().numpy(), tgt.cpu().numpy()
+    tgt[:pairs] = unit(src[:pairs] + 0.5 * unit(rng.standard_normal((pairs, dim), dtype=np.float32)))
+    return src, tgt[rng.permutation(rows)]
 
 
-def unit(x: torch.Tensor) -> torch.Tensor:
-    return torch.nn.functional.normalize(x, dim=1).half().float()
+def unit(x: np.ndarray) -> np.ndarray:
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    return x.astype(np.float16).astype(np.float32)
 
 
 def mine_row(rows: int, compare_rows: int, dim: int, device: str) -> dict:
-    src, tgt = planted_pairs(rows, dim, device=device)
+    src, tgt = planted_pairs(rows, dim)
     started = time.perf_counter()
     mined = mine_arrays(src, tgt, device=device)
     seconds = time.perf_counter() - started
-    small_src, small_tgt = planted_pairs(compare_rows, dim, seed=1, device=device)
+    small_src, small_tgt = planted_pairs(compare_rows, dim, seed=1)
     on_device = mine_arrays(small_src, small_tgt, device=device)
     started = time.perf_counter()
     on_cpu = mine_arrays(small_src, small_tgt, device="cpu")
@@ -419,74 +404,6 @@ def big_row(rows: int, budget_seconds: float, dim: int, device: str, earlier: li
         "queries_per_s": round(rate),
         "both_directions_10m_seconds_at_rate": round(2 * rows / rate),
         "plan": f"{plan.describe()}, {plan_name(plan)}",
-    }
-
-
-def mutual_plans_row(rows: int, dim: int, device: str) -> dict:
-    """`mutual_neighbours` of `rows` x `rows` planted pairs with each of MUTUAL_PLANS (after a warm-up
-    with the first), and the rows whose neighbours differ from the first plan's (none may)."""
-    x, y = planted_pairs(rows, dim, seed=3, device=device)
-    default = GemmPlan.for_device(device, both_ways=True)
-    plans = [
-        replace(default, query_rows=q, base_rows=b, group=g, levels=v) for (q, b), (g, v) in MUTUAL_PLANS
-    ]
-    if device == "cpu":  # the dry run: CUDA's grouped top-k at toy sizes
-        plans = [
-            replace(p, query_rows=p.query_rows // 64, base_rows=p.base_rows // 64, grouped_top=True)
-            for p in plans
-        ]
-    first = mutual_neighbours(x, y, 4, plans[0])
-    seconds, unlike = {}, {}
-    for plan in plans:
-        started = time.perf_counter()
-        fwd, bwd = mutual_neighbours(x, y, 4, plan)
-        if device == "cuda":
-            torch.cuda.synchronize()
-        seconds[plan_name(plan)] = round(time.perf_counter() - started, 2)
-        unlike[plan_name(plan)] = int((fwd.ids != first[0].ids).any(axis=1).sum())
-        unlike[plan_name(plan)] += int((bwd.ids != first[1].ids).any(axis=1).sum())
-    return {
-        "rows": rows,
-        "dim": dim,
-        "seconds_by_plan": seconds,
-        "rows_unlike_first_plan": unlike,
-        "fastest": min(seconds, key=seconds.get),
-        "default": plan_name(default),
-    }
-
-
-def mutual_row(sizes: tuple[int, ...], budget_seconds: float, dim: int, device: str) -> dict:
-    """`mine_arrays` of planted pairs at each of `sizes` rows a side while the next size's projected
-    time (the last one's times the square of the rows' ratio) fits what is left of `budget_seconds`."""
-    seconds, peaks, candidates = {}, {}, {}
-    started = time.perf_counter()
-    for rows in sizes:
-        if seconds:
-            last = max(seconds)
-            projected = seconds[last] * (rows / last) ** 2
-            if time.perf_counter() - started + projected > budget_seconds:
-                break
-        src, tgt = planted_pairs(rows, dim, seed=4, device=device)
-        if device == "cuda":
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats()
-        mining = time.perf_counter()
-        mined = mine_arrays(src, tgt, device=device)
-        seconds[rows] = round(time.perf_counter() - mining, 1)
-        candidates[rows] = len(mined.src)
-        peaks[rows] = round(torch.cuda.max_memory_allocated() / 1e9, 2) if device == "cuda" else None
-        del src, tgt, mined
-        print(f"mutual-10m: {rows} a side in {seconds[rows]} s", flush=True)
-    largest = max(seconds)
-    return {
-        "dim": dim,
-        "mine_seconds_by_rows": seconds,
-        "candidates_by_rows": candidates,
-        "gpu_peak_gb_by_rows": peaks,
-        "largest_rows": largest,
-        "projected_10m_seconds": round(seconds[largest] * (10_000_000 / largest) ** 2),
-        "plan": f"{GemmPlan.for_device(device, both_ways=True).describe()}, "
-        f"{plan_name(GemmPlan.for_device(device, both_ways=True))}",
     }
 
 

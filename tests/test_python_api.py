@@ -13,7 +13,7 @@ import pytest
 import zstandard
 
 import bitextmine
-from tests.helpers import REPO, TRAINING_TEXT, require_shared, sentences
+from tests.helpers import REPO, TRAINING_TEXT, build_tiny_model, require_shared, sentences
 
 
 def test_every_exported_name_resolves():
@@ -147,6 +147,14 @@ def test_embed_loads_a_model_given_by_its_path(tiny_model_dir):
     want = bitextmine.embed(bitextmine.load_encoder(str(model)), TRAINING_TEXT[:3])
     np.testing.assert_allclose(bitextmine.embed(model, TRAINING_TEXT[:3]), want, atol=1e-3)
     np.testing.assert_allclose(bitextmine.embed(str(model), TRAINING_TEXT[:3]), want, atol=1e-3)
+
+
+def test_embed_by_path_loads_a_model_saved_again_there(tmp_path):
+    model = build_tiny_model("bert", tmp_path / "model", seed=0)
+    first = bitextmine.embed(model, TRAINING_TEXT[:3])
+    np.testing.assert_array_equal(bitextmine.embed(model, TRAINING_TEXT[:3]), first)
+    build_tiny_model("bert", model, seed=1)  # trained again into the same dir
+    assert not np.allclose(bitextmine.embed(model, TRAINING_TEXT[:3]), first, atol=1e-2)
 
 
 def test_embed_wraps_an_object_with_encode_and_passes_its_keywords():

@@ -8,6 +8,7 @@ import functools
 import inspect
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -90,9 +91,10 @@ def as_encoder(
     encoder: str | os.PathLike[str] | SentenceEncoder | SupportsEncode,
 ) -> SentenceEncoder | ForeignEncoder:
     """A model dir or hub id (loaded as `load_encoder` loads it, and kept loaded for the next call with
-    the same name), a SentenceEncoder, or an object with `.encode`, as an encoder `embed` can use."""
+    the same name unless the dir was saved again since), a SentenceEncoder, or an object with `.encode`,
+    as an encoder `embed` can use."""
     if isinstance(encoder, str | os.PathLike):
-        return _named_encoder(os.fspath(encoder))
+        return _named_encoder(os.fspath(encoder), _saved_at(Path(encoder)))
     if isinstance(encoder, SentenceEncoder | ForeignEncoder):
         return encoder
     if callable(getattr(encoder, "encode", None)):
@@ -104,5 +106,13 @@ def as_encoder(
 
 
 @functools.lru_cache(maxsize=1)  # `embed(name, ...)` in a loop loads the model once; one model at a time
-def _named_encoder(model: str) -> SentenceEncoder:
+def _named_encoder(model: str, saved_at: int | None) -> SentenceEncoder:
     return EncoderSpec(model).load()
+
+
+def _saved_at(model: Path) -> int | None:
+    """When a local model dir's files last changed (ns; None for a hub id): a model trained again into
+    the same dir is loaded again, not served from the cache."""
+    if not model.is_dir():
+        return None
+    return max((file.stat().st_mtime_ns for file in model.iterdir() if file.is_file()), default=0)

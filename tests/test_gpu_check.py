@@ -28,7 +28,7 @@ def test_the_gpu_check_runs_every_section_on_the_cpu(tiny_model_dir, tmp_path):
     )
     assert done.returncode == 0, done.stderr
     rows = {row["section"]: row for row in json.loads((tmp_path / "gpu_check_dry_run.json").read_text())}
-    assert sorted(rows) == ["attention", "encode", "mine-10m", "mine-1m", "search-plans"]
+    assert sorted(rows) == ["attention", "encode", "mine-10m", "mine-1m", "search-plans", "workspace-mine"]
     assert not [row for row in rows.values() if "error" in row]
     # the CPU has one backend of the three; bf16 on a 2-layer 32-d random model is loose (the real
     # check is on the GPU, with the shared model's shape: >= 0.99997 there)
@@ -39,3 +39,12 @@ def test_the_gpu_check_runs_every_section_on_the_cpu(tiny_model_dir, tmp_path):
     assert len(plans["queries_per_s_by_plan"]) == 25 and plans["fastest"] in rows["mine-10m"]["plan"]
     assert all(ms > 0 for ms in plans["stage_ms"].values())
     assert not any(plans["rows_unlike_fp32_reference_by_plan"].values())
+    workspace = rows["workspace-mine"]
+    assert workspace["candidates"] > 0 and workspace["candidates_identical_to_cpu"]
+    assert set(workspace["command_seconds"]) == {
+        "encode de",
+        "index de",
+        "encode en",
+        "index en",
+        "mine on cpu",
+    }

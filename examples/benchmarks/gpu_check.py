@@ -17,7 +17,10 @@ Sections, each a row in OUT/gpu_check.json (and gpu_check.md):
    grouped top-k of PLANS (the rate of each), and the time of each stage of one product block;
 5. mine-10m: exact search of 10M queries against 10M vectors for a fixed time with the fastest plan of
    search-plans, the rate and GPU memory, and the time the whole 10M x 10M mining (both directions)
-   takes at that rate.
+   takes at that rate;
+6. workspace-mine: the command line end to end on the GPU (`encode`, exact `index`, `mine --device
+   cuda`) on WORKSPACE_ROWS sentences a side, and every one-to-one candidate against `mine --device cpu`
+   on the same workspace.
 
 `--dry-run` runs every section at toy sizes on the CPU (the test suite does), so the script is known to
 work before a GPU is lent.
@@ -30,6 +33,7 @@ import io
 import itertools
 import json
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -59,6 +63,7 @@ SIZES = {  # full run / dry run
     "sweep_rows": (1_000_000, 5_000),
     "sweep_queries": (65_536, 512),
     "dim": (384, 32),
+    "workspace_rows": (50_000, 30),
 }
 PAIR_SHARE = 50_592 / 1_050_592  # the scale set's share of hidden pairs
 BACKENDS = ("xformers", "varlen", "sdpa")
@@ -78,7 +83,9 @@ def main() -> None:
     parser.add_argument("--dry-run", action="store_true", help="toy sizes on the CPU")
     parser.add_argument("--big-seconds", type=float, help="mine-10m's search time [default: 90]")
     parser.add_argument(
-        "--sections", default="attention,encode,mine-1m,search-plans,mine-10m", help="comma-separated"
+        "--sections",
+        default="attention,encode,mine-1m,search-plans,mine-10m,workspace-mine",
+        help="comma-separated",
     )
     args = parser.parse_args()
     if args.report:
@@ -104,6 +111,7 @@ def main() -> None:
                 lambda: plans_row(size["sweep_rows"], size["sweep_queries"], size["dim"], device),
             ),
             ("mine-10m", lambda: big_row(size["big_rows"], size["big_seconds"], dim, device, rows)),
+            ("workspace-mine", lambda: workspace_row(model, sentences, size["workspace_rows"], device)),
         ]
         for name, run in sections:
             if name not in args.sections.split(","):
@@ -405,6 +413,45 @@ def big_row(rows: int, budget_seconds: float, dim: int, device: str, earlier: li
         "both_directions_10m_seconds_at_rate": round(2 * rows / rate),
         "plan": f"{plan.describe()}, {plan_name(plan)}",
     }
+
+
+def workspace_row(model: Path, sentences: list[str], rows: int, device: str) -> dict:
+    """`rows` sentences a side (German: the first half of the carried sentences, English: the second)
+    encoded, indexed exactly and mined through the command line, on `device` and with `mine --device
+    cpu`; every one-to-one candidate is written (no threshold), so the two must be the same lines."""
+    half = len(sentences) // 2
+    seconds, mined = {}, {}
+    with tempfile.TemporaryDirectory() as scratch:
+        work = Path(scratch) / "work"
+        for lang, lines in (("de", sentences[:half][:rows]), ("en", sentences[half:][:rows])):
+            text = Path(scratch) / f"{lang}.txt"
+            text.write_text("\n".join(lines) + "\n")
+            encode = ("encode", str(text), "-l", lang, "-m", str(model), "--device", device, "--lid", "off")
+            seconds[f"encode {lang}"] = command_seconds(*encode, "-w", str(work))
+            seconds[f"index {lang}"] = command_seconds("index", lang, "--factory", "Flat", "-w", str(work))
+        for where in dict.fromkeys((device, "cpu")):
+            output = Path(scratch) / f"mined-{where}.tsv"
+            mine = ("mine", "de", "en", "--device", where, "--output", str(output), "--format", "tsv")
+            seconds[f"mine on {where}"] = command_seconds(*mine, "-w", str(work))
+            mined[where] = output.read_text().splitlines()
+    return {
+        "sentences_a_side": rows,
+        "command_seconds": seconds,
+        "candidates": len(mined[device]),
+        "candidates_identical_to_cpu": mined[device] == mined["cpu"],
+        "lines_in_one_only": len(set(mined[device]) ^ set(mined["cpu"])),
+    }
+
+
+def command_seconds(*args: str) -> float:
+    """Seconds `bitextmine ARGS` took as a process of its own; its output's end where it failed."""
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "bitextmine", "-q", *args], capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(
+            f"bitextmine {args[0]} exited {done.returncode}: {(done.stdout + done.stderr)[-500:]}"
+        )
+    return round(time.perf_counter() - started, 1)
 
 
 def save(rows: list[dict], out: Path, dry_run: bool) -> None:

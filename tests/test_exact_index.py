@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
+import torch
 
 from bitextmine.search.cost import ExactCost, measure_exact_cost
 from bitextmine.search.factory import EXACT
@@ -69,6 +71,14 @@ def test_an_exact_index_prints_no_progress_for_the_build_it_does_not_do(workspac
     assert "indexing de" not in output
     code, output = run("index", "de", "-w", str(work), "--factory", "IVF1,Flat")
     assert code == 0 and "indexing de: 25/25 (100%)" in output, output
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the error of a machine without CUDA")
+def test_index_gpu_without_cuda_is_a_one_line_error(workspace):
+    work, _ = workspace
+    code, output = run("index", "de", "-w", str(work), "--gpu")
+    assert code == 1 and "torch sees no CUDA device here" in output, output
+    assert "Traceback" not in output and not (work / "index" / "de.json").exists()
 
 
 def test_index_help_states_the_defaults_the_code_uses():

@@ -12,10 +12,12 @@ import torch
 from bitextmine.mining.arrays import mine_arrays
 from bitextmine.mining.selection import Candidates, select_candidates
 from bitextmine.search.gemm import (
+    CUDA_PRODUCT_SHARE,
     ArrayVectors,
     GemmPlan,
     _Best,
     block_top,
+    cuda_block,
     error_bound,
     exact_neighbours,
     gemm_neighbours,
@@ -303,6 +305,21 @@ def test_real_sentence_vectors_give_the_reference_neighbours_and_pairs(e5_dir, t
     mined, want = mine_arrays(de, en), _faiss_mined(de, en, tmp_path)
     assert same_pairs(mined) == same_pairs(want)  # the order of pairs whose scores tie may differ
     np.testing.assert_allclose(np.sort(mined.score), np.sort(want.score), rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("card_bytes", "dtype", "block"),
+    [
+        (81_559 * 2**20, torch.float16, (16_384, 524_288)),  # an H100: the tuned block
+        (81_559 * 2**20, torch.float32, (16_384, 262_144)),
+        (24_564 * 2**20, torch.float16, (16_384, 131_072)),  # 24 GB cards
+        (4 * 10**9, torch.float16, (16_384, 16_384)),
+        (5 * 10**8, torch.float16, (4_096, 8_192)),  # then fewer query rows
+    ],
+)
+def test_cuda_blocks_take_at_most_a_share_of_the_cards_memory(card_bytes, dtype, block):
+    assert cuda_block(card_bytes, dtype) == block
+    assert block[0] * block[1] * torch.finfo(dtype).bits // 8 <= CUDA_PRODUCT_SHARE * card_bytes
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -46,7 +46,11 @@ CPU_BLOCK = (8_192, 16_384)  # query rows x base rows: a 256 MB bf16 product mat
 # groupings on an H200 (130k queries/s against 1M rows; 102k for 32,768 x 262,144, one level), gpu_check.md
 CUDA_BLOCK = (16_384, 524_288)
 CUDA_TOP_LEVELS = 2
-RESIDENT_BYTES = {"cpu": 4 * 2**30, "cuda": 24 * 2**30}  # base kept whole in the compute precision
+RESIDENT_BYTES = {"cpu": 4 * 2**30}  # base kept whole in the compute precision
+# On CUDA, shares of the card's memory, an H100's (80 GB) sizes: the product matrix at most 22% (17 GB;
+# a smaller card gets blocks of fewer base rows), the base kept whole up to 30% (24 GB)
+CUDA_PRODUCT_SHARE = 0.22
+CUDA_RESIDENT_SHARE = 0.30
 # Candidates re-ranked at once. CPU: 12 MB of float32 rows at 384 dimensions, under glibc's mmap threshold,
 # so the memory is reused; chunks of 2**18 (fresh pages each time) took 1.8x as long. CUDA: 1.6 GB; with
 # 2**13 (256 queries a chunk, each chunk a dozen kernels and a sync) certifying 2 x 196,608 queries took
@@ -105,12 +109,13 @@ class GemmPlan:
         if dtype is None:
             dtype = _default_dtype(dev)
         if dev.type == "cuda":
+            card = torch.cuda.get_device_properties(dev).total_memory
             return cls(
                 dev,
                 dtype,
-                *CUDA_BLOCK,
+                *cuda_block(card, dtype),
                 EXTRA["cuda"],
-                RESIDENT_BYTES["cuda"],
+                int(CUDA_RESIDENT_SHARE * card),
                 levels=CUDA_TOP_LEVELS,
                 grouped_top=True,
                 rerank_rows=RERANK_ROWS["cuda"],
@@ -124,6 +129,19 @@ class GemmPlan:
     def memory_bytes(self) -> int:
         """The product matrix's size: the bound on what one step of the search holds besides the base."""
         return self.query_rows * self.base_rows * torch.finfo(self.dtype).bits // 8
+
+
+def cuda_block(card_bytes: int, dtype: torch.dtype) -> tuple[int, int]:
+    """CUDA_BLOCK, its base rows (then its query rows) halved until the product matrix takes at most
+    CUDA_PRODUCT_SHARE of a card of `card_bytes`: 24 GB cards get 16,384 x 131,072 fp16 blocks."""
+    query_rows, base_rows = CUDA_BLOCK
+    entry = torch.finfo(dtype).bits // 8
+    while query_rows * base_rows * entry > CUDA_PRODUCT_SHARE * card_bytes and query_rows > 1024:
+        if base_rows > 8192:
+            base_rows //= 2
+        else:
+            query_rows //= 2
+    return query_rows, base_rows
 
 
 def _default_dtype(device: torch.device) -> torch.dtype:

@@ -247,8 +247,8 @@ def mutual_neighbours(
     """`exact_neighbours(x, y, k)` and `exact_neighbours(y, x, k)` from one product per pair of blocks:
     the product of x's row i and y's row j is a candidate for both, so it is computed once (two one-way
     searches compute every product twice). On a CPU, with both sets resident (`RESIDENT_BYTES`); else two
-    searches: with CUDA's grouped top-k, the column side's cost more than the product saved (on an H100,
-    1M x 1M in 22.6 s against 19.7 s: docs/design.md)."""
+    searches: with CUDA's grouped top-k the column side costs more than the shared product saves (on an
+    H100, 1M x 1M in 22.6 s against 19.7 s: docs/design.md)."""
     plan = plan or GemmPlan.for_device("cpu")
     if plan.grouped_top or not (_fits(x, plan) and _fits(y, plan)) or min(len(x), len(y), k) == 0:
         return exact_neighbours(x, y, k, plan), exact_neighbours(y, x, k, plan)

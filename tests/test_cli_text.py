@@ -86,7 +86,8 @@ def test_summaries_in_a_pipe_are_not_wrapped(indexed_workspace):
     assert mined.stdout.splitlines()[-1].startswith("de-en: 25 x 22 sentences")
     assert str(work / "mined" / "de-en.tsv.zst") in mined.stdout.splitlines()[-1]
     rows = [line for line in mined.stdout.splitlines() if line.startswith("│")]
-    assert rows and all(any(f"│ {s} " in row for s in shared) for row in rows)  # one line a pair
+    one_line_a_pair = all(any(f"│ {s} " in row for s in shared) for row in rows)
+    assert rows and one_line_a_pair, mined.stdout
 
 
 def test_the_index_line_names_only_the_settings_an_index_has(indexed_workspace):
@@ -96,7 +97,10 @@ def test_the_index_line_names_only_the_settings_an_index_has(indexed_workspace):
     assert exact.exit_code == 0 and ivf.exit_code == 0, exact.output + ivf.output
     assert "None" not in exact.stdout and "nprobe" not in exact.stdout and "fetch" not in exact.stdout
     assert exact.stdout.startswith("index de: Flat, 25 vectors, recall@4 1.0000")
-    assert ivf.stdout.startswith("index en: IVF2,Flat, 22 vectors, nprobe 2, fetch 4, recall@4 ")
+    # nprobe is tuned to the recall target: 1 or 2 of 2 lists, as k-means on 22 points falls
+    assert re.match(r"index en: IVF2,Flat, 22 vectors, nprobe [12], fetch 4, recall@4 ", ivf.stdout), (
+        ivf.stdout
+    )
     assert ivf.stdout.rstrip().endswith(str(work / "index" / "en.faiss"))
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import MODEL, REPO, RESULTS, SHARED, load_rows, save_results, stamped, table
+from benchlib import BITEXTMINE, MODEL, REPO, RESULTS, SHARED, load_rows, save_results, stamped, table
 from scale_set import LANGS, write_tier_files
 
 WORK = Path(os.environ.get("SCALE_WORK", REPO / "bitextmine-work" / "scale"))
@@ -40,7 +40,6 @@ ENCODED = WORK / "enc"
 SCALE = SHARED / "data" / "scale" / "de-en"
 SIZES = [100_000, 300_000, 1_050_592]
 RESULT = RESULTS / "bench_scale_real.json"
-BITEXTMINE = [sys.executable, "-m", "bitextmine"]
 # Index settings: (label, workspace suffix, `index` options). Exact first: the others are compared with it.
 EXACT_SETTING = ("exact", "exact", ["--factory", "Flat"])
 SETTINGS = [

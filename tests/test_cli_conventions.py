@@ -212,7 +212,7 @@ def _wait_blocked_in_read(child: subprocess.Popen, timeout: float = 10.0) -> Non
     """Until `child`'s main thread sleeps in a pipe read, by Linux's /proc (at most `timeout` seconds:
     where wchan is hidden, the signal then goes as after a pause). A signal that arrives between
     Python's last check for signals and the read() call is handled, but read() then blocks for good: a
-    fixed half-second pause left that race open, the likely cause of a hang seen once in 3 loaded runs."""
+    fixed half-second pause left that race open."""
     deadline = time.monotonic() + timeout
     while "pipe" not in _main_thread_state(child.pid) and time.monotonic() < deadline:
         if child.poll() is not None:

@@ -15,8 +15,9 @@ Memory: a query block of `query_rows` and a base block of `base_rows` make a `qu
 product matrix (2 bytes an entry in bf16/fp16, 4 in fp32) on the device, plus the base in the compute
 precision when it fits `resident_bytes` (else it is converted block by block for each query block), what
 `_Best.scan` gathers (at most 1/`GATHER_SHARE` of a block's products, with their int64 columns: 0.6 of
-the product matrix in bf16), the float32 rows of `rerank_rows` candidates while they are re-ranked, and
-each query's `fetch` + 1 best (12 bytes each: for every row of both sets in `mutual_neighbours`).
+the product matrix in bf16), the float32 rows of `rerank_rows` candidates while they are re-ranked (for
+each set at once where `mutual_neighbours` certifies both in two threads), and each query's `fetch` + 1
+best (12 bytes each: for every row of both sets in `mutual_neighbours`).
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bitextmine.corpus.build import build_corpus
+from bitextmine.corpus.settings import CorpusSettings
 from bitextmine.corpus.sift import iter_corpus
 from bitextmine.errors import BitextmineError
 from bitextmine.text import reader as corpus
@@ -294,7 +295,7 @@ def test_a_corpus_that_lid_drops_whole_is_an_error_saying_so(tmp_path: Path) -> 
     lid = LidFilter("de", DEFAULT_MIN_CONFIDENCE, model_id())
     expected = f"no sentences in {english}: every line was dropped (1 empty, 2 by --lid)"
     with pytest.raises(CorpusError, match=exactly(expected)):
-        build_corpus([str(english)], "de", tmp_path / "out", shard_size=10, dedup=False, lid=lid)
+        build_corpus([str(english)], "de", tmp_path / "out", CorpusSettings(10, lid=lid))
 
 
 def test_empty_file_warns_and_all_empty_is_an_error(tmp_path: Path) -> None:
@@ -307,7 +308,7 @@ def test_empty_file_warns_and_all_empty_is_an_error(tmp_path: Path) -> None:
     warnings = []
     with pytest.raises(CorpusError, match=exactly(f"no sentences in {empty}, {blank}: every line is empty")):
         build_corpus(
-            [str(empty), str(blank)], "xx", tmp_path / "out", shard_size=10, dedup=False, warn=warnings.append
+            [str(empty), str(blank)], "xx", tmp_path / "out", CorpusSettings(10), warn=warnings.append
         )
     assert warnings == [
         f"{empty}: empty file, no sentences",
@@ -414,12 +415,12 @@ def test_dedup_matches_a_set(files: list[list[str]]) -> None:
                     seen.add(norm)
                     expected.append((source, lineno, norm))
         counts = CorpusCounts()
-        got = [(r.source, r.line, r.text) for r in iter_corpus(paths, counts, dedup=True)]
+        got = [(r.source, r.line, r.text) for r in iter_corpus(paths, counts, CorpusSettings(dedup=True))]
         assert got == expected
         assert counts.kept == len(expected)
         assert counts.duplicates == nonempty - len(expected)
         counts = CorpusCounts()
-        assert sum(1 for _ in iter_corpus(paths, counts)) == nonempty == counts.kept
+        assert sum(1 for _ in iter_corpus(paths, counts, CorpusSettings())) == nonempty == counts.kept
 
 
 def test_deduplicator_grows_and_agrees_with_a_set() -> None:
@@ -492,7 +493,7 @@ def test_build_corpus_and_manifest(tmp_path: Path) -> None:
     out.mkdir(parents=True)
     (out / "shard-00007.tsv").write_text("stale\n")
     assert load_manifest(out) is None
-    m = build_corpus([str(a), str(b)], "en", out, shard_size=2, dedup=True)
+    m = build_corpus([str(a), str(b)], "en", out, CorpusSettings(2, dedup=True))
     assert not (out / "shard-00007.tsv").exists()
     assert m.complete and m.rows == 4 and [s.rows for s in m.shards] == [2, 2]
     assert m.counts.as_dict() == {
@@ -529,7 +530,7 @@ def test_build_corpus_and_manifest(tmp_path: Path) -> None:
 
 def test_same_inputs_never_for_stdin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     set_stdin(monkeypatch, b"a\nb\n")
-    m = build_corpus(["-"], "en", tmp_path, shard_size=10, dedup=False)
+    m = build_corpus(["-"], "en", tmp_path, CorpusSettings(10))
     assert m.sources == [SourceInfo("-", None, None)]
     assert m.rows == 2
     assert not m.same_inputs(CorpusManifest.from_json(m.to_json()))

@@ -20,6 +20,7 @@ from bitextmine.cli import app
 from bitextmine.corpus import parts as corpus_parts
 from bitextmine.corpus.build import build_corpus
 from bitextmine.corpus.parts import build_corpus_from_parts
+from bitextmine.corpus.settings import CorpusSettings
 from bitextmine.errors import BitextmineError
 from bitextmine.faults import FAULT_ENV
 from bitextmine.launch import jobs
@@ -87,14 +88,22 @@ def files(folder: Path) -> dict[str, bytes]:
 
 def single_pass(paths: list[str], out: Path, **settings) -> tuple[dict[str, bytes], list[str]]:
     warnings: list[str] = []
-    build_corpus(paths, "de", out, shard_size=2, warn=warnings.append, **settings)
+    build_corpus(paths, "de", out, CorpusSettings(shard_size=2, **settings), warn=warnings.append)
     return files(out), warnings
 
 
-def in_parts(paths: list[str], root: Path, **settings) -> tuple[dict[str, bytes], list[str]]:
+def in_parts(
+    paths: list[str], root: Path, workers: int = 1, **settings
+) -> tuple[dict[str, bytes], list[str]]:
     warnings: list[str] = []
     build_corpus_from_parts(
-        paths, "de", root / "corpus", root / "parts", shard_size=2, warn=warnings.append, **settings
+        paths,
+        "de",
+        root / "corpus",
+        root / "parts",
+        CorpusSettings(shard_size=2, **settings),
+        warn=warnings.append,
+        workers=workers,
     )
     return files(root / "corpus"), warnings
 
@@ -142,7 +151,7 @@ def test_every_corner_of_the_counts_is_reached(tmp_path: Path) -> None:
     warnings: list[str] = []
     paths = write_inputs(tmp_path / "in")
     manifest = build_corpus_from_parts(
-        paths, "de", tmp_path / "c", tmp_path / "p", shard_size=2, warn=warnings.append, **settings
+        paths, "de", tmp_path / "c", tmp_path / "p", CorpusSettings(2, **settings), warn=warnings.append
     )
     counts = manifest.counts
     # duplicates: 2 within a, EN[0] (dropped for its language in a) and DE[0] of a again in b, 1 within b,
@@ -158,7 +167,8 @@ def test_a_crash_after_some_parts_resumes_with_them(tmp_path: Path, built: list[
     out, parts = tmp_path / "corpus", tmp_path / "parts"
     script = (
         "import sys; from bitextmine.corpus.parts import build_corpus_from_parts as b; "
-        "b(sys.argv[3:], 'de', sys.argv[1], sys.argv[2], shard_size=2, dedup=True, warn=print)"
+        "from bitextmine.corpus.settings import CorpusSettings as S; "
+        "b(sys.argv[3:], 'de', sys.argv[1], sys.argv[2], S(2, dedup=True), warn=print)"
     )
     env = {**os.environ, FAULT_ENV: "after-rename@2"}  # killed once the second part is in place
     killed = subprocess.run([sys.executable, "-c", script, str(out), str(parts), *paths], env=env)

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from bitextmine.cli import app
 from bitextmine.corpus.build import build_corpus
+from bitextmine.corpus.settings import CorpusSettings
 from bitextmine.errors import BitextmineError
 from bitextmine.steps.encode import EncodeOptions
 from bitextmine.text.lid import DEFAULT_MIN_CONFIDENCE, RULE_CONFIDENCE, LidFilter, model_id
@@ -114,12 +115,12 @@ def test_shards_carry_meta_only_with_a_meta_column(tmp_path: Path) -> None:
     plain = tmp_path / "plain.txt"
     plain.write_text("Erster Satz.\nZweiter Satz.\nErster Satz.\n", encoding="utf-8")
     with_meta = build_corpus(
-        [str(source)], "de", tmp_path / "a", shard_size=10, dedup=True, columns=Columns(2, 1)
+        [str(source)], "de", tmp_path / "a", CorpusSettings(10, dedup=True, columns=Columns(2, 1))
     )
     text_only = build_corpus(
-        [str(source)], "de", tmp_path / "b", shard_size=10, dedup=True, columns=Columns(2)
+        [str(source)], "de", tmp_path / "b", CorpusSettings(10, dedup=True, columns=Columns(2))
     )
-    whole = build_corpus([str(plain)], "de", tmp_path / "c", shard_size=10, dedup=True)
+    whole = build_corpus([str(plain)], "de", tmp_path / "c", CorpusSettings(10, dedup=True))
     shard = "shard-00000.tsv"
     assert (tmp_path / "a" / shard).read_text() == "0\t1\tErster Satz.\tu1\n0\t2\tZweiter Satz.\tu2\n"
     assert (tmp_path / "b" / shard).read_bytes() == (tmp_path / "c" / shard).read_bytes()
@@ -141,14 +142,14 @@ def test_the_language_filter_drops_and_counts_other_languages(tmp_path: Path) ->
     source = tmp_path / "de.txt"
     lines = [GERMAN[0], ENGLISH, GERMAN[1], DUTCH, "+49 30 1234567", GERMAN[2], ENGLISH, GERMAN[3]]
     source.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    m = build_corpus([str(source)], "de", tmp_path / "w", shard_size=2, dedup=True, lid=GERMAN_LID)
+    m = build_corpus([str(source)], "de", tmp_path / "w", CorpusSettings(2, dedup=True, lid=GERMAN_LID))
     rows = read_shard_rows(tmp_path / "w" / "shard-00000.tsv") + read_shard_rows(
         tmp_path / "w" / "shard-00001.tsv"
     )
     assert [r.text for r in rows] == GERMAN and [r.line for r in rows] == [1, 3, 6, 8]
     # the repeated English line is a duplicate (dedup first), the others are the wrong language
     assert (m.counts.kept, m.counts.wrong_language, m.counts.duplicates, m.counts.lines) == (4, 3, 1, 8)
-    loose = build_corpus([str(source)], "de", tmp_path / "v", shard_size=10, dedup=False, lid=None)
+    loose = build_corpus([str(source)], "de", tmp_path / "v", CorpusSettings(10))
     assert loose.counts.wrong_language == 0 and loose.rows == 8
 
 
@@ -156,7 +157,7 @@ def test_manifest_records_columns_and_lid_and_a_change_rebuilds(tmp_path: Path) 
     source = tmp_path / "de.tsv"
     source.write_text("".join(f"id{i}\t{t}\n" for i, t in enumerate(GERMAN)), encoding="utf-8")
     m = build_corpus(
-        [str(source)], "de", tmp_path / "w", shard_size=10, dedup=False, columns=Columns(2, 1), lid=GERMAN_LID
+        [str(source)], "de", tmp_path / "w", CorpusSettings(10, columns=Columns(2, 1), lid=GERMAN_LID)
     )
     loaded = load_manifest(tmp_path / "w")
     assert loaded == m and loaded.columns == Columns(2, 1) and loaded.lid == GERMAN_LID
@@ -184,7 +185,7 @@ def test_manifest_records_columns_and_lid_and_a_change_rebuilds(tmp_path: Path) 
 def test_a_manifest_written_before_columns_and_lid_loads_as_neither(tmp_path: Path) -> None:
     source = tmp_path / "de.txt"
     source.write_text("\n".join(GERMAN) + "\n", encoding="utf-8")
-    m = build_corpus([str(source)], "de", tmp_path / "w", shard_size=10, dedup=False)
+    m = build_corpus([str(source)], "de", tmp_path / "w", CorpusSettings(10))
     old = json.loads((tmp_path / "w" / MANIFEST_NAME).read_text())
     for key in ("columns", "lid"):
         del old[key]
@@ -199,7 +200,7 @@ def test_a_manifest_written_before_columns_and_lid_loads_as_neither(tmp_path: Pa
 def test_a_manifest_written_before_the_lid_rules_were_named_loads_as_accept(tmp_path: Path) -> None:
     source = tmp_path / "de.txt"
     source.write_text("\n".join(GERMAN) + "\n", encoding="utf-8")
-    m = build_corpus([str(source)], "de", tmp_path / "w", shard_size=10, dedup=False, lid=GERMAN_LID)
+    m = build_corpus([str(source)], "de", tmp_path / "w", CorpusSettings(10, lid=GERMAN_LID))
     old = json.loads((tmp_path / "w" / MANIFEST_NAME).read_text())
     del old["lid"]["rule"]
     (tmp_path / "w" / MANIFEST_NAME).write_text(json.dumps(old))

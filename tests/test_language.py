@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from bitextmine.corpus.build import build_corpus
+from bitextmine.corpus.settings import CorpusSettings
 from bitextmine.errors import BitextmineError
 from bitextmine.workspace.embeddings import EmbeddingShard, EmbeddingStore, ModelIdentity
 from bitextmine.workspace.language import open_language
@@ -19,7 +20,7 @@ def build(workspace: Workspace, lines: list[str], *, encode: bool = True) -> Non
     source = workspace.root / "de.txt"
     source.parent.mkdir(parents=True, exist_ok=True)
     source.write_text("".join(f"{line}\n" for line in lines))
-    corpus = build_corpus([str(source)], "de", workspace.corpus_dir("de"), shard_size=3, dedup=False)
+    corpus = build_corpus([str(source)], "de", workspace.corpus_dir("de"), CorpusSettings(shard_size=3))
     if encode:
         store = EmbeddingStore(workspace.embedding_dir("de"), "de")
         store.bind(MODEL)

@@ -6,9 +6,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from bitextmine.corpus.settings import CorpusSettings
 from bitextmine.corpus.sift import iter_corpus
-from bitextmine.text.lid import LidFilter
-from bitextmine.text.reader import Columns, CorpusCounts, CorpusError, Row, Warn, display_name, warn_user
+from bitextmine.text.reader import CorpusCounts, CorpusError, Row, Warn, display_name, warn_user
 from bitextmine.workspace.corpus import (
     CorpusManifest,
     SourceInfo,
@@ -24,12 +24,8 @@ def build_corpus(
     paths: Sequence[str],
     lang: str,
     out_dir: Path,
+    settings: CorpusSettings,
     *,
-    shard_size: int,
-    dedup: bool,
-    max_chars: int = 10_000,
-    columns: Columns | None = None,
-    lid: LidFilter | None = None,
     warn: Warn = warn_user,
     on_shard: Callable[[TextShard], None] | None = None,
 ) -> CorpusManifest:
@@ -37,28 +33,21 @@ def build_corpus(
 
     Any error (bad input, a failed write, an interrupt) leaves `out_dir` without shards or manifest.
     """
-    plan = plan_corpus(paths, lang, shard_size, dedup, max_chars, columns, lid)
+    plan = plan_corpus(paths, lang, settings)
     clear_corpus(out_dir)
     counts = CorpusCounts()
-    rows = iter_corpus(paths, counts, dedup=dedup, max_chars=max_chars, columns=columns, lid=lid, warn=warn)
+    rows = iter_corpus(paths, counts, settings, warn)
     return write_corpus(plan, paths, rows, counts, out_dir, on_shard)
 
 
-def plan_corpus(
-    paths: Sequence[str],
-    lang: str,
-    shard_size: int,
-    dedup: bool,
-    max_chars: int,
-    columns: Columns | None,
-    lid: LidFilter | None,
-) -> CorpusManifest:
+def plan_corpus(paths: Sequence[str], lang: str, settings: CorpusSettings) -> CorpusManifest:
     """The manifest of the corpus `paths` would make, without shards: its inputs as they are now (a
     missing input is an error) and its settings."""
     if not paths:
         raise CorpusError("no input files")
     sources = [SourceInfo.of(p) for p in paths]
-    return CorpusManifest(lang, sources, shard_size, dedup, max_chars, columns=columns, lid=lid)
+    s = settings
+    return CorpusManifest(lang, sources, s.shard_size, s.dedup, s.max_chars, columns=s.columns, lid=s.lid)
 
 
 def write_corpus(

@@ -26,28 +26,18 @@ from pathlib import Path
 from typing import Any
 
 from bitextmine.corpus.build import build_corpus, plan_corpus, write_corpus
+from bitextmine.corpus.settings import CorpusSettings
 from bitextmine.corpus.sift import Sifted, sift
 from bitextmine.files import atomic_open, json_record, json_text, remove_temporaries
 from bitextmine.launch.config import LauncherConfig
 from bitextmine.launch.jobs import Job, run_jobs
 from bitextmine.progress import Advance
 from bitextmine.text.dedup import Deduplicator
-from bitextmine.text.lid import LidFilter
-from bitextmine.text.reader import STDIN, Columns, CorpusCounts, CorpusError, Row, Warn, iter_rows, warn_user
+from bitextmine.text.reader import STDIN, CorpusCounts, CorpusError, Row, Warn, iter_rows, warn_user
 from bitextmine.workspace.corpus import CorpusManifest, SourceInfo, TextShard, clear_corpus
 
 PART_FORMAT = 1
 _WRITE_ROWS = 1024  # rows encoded and written at a time
-
-
-@dataclass(frozen=True)
-class PartSettings:
-    """The settings that change the rows of a part (the shard size does not)."""
-
-    max_chars: int
-    columns: Columns | None
-    lid: LidFilter | None
-    dedup: bool
 
 
 @dataclass(frozen=True)
@@ -56,11 +46,12 @@ class Part:
 
     position: int
     source: SourceInfo
-    settings: PartSettings
+    settings: CorpusSettings
 
     def key(self) -> dict[str, Any]:
         """What the part is built from, as its first line records it."""
-        return {"format": PART_FORMAT, "source": asdict(self.source), "settings": asdict(self.settings)}
+        settings = self.settings.row_settings()
+        return {"format": PART_FORMAT, "source": asdict(self.source), "settings": settings}
 
     @property
     def name(self) -> str:
@@ -73,12 +64,8 @@ def build_corpus_from_parts(
     lang: str,
     out_dir: Path,
     parts_dir: Path,
+    settings: CorpusSettings,
     *,
-    shard_size: int,
-    dedup: bool,
-    max_chars: int = 10_000,
-    columns: Columns | None = None,
-    lid: LidFilter | None = None,
     warn: Warn = warn_user,
     on_shard: Callable[[TextShard], None] | None = None,
     launcher: LauncherConfig | None = None,
@@ -91,21 +78,9 @@ def build_corpus_from_parts(
     Any error leaves `out_dir` without shards or manifest; the parts already built stay, for the rerun.
     """
     if STDIN in paths:
-        return build_corpus(
-            paths,
-            lang,
-            out_dir,
-            shard_size=shard_size,
-            dedup=dedup,
-            max_chars=max_chars,
-            columns=columns,
-            lid=lid,
-            warn=warn,
-            on_shard=on_shard,
-        )
-    plan = plan_corpus(paths, lang, shard_size, dedup, max_chars, columns, lid)
+        return build_corpus(paths, lang, out_dir, settings, warn=warn, on_shard=on_shard)
+    plan = plan_corpus(paths, lang, settings)
     clear_corpus(out_dir)
-    settings = PartSettings(max_chars, columns, lid, dedup)
     parts = [Part(position, source, settings) for position, source in enumerate(plan.sources)]
     parts_dir = Path(parts_dir)
     _remove_other_parts(parts_dir, {part.name for part in parts})
@@ -115,7 +90,7 @@ def build_corpus_from_parts(
     ]
     run_jobs(jobs, launcher and replace(launcher, gpus_per_job=0), "corpus", workers=workers)
     counts = CorpusCounts()
-    rows = merge_parts(parts, parts_dir, counts, dedup, warn)
+    rows = merge_parts(parts, parts_dir, counts, settings.dedup, warn)
     return write_corpus(plan, paths, rows, counts, out_dir, on_shard)
 
 

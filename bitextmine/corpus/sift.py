@@ -6,9 +6,10 @@ import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from typing import NamedTuple
 
+from bitextmine.corpus.settings import CorpusSettings
 from bitextmine.text.dedup import Deduplicator
 from bitextmine.text.lid import LidFilter
-from bitextmine.text.reader import Columns, CorpusCounts, Row, Warn, iter_rows, warn_user
+from bitextmine.text.reader import CorpusCounts, Row, Warn, iter_rows, warn_user
 
 LID_BATCH = 1024  # rows identified at a time
 
@@ -16,24 +17,21 @@ LID_BATCH = 1024  # rows identified at a time
 def iter_corpus(
     paths: Sequence[str],
     counts: CorpusCounts,
-    *,
-    dedup: bool = False,
-    max_chars: int = 10_000,
-    columns: Columns | None = None,
-    lid: LidFilter | None = None,
+    settings: CorpusSettings,
     warn: Warn = warn_user,
 ) -> Iterator[Row]:
     """Chain the rows of all `paths` (source = position in `paths`), deduplicated across files if asked
-    (on the sentence alone: the first occurrence and its meta stay), then kept only in `lid`'s language.
+    (on the sentence alone: the first occurrence and its meta stay), then kept only in the language of
+    `settings.lid`.
 
     Dedup comes first so that each distinct sentence is identified once; as a sentence's language does not
     depend on where it occurs, the rows kept are the same in either order.
     """
     rows = itertools.chain.from_iterable(
-        iter_rows(path, source, counts, max_chars=max_chars, columns=columns, warn=warn)
+        iter_rows(path, source, counts, max_chars=settings.max_chars, columns=settings.columns, warn=warn)
         for source, path in enumerate(paths)
     )
-    return (s.row for s in sift(rows, counts, dedup, lid) if s.in_language)
+    return (s.row for s in sift(rows, counts, settings.dedup, settings.lid) if s.in_language)
 
 
 class Sifted(NamedTuple):

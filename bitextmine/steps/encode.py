@@ -12,6 +12,7 @@ from typing import Any
 
 from bitextmine.corpus.build import plan_corpus
 from bitextmine.corpus.parts import build_corpus_from_parts
+from bitextmine.corpus.settings import CorpusSettings
 from bitextmine.encoder.encoder import SentenceEncoder
 from bitextmine.encoder.spec import EncoderSpec, LoadedEncoder
 from bitextmine.errors import BitextmineError, BitextmineValueError
@@ -81,6 +82,11 @@ class EncodeOptions:
         floor = RULE_CONFIDENCE[rule] if self.lid_min_confidence is None else self.lid_min_confidence
         return LidFilter(lid_code(identified), floor, model_id(), rule)
 
+    def corpus_settings(self, lang: str, warn: Callable[[str], None] = warn_user) -> CorpusSettings:
+        """How `lang`'s inputs become its corpus (`lid_filter` its language filter)."""
+        lid = self.lid_filter(lang, warn)
+        return CorpusSettings(self.shard_size, self.dedup, self.max_chars, self.columns, lid)
+
 
 @dataclass
 class EncodeSummary:
@@ -112,27 +118,15 @@ def prepare_corpus(
     """Reuse complete text shards built from the same inputs; otherwise (re)build them, one part job an
     input file (run by `launcher`, or by `options.corpus_workers` processes here), then a merge."""
     out_dir = workspace.corpus_dir(lang)
-    lid = options.lid_filter(lang, warn)
-    wanted = plan_corpus(
-        paths, lang, options.shard_size, options.dedup, options.max_chars, options.columns, lid
-    )
+    settings = options.corpus_settings(lang, warn)
+    wanted = plan_corpus(paths, lang, settings)
     existing = load_manifest(out_dir)
     if existing is not None and existing.complete and existing.same_inputs(wanted) and not options.overwrite:
         return existing, False
     _log.debug("reading %s into %s", ", ".join(map(str, paths)), out_dir)
+    parts_dir, workers = workspace.corpus_parts_dir(lang), options.corpus_workers
     manifest = build_corpus_from_parts(
-        paths,
-        lang,
-        out_dir,
-        workspace.corpus_parts_dir(lang),
-        shard_size=options.shard_size,
-        dedup=options.dedup,
-        max_chars=options.max_chars,
-        columns=options.columns,
-        lid=lid,
-        warn=warn,
-        launcher=launcher,
-        workers=options.corpus_workers,
+        paths, lang, out_dir, parts_dir, settings, warn=warn, launcher=launcher, workers=workers
     )
     return manifest, True
 

@@ -7,7 +7,7 @@
 Round r (model 0 is --model):
   1. encode news.SRC and news.en with model r into WORK/round-r, index both;
   2. calibrate on the BUCC-format dev split: the best-F1 threshold, and that F1 (the round's dev F1);
-  3. mine SRC-en at that threshold;
+  3. mine SRC-en at that threshold (pair filters: --filters);
   4. (r < --rounds) train model r+1 from model r on the mined file for --steps steps (the `mining`
      recipe's settings), skipping every pair with a sentence of the BUCC dir (`--exclude`): the
      corpora contain the dev sentences, which must not be trained on.
@@ -46,7 +46,8 @@ def mine_round(model: str, args: argparse.Namespace, work: bm.Workspace) -> Roun
     split = bm.read_bucc(args.bucc, f"{args.src}-en", "dev")
     encoder = bm.load_encoder(model)
     calibration = bm.calibrate(work, split, encoder)
-    mined = bm.mine(work, args.src, "en", bm.MineOptions(threshold="auto"))
+    options = bm.MineOptions(threshold="auto", filters=bm.parse_filters(args.filters))
+    mined = bm.mine(work, args.src, "en", options)
     result = calibration.result
     return Round(model, result.threshold, 100 * result.scores.f1, mined.output, mined.kept)
 
@@ -102,6 +103,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1, help="training rounds (default: 1)")
     parser.add_argument("--steps", type=int, default=60, help="training steps a round (default: 60)")
     parser.add_argument("--known", type=Path, help="PREFIX of known translations PREFIX.SRC / PREFIX.en")
+    parser.add_argument("--filters", default="web", help="mine's pair-filter preset (default: web)")
     args = parser.parse_args()
 
     model, rounds = args.model, []

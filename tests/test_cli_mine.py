@@ -27,7 +27,7 @@ def test_index_then_mine_finds_the_identical_sentences(workspace):
     assert code == 0 and "with self queries" in " ".join(output.split()), output
     code, output = run("index", "de", "-w", str(work), "--queries-from", "xx")
     assert code == 1 and "no embeddings for 'xx'" in output, output
-    code, output = run("mine", "de", "en", "-w", str(work), "--threshold", "1.0")
+    code, output = run("mine", "de", "en", "-w", str(work), "--threshold", "1.0", "--filters", "none")
     assert code == 0, output
     rows = read_mined(work / "mined" / "de-en.tsv.zst")
     scores = [float(r[0]) for r in rows]
@@ -50,7 +50,7 @@ def test_list_size_builds_n_over_l_lists_that_mine_the_same_pairs(workspace):
         code, output = run("index", lang, "-w", str(work), "--list-size", "5")
         assert code == 0, output
         assert json.loads((work / "index" / f"{lang}.json").read_text())["factory"] == "IVF1,Flat"
-    code, output = run("mine", "de", "en", "-w", str(work), "--threshold", "1.0")
+    code, output = run("mine", "de", "en", "-w", str(work), "--threshold", "1.0", "--filters", "none")
     assert code == 0, output
     assert {r[1] for r in read_mined(work / "mined" / "de-en.tsv.zst") if r[1] == r[2]} == set(shared)
 
@@ -150,7 +150,9 @@ def test_calibrate_stores_a_threshold_that_mine_and_eval_use(tmp_path, tiny_mode
     code, output = run("mine", "de", "en", "-w", work, "--k", "16", "--threshold", "auto")
     assert code == 1 and "no calibrated threshold for de-en (ratio margin, k=16)" in output, output
     for fmt in ("tsv.zst", "jsonl", "parquet"):  # issue 31: every format mine writes, translation column too
-        code, output = run("mine", "de", "en", "-w", work, "--threshold", "auto", "--format", fmt)
+        code, output = run(
+            "mine", "de", "en", "-w", work, "--threshold", "auto", "--format", fmt, "--filters", "none"
+        )
         assert code == 0 and "with k=4, strategy max (best F1 100.00)" in " ".join(output.split()), output
         mined = Path(work) / "mined" / f"de-en.{fmt}"
         code, output = eval_bucc_dev(bucc, "--mined", str(mined), "--json", str(report))

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
+from bitextmine.cli.filter_options import mine_filter_settings
 from bitextmine.errors import BitextmineError
 from bitextmine.mining.filters import (
     NO_FILTERS,
+    WEB,
     FilterSettings,
     PairFilter,
+    default_filters,
     is_copy,
     length_ratio_ok,
     parse_filters,
@@ -156,6 +161,27 @@ def test_bad_filter_options_are_one_line_errors(preset, items, message):
     with pytest.raises(BitextmineError, match=None) as caught:
         parse_filters(preset, items)
     assert message in str(caught.value)
+
+
+def test_mine_without_filter_options_gets_the_web_preset_and_options_go_on_top_of_it():
+    assert mine_filter_settings(None, None) is None  # resolved by default_filters with the pair's languages
+    assert mine_filter_settings(None, ["score-max=1.3"]) == replace(WEB, score_max=1.3)
+    assert mine_filter_settings("none", None) == NO_FILTERS
+    assert mine_filter_settings("none", ["letters"]) == FilterSettings(letters=True)
+
+
+def test_the_default_filters_skip_the_language_check_only_for_a_language_lid_does_not_know():
+    warnings: list[str] = []
+    assert default_filters("de", "en", warnings.append) == WEB and warnings == []
+    unknown = default_filters("xx", "en", warnings.append)
+    assert unknown == replace(WEB, language=None)
+    assert warnings == [
+        "language identification does not know 'xx': the default filters (web) skip their language "
+        "check (--filters web or none silences this)"
+    ]
+    pairs = [("Hallo Welt, wie geht es?", "Hello world, how are you?")]
+    keep, counts = run(unknown, pairs, langs=("xx", "en"))
+    assert keep == [True] and "language" not in counts
 
 
 def test_an_unknown_language_for_the_language_filter_fails_before_any_work():

@@ -58,7 +58,7 @@ class Pristine:
 
     def commands(self) -> list[list[str]]:
         """`mine` on the damaged workspace, then what rebuilds it: the same encodes, indexes, mine."""
-        mine = ["mine", "de", "en", "--threshold", "auto"]
+        mine = ["mine", "de", "en", "--threshold", "auto", "--filters", "none"]
         encodes = [
             ["encode", "--lid", "off", str(path), "-l", lang, "-m", str(self.model), "--shard-size", "7"]
             for lang, path in self.inputs.items()

@@ -11,7 +11,7 @@ import pytest
 
 from bitextmine.errors import BitextmineError
 from bitextmine.files import OutputTarget
-from bitextmine.mining.filters import NO_FILTERS, PairFilter
+from bitextmine.mining.filters import NO_FILTERS, WEB, PairFilter
 from bitextmine.mining.mined_file import write_pairs
 from tests.helpers import read_mined, run, sentences
 
@@ -90,10 +90,10 @@ def test_an_unknown_output_suffix_is_a_one_line_error(indexed_workspace, tmp_pat
 def test_filters_drop_and_count_and_the_summary_says_so(indexed_workspace):
     """The fixture's 10 shared sentences are identical on both sides: the copies filter drops them."""
     work, shared = indexed_workspace
-    _mine(work)
+    _mine(work, "--filters", "none")
     unfiltered = read_mined(work / "mined" / "de-en.tsv.zst")
     assert {r[1] for r in unfiltered if r[1] == r[2]} == set(shared)
-    output = _mine(work, "--filter", "copies", "--filter", "letters")
+    output = _mine(work, "--filters", "none", "--filter", "copies", "--filter", "letters")
     rows = read_mined(work / "mined" / "de-en.tsv.zst")
     assert not [r for r in rows if r[1] == r[2]] and len(rows) == len(unfiltered) - 10
     stats = json.loads((work / "mined" / "de-en.stats.json").read_text())
@@ -102,6 +102,15 @@ def test_filters_drop_and_count_and_the_summary_says_so(indexed_workspace):
     assert stats["options"]["filters"]["copies"] == 0.9
     flat = " ".join(output.replace("│", " ").split())
     assert "dropped by copies 10" in flat and f"kept {len(rows)}" in flat
+
+
+def test_mine_filters_web_by_default(indexed_workspace):
+    work, _ = indexed_workspace
+    _mine(work)
+    stats = json.loads((work / "mined" / "de-en.stats.json").read_text())
+    assert stats["options"]["filters"] == WEB.to_json()
+    assert list(stats["counts"]["filtered"]) == WEB.enabled() and stats["counts"]["filtered"]["copies"] == 10
+    assert not [r for r in read_mined(work / "mined" / "de-en.tsv.zst") if r[1] == r[2]]
 
 
 def test_a_bad_filter_fails_before_the_search(indexed_workspace):
@@ -138,11 +147,11 @@ def test_a_meta_column_is_carried_through_to_every_format(tmp_path, tiny_model_d
         )
         assert code == 0, output
         assert run("index", lang, "-w", str(work))[0] == 0
-    assert run("mine", "de", "en", "-w", str(work))[0] == 0  # every candidate
+    assert run("mine", "de", "en", "-w", str(work), "--filters", "none")[0] == 0  # every candidate
     rows = read_mined(work / "mined" / "de-en.tsv.zst")
     identical = {(r[5], r[6]) for r in rows if r[1] == r[2]}
     assert identical == {(f"de-{i:03d}", f"en-{i + 1:03d}") for i in range(6)}
-    assert run("mine", "de", "en", "-w", str(work), "--format", "jsonl")[0] == 0
+    assert run("mine", "de", "en", "-w", str(work), "--format", "jsonl", "--filters", "none")[0] == 0
     records = [json.loads(line) for line in (work / "mined" / "de-en.jsonl").read_text().splitlines()]
     assert {(r["src_meta"], r["tgt_meta"]) for r in records if r["src"] == r["tgt"]} == identical
 
@@ -173,9 +182,9 @@ def test_parquet_without_pyarrow_is_a_one_line_error(monkeypatch, tmp_path, miss
 def test_each_filter_through_the_cli_drops_what_it_counts(indexed_workspace, item, name):
     """Every filter, alone: the pairs it drops are gone from the output, and counted in the stats."""
     work, shared = indexed_workspace
-    assert run("mine", "de", "en", "-w", str(work))[0] == 0
+    assert run("mine", "de", "en", "-w", str(work), "--filters", "none")[0] == 0
     every = read_mined(work / "mined" / "de-en.tsv.zst")
-    code, output = run("mine", "de", "en", "-w", str(work), "--filter", item)
+    code, output = run("mine", "de", "en", "-w", str(work), "--filters", "none", "--filter", item)
     assert code == 0, output
     kept = read_mined(work / "mined" / "de-en.tsv.zst")
     stats = json.loads((work / "mined" / "de-en.stats.json").read_text())

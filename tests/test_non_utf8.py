@@ -66,7 +66,9 @@ def test_a_workspace_folder_whose_name_is_not_utf8_is_a_usage_error(tmp_path):
 def test_mine_writes_and_names_outputs_that_are_not_utf8(odd_names):
     root, work = odd_names
     pairs, summary = root / not_utf8(b"\xff.tsv.zst"), root / not_utf8(b"\xfe.json")
-    code, output = run("mine", "de", "en", "-w", str(work), "-o", str(pairs), "--json", str(summary))
+    code, output = run(
+        "mine", "de", "en", "-w", str(work), "-o", str(pairs), "--json", str(summary), "--filters", "none"
+    )
     assert code == 0 and "Traceback" not in output, output
     assert json.loads(summary.read_text())["output"]["path"] == str(pairs)
     en_files = {row[4].rsplit(":", 1)[0] for row in read_mined(pairs)}
@@ -76,6 +78,8 @@ def test_mine_writes_and_names_outputs_that_are_not_utf8(odd_names):
 @pytest.mark.integration
 def test_an_ascii_stdout_gets_the_pairs_table_with_escapes(odd_names):
     _, work = odd_names
-    result = CliRunner(charset="ascii").invoke(app, ["mine", "de", "en", "-w", str(work)])
+    result = CliRunner(charset="ascii").invoke(
+        app, ["mine", "de", "en", "-w", str(work), "--filters", "none"]
+    )
     assert result.exit_code == 0, result.output
     assert "schl\\xe4ft" in result.output

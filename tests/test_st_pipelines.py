@@ -114,7 +114,7 @@ def test_labse_shape_mined_end_to_end_gives_sentence_transformers_pairs(st_model
         assert json.loads((work / "emb" / lang / "manifest.json").read_text())["model"]["dim"] == 24
         code, output = run("index", lang, "-w", str(work))
         assert code == 0, output
-    code, output = run("mine", "de", "en", "-w", str(work), "--threshold", "1.0")
+    code, output = run("mine", "de", "en", "-w", str(work), "--threshold", "1.0", "--filters", "none")
     assert code == 0, output
     mined = {(row[1], row[2]) for row in read_mined(work / "mined" / "de-en.tsv.zst")}
 

@@ -9,15 +9,22 @@ from rich.table import Table
 
 from bitextmine.cli.app import checked_by
 from bitextmine.cli.output import fields_table
-from bitextmine.mining.filters import FILTER_NAMES, PRESETS, FilterSettings, parse_filters
+from bitextmine.mining.filters import DEFAULT_PRESET, FILTER_NAMES, PRESETS, FilterSettings, parse_filters
 
+_PRESETS_HELP = (
+    f"Filter preset: {', '.join(PRESETS)}. web drops pairs with a side confidently in another language, "
+    "copies, sides without words, length ratios above 2.5 and duplicate pairs (docs/commands.md)."
+)
 FiltersPresetOption = Annotated[
-    str,
+    str, typer.Option("--filters", help=_PRESETS_HELP, callback=checked_by(parse_filters))
+]
+# `mine`, `mine-files`: no preset given is `default_filters`
+MineFiltersOption = Annotated[
+    str | None,
     typer.Option(
         "--filters",
-        help=f"Filter preset: {', '.join(PRESETS)}. web drops pairs with a side confidently in another "
-        "language, copies, sides without words, length ratios above 2.5 and duplicate pairs "
-        "(docs/commands.md).",
+        help=f"{_PRESETS_HELP} \\[default: {DEFAULT_PRESET}, without its language check for a language "
+        "that language identification does not know]",
         callback=checked_by(parse_filters),
     ),
 ]
@@ -34,6 +41,14 @@ FilterOption = Annotated[
 
 def filter_settings(preset: str, items: list[str] | None) -> FilterSettings:
     return parse_filters(preset, items or [])
+
+
+def mine_filter_settings(preset: str | None, items: list[str] | None) -> FilterSettings | None:
+    """`mine`'s filters: None (`default_filters`, resolved with the pair's languages) when neither a
+    preset nor a filter is given, else the preset (by default DEFAULT_PRESET) with the filters on top."""
+    if preset is None and not items:
+        return None
+    return parse_filters(preset or DEFAULT_PRESET, items or [])
 
 
 def filtered_table(title: str, reached: int, dropped: dict[str, int], kept: int) -> Table:

@@ -24,7 +24,12 @@ from bitextmine.cli.app import (
     out,
     user_errors,
 )
-from bitextmine.cli.filter_options import FilterOption, FiltersPresetOption, filter_settings, filtered_table
+from bitextmine.cli.filter_options import (
+    FilterOption,
+    MineFiltersOption,
+    filtered_table,
+    mine_filter_settings,
+)
 from bitextmine.cli.launcher_options import NO_FLAGS, LauncherFlags, with_launcher_options
 from bitextmine.cli.output import ProgressDisplay, emit_json, json_target, results_table
 from bitextmine.cli.plots import histogram_lines
@@ -78,7 +83,7 @@ def mine(
             "--force", help="Mine even if the two languages were encoded by different models (a warning)."
         ),
     ] = False,
-    filters: FiltersPresetOption = "none",
+    filters: MineFiltersOption = None,
     filter_items: FilterOption = None,
     output: Annotated[
         Path | None,
@@ -106,8 +111,8 @@ def mine(
     by score, plus WORK/mined/SRC-TGT.stats.json. --threshold auto reads the threshold `bitextmine
     calibrate` stored for this pair and the embeddings' model (WORK/thresholds.json or --thresholds),
     auto:PAIR another pair's; the summary says which threshold was used and where it came from. Pair
-    filters (--filters web, --filter NAME[=VALUE]) drop pairs that reach the threshold but are not
-    translations; their counts go to the stats and the summary. --output/--format write tsv.zst,
+    filters (by default --filters web; --filter NAME[=VALUE]) drop pairs that reach the threshold but
+    are not translations; their counts go to the stats and the summary. --output/--format write tsv.zst,
     tsv.gz, tsv, jsonl or parquet. Two languages encoded by different models are refused unless --force.
     --json gets the stats file's content.
     """
@@ -130,7 +135,7 @@ def mine_options(flags: dict[str, Any]) -> MineOptions:
     from bitextmine.steps.mine import MineOptions
 
     given = {f.name: flags[f.name] for f in fields(MineOptions) if f.name in flags and f.name != "filters"}
-    filters = filter_settings(flags["filters"], flags["filter_items"])
+    filters = mine_filter_settings(flags["filters"], flags["filter_items"])
     return MineOptions(**given, filters=filters, format=flags["output_format"])
 
 

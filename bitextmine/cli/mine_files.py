@@ -24,7 +24,7 @@ from bitextmine.cli.app import (
     require_model,
     user_errors,
 )
-from bitextmine.cli.filter_options import FilterOption, FiltersPresetOption
+from bitextmine.cli.filter_options import FilterOption, MineFiltersOption
 from bitextmine.cli.mine import OutputFormat, mine_options, print_mine_summary
 from bitextmine.cli.output import ProgressDisplay, emit_json, json_target
 from bitextmine.workspace.layout import Workspace
@@ -59,7 +59,7 @@ def mine_files(
         ),
     ] = None,
     thresholds: ThresholdsOption = None,
-    filters: FiltersPresetOption = "none",
+    filters: MineFiltersOption = None,
     filter_items: FilterOption = None,
     output_format: Annotated[
         OutputFormat | None,

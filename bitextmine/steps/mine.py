@@ -9,7 +9,7 @@ import shutil
 import time
 import tokenize
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ from bitextmine.errors import BitextmineError
 from bitextmine.files import OutputTarget, atomic_open, output_target, write_json
 from bitextmine.launch.config import LauncherConfig
 from bitextmine.launch.jobs import Job, run_jobs
-from bitextmine.mining.filters import NO_FILTERS, FilterSettings, PairFilter
+from bitextmine.mining.filters import FilterSettings, PairFilter, default_filters
 from bitextmine.mining.mined_file import (
     FORMATS,
     MinedOutput,
@@ -60,7 +60,8 @@ class MineOptions(MiningSettings):  # k, margin, strategy, then:
     job_rows: int = 1_000_000  # queries per neighbour job (the unit of resume and of cluster jobs)
     model: str | None = None  # a model dir with 0.1's thresholds; default: the embeddings' model
     force: bool = False  # mine two languages encoded by different models (a warning instead of an error)
-    filters: FilterSettings = NO_FILTERS  # pair filters, applied to the candidates that reach the threshold
+    # pair filters, applied to the candidates that reach the threshold; None: `default_filters`
+    filters: FilterSettings | None = None
     output: Path | None = None  # default: WORK/mined/SRC-TGT.FORMAT
     format: str | None = None  # one of mining.mined_file.FORMATS; default: from `output`'s suffix, or tsv.zst
 
@@ -194,6 +195,8 @@ def _mine(
 ) -> MineSummary:
     started = time.perf_counter()
     pair = f"{src_lang}-{tgt_lang}"
+    if options.filters is None:
+        options = replace(options, filters=default_filters(src_lang, tgt_lang, warn_user))
     target, fmt = options.output_target(workspace, src_lang, tgt_lang)
     src, tgt = open_language(workspace, src_lang), open_language(workspace, tgt_lang)
     _check_same_model(src, tgt, options.force)

@@ -185,7 +185,8 @@ def mine_in(workspace: Path, threshold: float, index_args: list[str], resumable:
         figures["factory"] = json.loads((workspace / "index" / "de.json").read_text())["factory"]
         figures["mine_runs"] = []
     out = workspace / "mined" / "de-en.tsv"
-    mine = ["mine", "de", "en", "--threshold", repr(threshold), "--workdir", str(workspace), "-o", str(out)]
+    mine = ["mine", "de", "en", "--threshold", repr(threshold), "--filters", "none"]  # the search's pairs
+    mine += ["--workdir", str(workspace), "-o", str(out)]
     try:
         figures["mine_runs"].append(run_command(mine + ["--job-rows", str(EXACT_JOB_ROWS)] * resumable))
     except Interrupted as stopped:

@@ -431,7 +431,7 @@ def workspace_row(model: Path, sentences: list[str], rows: int, device: str) -> 
             seconds[f"index {lang}"] = command_seconds("index", lang, "--factory", "Flat", "-w", str(work))
         for where in dict.fromkeys((device, "cpu")):
             output = Path(scratch) / f"mined-{where}.tsv"
-            mine = ("mine", "de", "en", "--device", where, "--output", str(output), "--format", "tsv")
+            mine = ("mine", "de", "en", "--device", where, "--filters", "none", "--output", str(output))
             seconds[f"mine on {where}"] = command_seconds(*mine, "-w", str(work))
             mined[where] = output.read_text().splitlines()
     return {

@@ -5,7 +5,7 @@
         --known ../shared/data/parallel/de-en/news --work /tmp/self-training --rounds 2 --steps 60
 
 Round r (model 0 is --model):
-  1. encode news.SRC and news.en with model r into WORK/round-r, index both;
+  1. encode news.SRC and news.en with model r into WORK/round-r (language identification: --lid), index both;
   2. calibrate on the BUCC-format dev split: the best-F1 threshold, and that F1 (the round's dev F1);
   3. mine SRC-en at that threshold (pair filters: --filters);
   4. (r < --rounds) train model r+1 from model r on the mined file for --steps steps (the `mining`
@@ -41,12 +41,12 @@ class Round:
 def mine_round(model: str, args: argparse.Namespace, work: bm.Workspace) -> Round:
     """Encode, index, calibrate and mine with `model` in `work`."""
     for lang in (args.src, "en"):
-        bm.encode(work, [args.mono / f"news.{lang}.txt.zst"], lang, model)
+        bm.encode(work, [args.mono / f"news.{lang}.txt.zst"], lang, model, bm.EncodeOptions(lid=args.lid))
         bm.index(work, lang)
     split = bm.read_bucc(args.bucc, f"{args.src}-en", "dev")
     encoder = bm.load_encoder(model)
     calibration = bm.calibrate(work, split, encoder)
-    options = bm.MineOptions(threshold="auto", filters=bm.parse_filters(args.filters))
+    options = bm.MineOptions(threshold="auto", filters=args.filters and bm.parse_filters(args.filters))
     mined = bm.mine(work, args.src, "en", options)
     result = calibration.result
     return Round(model, result.threshold, 100 * result.scores.f1, mined.output, mined.kept)
@@ -103,7 +103,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1, help="training rounds (default: 1)")
     parser.add_argument("--steps", type=int, default=60, help="training steps a round (default: 60)")
     parser.add_argument("--known", type=Path, help="PREFIX of known translations PREFIX.SRC / PREFIX.en")
-    parser.add_argument("--filters", default="web", help="mine's pair-filter preset (default: web)")
+    parser.add_argument("--lid", help="encode's language identification rule (default: encode's, reject)")
+    parser.add_argument("--filters", help="mine's pair-filter preset (default: mine's, web)")
     args = parser.parse_args()
 
     model, rounds = args.model, []

@@ -46,8 +46,15 @@ def plan_corpus(paths: Sequence[str], lang: str, settings: CorpusSettings) -> Co
     if not paths:
         raise CorpusError("no input files")
     sources = [SourceInfo.of(p) for p in paths]
-    s = settings
-    return CorpusManifest(lang, sources, s.shard_size, s.dedup, s.max_chars, columns=s.columns, lid=s.lid)
+    return CorpusManifest(
+        lang,
+        sources,
+        settings.shard_size,
+        settings.dedup,
+        settings.max_chars,
+        columns=settings.columns,
+        lid=settings.lid,
+    )
 
 
 def write_corpus(

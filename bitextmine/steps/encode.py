@@ -42,9 +42,9 @@ InputPaths = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 
 @dataclass
 class EncodeOptions:
-    shard_size: int = 100_000
-    dedup: bool = False
-    max_chars: int = 10_000
+    shard_size: int = CorpusSettings.shard_size
+    dedup: bool = CorpusSettings.dedup
+    max_chars: int = CorpusSettings.max_chars
     overwrite: bool = False
     columns: Columns | None = None  # TSV input: the sentence column and a meta column to carry
     lid: str | None = None  # reject, accept or off (LidFilter); None: reject if py3langid knows the language

@@ -18,7 +18,7 @@ MODEL  ?= $(SHARED)/models/multilingual-e5-small-q4
 BUCC   ?= $(SHARED)/data/bucc-like
 WORK   ?= bitextmine-work/demo
 
-.PHONY: install test test-fast test-slurm demo bench bench-encode bench-mine bench-train bench-train-ablation bench-train-hard-negatives bench-analysis bench-lid bench-filters bench-thresholds bench-exact bench-scale-real-encode bench-scale-real gpu-check-data gpu-check-dry-run lint format clean
+.PHONY: install test test-fast test-slurm demo bench bench-encode bench-mine bench-train bench-train-ablation bench-train-hard-negatives bench-train-weak-languages bench-analysis bench-lid bench-filters bench-thresholds bench-exact bench-scale-real-encode bench-scale-real gpu-check-data gpu-check-dry-run lint format clean
 
 install: $(VENV)/.installed
 
@@ -122,6 +122,13 @@ HARD_NEGATIVE_SEEDS ?= 0,1,2
 bench-train-hard-negatives: install
 	$(BIN)/python examples/benchmarks/bench_train.py --ablation hard-negatives --hard-negatives $(HARD_NEGATIVES) \
 	  --steps $(HARD_NEGATIVE_STEPS) --minutes 10,30 --seeds $(HARD_NEGATIVE_SEEDS) --resume
+
+# The `weak-languages` recipe over seeds 0-2, margin 0 against 0.3 (examples/benchmarks/train_weak_languages.sh;
+# ~1 h a run on 2 cores, one at a time; WEAK_JOBS=6 on a GPU). Rows: results/weak_languages.{json,md}.
+WEAK_JOBS ?= 1
+bench-train-weak-languages: install
+	DATA=$(SHARED)/data MODEL=$(MODEL) OUT=bitextmine-work/weak-languages JOBS=$(WEAK_JOBS) PY=$(BIN)/python \
+	  examples/benchmarks/train_weak_languages.sh
 
 # Exact mining, whole process against whole process: LASER's mine_bitexts.py logic (FAISS IndexFlatIP,
 # ratio margin, k=4) against bitextmine.mine_arrays on the first EXACT_SIZE vectors a side of the scale

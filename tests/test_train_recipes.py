@@ -65,7 +65,13 @@ def test_the_weak_languages_recipe_distills_to_the_base(configs, tmp_path):
     code, output = _train(tmp_path, "--recipe", "weak-languages")
     assert code == 0, output
     assert configs[0].objectives == {"contrastive": 1.0, "distill": 1.0}
-    assert configs[0].teacher == "m"
+    assert (configs[0].teacher, configs[0].options["margin"]) == ("m", 0.3)
+
+
+def test_the_mining_recipe_keeps_trains_margin(configs, tmp_path):
+    code, output = _train(tmp_path, "--recipe", "mining")
+    assert code == 0, output
+    assert configs[0].options["margin"] == 0.0
 
 
 def test_an_unknown_recipe_is_a_usage_error_naming_the_recipes(configs, tmp_path):
@@ -90,3 +96,4 @@ def test_a_recipe_gives_python_users_train_config_arguments(tmp_path):
     )
     assert config.objectives == {"contrastive": 1.0, "distill": 1.0}
     assert (config.lr, config.max_length) == (FINE_TUNE["lr"], FINE_TUNE["max_length"])
+    assert config.options == {"margin": 0.3}

@@ -69,7 +69,7 @@ import bitextmine as bm
 
 MINING = bm.RECIPES["mining"].config_settings()
 # the `mining` recipe's fine-tuning settings, under each row's objectives
-FINE_TUNE = {key: value for key, value in MINING.items() if key != "objectives"}
+FINE_TUNE = {key: value for key, value in MINING.items() if key not in ("objectives", "options")}
 
 BUCC_PAIRS = ("de-en", "zh-en")
 TATOEBA_LANGS = ("deu", "fra", "rus", "cmn", "ces")

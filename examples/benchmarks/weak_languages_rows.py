@@ -1,0 +1,132 @@
+"""The rows of `train_weak_languages.sh`: one per trained run (arm, seed) and one for the base model, with
+held-out xsim error and Tatoeba accuracy per language, appended to a results JSON; its report (.md next to
+it) gives each arm's mean ± sd over seeds.
+
+Usage: python examples/benchmarks/weak_languages_rows.py RUNS_DIR RESULTS_JSON ARMS
+       python examples/benchmarks/weak_languages_rows.py --report-only RESULTS_JSON
+(ARMS as the script's: NAME:STEPS:FLAGS;...; a row records its arm's steps and flags.)
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch  # noqa: F401  (imported so that the stamp's machine names the GPU where there is one)
+from benchlib import load_rows, runs_table, save_results, stamped, table
+
+XSIM_LANGS = ("amh", "swh", "tam", "yor", "khm", "deu", "fra", "rus", "zho_simpl", "ces")
+TATOEBA_LANGS = ("amh", "swh", "tam", "khm", "deu", "fra", "rus", "cmn", "ces")
+BASE = "base"
+
+
+def run_files(run_dir: Path) -> dict:
+    """A run's outputs: `train --json`, `eval xsim --json`, `eval tatoeba --json` and the last record of
+    its train_log.jsonl (absent for the base model, which only has xsim)."""
+    files = {f.stem: json.loads(f.read_text()) for f in run_dir.glob("*.json")}
+    log = run_dir / "model" / "train_log.jsonl"
+    if log.is_file():
+        files["log_last"] = json.loads(log.read_text().splitlines()[-1])
+    return files
+
+
+def row(arm: str, seed: int | None, steps: int | None, flags: str, files: dict) -> dict:
+    """A run's row: xsim error (%) and Tatoeba accuracy (mean of both directions) per language, and the
+    training figures."""
+    result = {"arm": arm, "seed": seed, "steps": steps, "flags": flags}
+    result["xsim"] = {r["lang"]: r["error_rate"] for r in files["xsim"]["rows"]}
+    if "tatoeba" in files:
+        rows = files["tatoeba"]["rows"]
+        result["tatoeba"] = {r["lang"]: (r["xx_to_eng"] + r["eng_to_xx"]) / 2 for r in rows}
+    if "train" in files:
+        train, last = files["train"], files["log_last"]
+        result["train"] = {"pairs": train["pairs"], "seconds": round(train["seconds"], 1)}
+        result["train"] |= {key: round(last[key], 4) for key in ("loss", "distill/xx", "distill/en")}
+    return result
+
+
+def parse_arms(text: str) -> dict[str, tuple[int, str]]:
+    """NAME:STEPS:FLAGS;... -> {name: (steps, flags)}."""
+    arms = {}
+    for item in filter(None, text.split(";")):
+        name, steps, flags = item.split(":", 2)
+        arms[name] = (int(steps), flags)
+    return arms
+
+
+def collect(runs: Path, arms: dict[str, tuple[int, str]]) -> list[dict]:
+    """The rows of every run directory NAME-seedSEED under `runs` whose arm is in `arms`, and the base's."""
+    rows = [row(BASE, None, None, "", run_files(runs / BASE))]
+    for run_dir in sorted(runs.glob("*-seed*")):
+        name, seed = run_dir.name.rsplit("-seed", 1)
+        if name in arms and (run_dir / "tatoeba.json").is_file():
+            steps, flags = arms[name]
+            rows.append(row(name, int(seed), steps, flags, run_files(run_dir)))
+    return [stamped(r) for r in rows]
+
+
+def mean_sd(values: list[float]) -> str:
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.mean(values):.2f} ± {sd:.2f}"
+
+
+def report(rows: list[dict]) -> str:
+    """Each arm's mean ± sd over its seeds: xsim averaged over the languages, Yoruba's, Tatoeba averaged;
+    then each language's mean."""
+    by_arm: dict[str, list[dict]] = {}
+    for r in rows:
+        by_arm.setdefault(r["arm"], []).append(r)
+    head = "arm | steps | flags | seeds | xsim % avg | yor xsim % | Tatoeba avg | distill/en"
+    summary = []
+    for arm, runs in by_arm.items():
+        tatoeba = [statistics.mean(r["tatoeba"].values()) for r in runs if "tatoeba" in r]
+        summary.append(
+            " | ".join(
+                [
+                    arm, str(runs[0]["steps"] or "-"), f"`{runs[0]['flags']}`" if runs[0]["flags"] else "-",
+                    str(len(runs)) if runs[0]["seed"] is not None else "-",
+                    mean_sd([statistics.mean(r["xsim"].values()) for r in runs]),
+                    mean_sd([r["xsim"]["yor"] for r in runs]),
+                    mean_sd(tatoeba) if tatoeba else "-",
+                    mean_sd([r["train"]["distill/en"] for r in runs]) if "train" in runs[0] else "-",
+                ]
+            )
+        )  # fmt: skip
+    per_lang = [
+        " | ".join([arm, *(f"{statistics.mean(r['xsim'][lang] for r in runs):.2f}" for lang in XSIM_LANGS)])
+        for arm, runs in by_arm.items()
+    ]
+    lines = [
+        "# The `weak-languages` recipe over seeds: held-out xsim and Tatoeba",
+        "",
+        "Produced by `examples/benchmarks/train_weak_languages.sh` (rows: `weak_languages_rows.py`); what "
+        "the runs are, their command and the conclusion: [training_runs.md](training_runs.md). xsim: % "
+        "error, FLORES dev xx -> eng, the last 200 lines; Tatoeba: accuracy, mean of both directions, the "
+        "last 200 pairs (all 168 for amh). distill/en: the English side's distance to the teacher at the "
+        "last step.",
+        "",
+        *table(head, "lrlrrrrr", summary),
+        "",
+        "xsim % error by language (mean over seeds):",
+        "",
+        *table("arm | " + " | ".join(XSIM_LANGS), "l" + "r" * len(XSIM_LANGS), per_lang),
+        "",
+        *runs_table(rows, lambda r: r["arm"]),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    if sys.argv[1] == "--report-only":
+        store = Path(sys.argv[2])
+        store.with_suffix(".md").write_text(report(load_rows(store)))
+        return
+    runs, store, arms = Path(sys.argv[1]), Path(sys.argv[2]), parse_arms(sys.argv[3])
+    rows = load_rows(store) + collect(runs, arms)
+    save_results(store, rows, report(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -124,7 +124,7 @@ bench-train-hard-negatives: install
 	  --steps $(HARD_NEGATIVE_STEPS) --minutes 10,30 --seeds $(HARD_NEGATIVE_SEEDS) --resume
 
 # The `weak-languages` recipe over seeds 0-2, margin 0 against 0.3 (examples/benchmarks/train_weak_languages.sh;
-# ~1 h a run on 2 cores, one at a time; WEAK_JOBS=6 on a GPU). Rows: results/weak_languages.{json,md}.
+# ~20 min a run on 2 cores, one at a time; WEAK_JOBS=6 on a GPU). Rows: results/weak_languages.{json,md}.
 WEAK_JOBS ?= 1
 bench-train-weak-languages: install
 	DATA=$(SHARED)/data MODEL=$(MODEL) OUT=bitextmine-work/weak-languages JOBS=$(WEAK_JOBS) PY=$(BIN)/python \

@@ -12,6 +12,7 @@ from tests.helpers import REPO
 
 sys.path.insert(0, str(REPO / "examples" / "benchmarks"))
 rows_script = pytest.importorskip("weak_languages_rows")
+bench_stamp = pytest.importorskip("benchlib").stamp
 
 
 def write_run(run_dir, yor: float, tatoeba: float | None = None, distill_en: float = 0.2) -> None:
@@ -52,8 +53,15 @@ def test_the_report_gives_each_arms_mean_and_sd_over_seeds(tmp_path):
         write_run(tmp_path / f"m0-seed{seed}", yor=yor, tatoeba=tatoeba)
     text = rows_script.report(rows_script.collect(tmp_path, rows_script.parse_arms("m0:300:--margin 0")))
     # xsim averages 10 languages: 0.6 and 0.5; sd of (0.6, 0.5) and of (6, 5) and of (90, 91)
-    assert "| m0 | 300 | `--margin 0` | 2 | 0.55 ± 0.07 | 5.50 ± 0.71 | 90.50 ± 0.71 | 0.20 ± 0.00 |" in text
-    assert "| base | - | - | - | 2.70 ± 0.00 | 27.00 ± 0.00 | - | - |" in text
+    machine = rows_script.machine_label(bench_stamp()["machine"])
+    means = "0.55 ± 0.07 | 5.50 ± 0.71 | 90.50 ± 0.71 | 0.20 ± 0.00"
+    assert f"| m0 | {machine} | 300 | `--margin 0` | 2 | {means} |" in text
+    assert f"| base | {machine} | - | - | - | 2.70 ± 0.00 | 27.00 ± 0.00 | - | - |" in text
+
+
+def test_runs_are_grouped_by_machine_named_by_its_gpu_or_else_its_cpu():
+    assert rows_script.machine_label("Intel Xeon, 16 cores, 126 GB RAM, NVIDIA H200") == "NVIDIA H200"
+    assert rows_script.machine_label("AMD EPYC, 2 cores, 24 GB RAM") == "AMD EPYC"
 
 
 def test_arms_parse_into_names_steps_and_flags():

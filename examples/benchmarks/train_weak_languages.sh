@@ -8,7 +8,7 @@
 #          [ARMS="margin0:300:--margin 0;margin0.3:300:--margin 0.3"] [SEEDS="0 1 2"] [JOBS=1] [DEVICE=auto] \
 #          examples/benchmarks/train_weak_languages.sh
 # ARMS: NAME:STEPS:FLAGS;... (FLAGS added to `--recipe weak-languages`). JOBS runs at once: 1 on a
-# 2-core CPU (a 300-step run takes about an hour there), all of them on a GPU (an H200 trains 6 at once,
+# 2-core CPU (a 300-step run: 18 min on a quiet one), all of them on a GPU (an H200 trains 6 at once,
 # 1200 steps each, in 3.3 min). Rows: appended to RESULTS (default results/weak_languages.json), one a
 # run and one for the base, and its report rewritten (.md); the runs' files stay in OUT/runs.
 set -uo pipefail

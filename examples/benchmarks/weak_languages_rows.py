@@ -72,13 +72,19 @@ def mean_sd(values: list[float]) -> str:
     return f"{statistics.mean(values):.2f} ± {sd:.2f}"
 
 
+def machine_label(machine: str) -> str:
+    """The GPU where the stamp names one, else the CPU model: bf16 kernels differ between them."""
+    parts = [part.strip() for part in machine.split(",")]
+    return next((part for part in parts if "NVIDIA" in part), parts[0])
+
+
 def report(rows: list[dict]) -> str:
-    """Each arm's mean ± sd over its seeds: xsim averaged over the languages, Yoruba's, Tatoeba averaged;
-    then each language's mean."""
+    """Each arm's mean ± sd over its seeds on one machine: xsim averaged over the languages, Yoruba's,
+    Tatoeba averaged; then each language's mean."""
     by_arm: dict[str, list[dict]] = {}
     for r in rows:
-        by_arm.setdefault(r["arm"], []).append(r)
-    head = "arm | steps | flags | seeds | xsim % avg | yor xsim % | Tatoeba avg | distill/en"
+        by_arm.setdefault(f"{r['arm']} | {machine_label(r['machine'])}", []).append(r)
+    head = "arm | machine | steps | flags | seeds | xsim % avg | yor xsim % | Tatoeba avg | distill/en"
     summary = []
     for arm, runs in by_arm.items():
         tatoeba = [statistics.mean(r["tatoeba"].values()) for r in runs if "tatoeba" in r]
@@ -107,11 +113,11 @@ def report(rows: list[dict]) -> str:
         "last 200 pairs (all 168 for amh). distill/en: the English side's distance to the teacher at the "
         "last step.",
         "",
-        *table(head, "lrlrrrrr", summary),
+        *table(head, "llrlrrrrr", summary),
         "",
         "xsim % error by language (mean over seeds):",
         "",
-        *table("arm | " + " | ".join(XSIM_LANGS), "l" + "r" * len(XSIM_LANGS), per_lang),
+        *table("arm | machine | " + " | ".join(XSIM_LANGS), "ll" + "r" * len(XSIM_LANGS), per_lang),
         "",
         *runs_table(rows, lambda r: r["arm"]),
     ]

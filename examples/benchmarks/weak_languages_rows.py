@@ -1,6 +1,6 @@
 """The rows of `train_weak_languages.sh`: one per trained run (arm, seed) and one for the base model, with
 held-out xsim error and Tatoeba accuracy per language, appended to a results JSON; its report (.md next to
-it) gives each arm's mean ± sd over seeds.
+it) gives each arm's mean ± sd over seeds, machine by machine (bf16 kernels differ).
 
 Usage: python examples/benchmarks/weak_languages_rows.py RUNS_DIR RESULTS_JSON ARMS
        python examples/benchmarks/weak_languages_rows.py --report-only RESULTS_JSON

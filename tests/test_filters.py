@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from bitextmine.cli.filter_options import mine_filter_settings
-from bitextmine.errors import BitextmineError
+from bitextmine.errors import BitextmineError, BitextmineWarning
 from bitextmine.mining.filters import (
     NO_FILTERS,
     WEB,
@@ -164,10 +164,20 @@ def test_bad_filter_options_are_one_line_errors(preset, items, message):
 
 
 def test_mine_without_filter_options_gets_the_web_preset_and_options_go_on_top_of_it():
-    assert mine_filter_settings(None, None) is None  # resolved by default_filters with the pair's languages
-    assert mine_filter_settings(None, ["score-max=1.3"]) == replace(WEB, score_max=1.3)
-    assert mine_filter_settings("none", None) == NO_FILTERS
-    assert mine_filter_settings("none", ["letters"]) == FilterSettings(letters=True)
+    assert mine_filter_settings(None, None, "de", "en") is None  # resolved by the mine step
+    assert mine_filter_settings(None, ["score-max=1.3"], "de", "en") == replace(WEB, score_max=1.3)
+    assert mine_filter_settings("none", None, "de", "en") == NO_FILTERS
+    assert mine_filter_settings("none", ["letters"], "de", "en") == FilterSettings(letters=True)
+    assert mine_filter_settings("web", None, "xx", "en") == WEB  # asked for: its check fails later
+
+
+def test_filters_on_top_of_the_default_keep_its_allowance_for_an_unknown_language():
+    with pytest.warns(BitextmineWarning, match="does not know 'xx'"):
+        relaxed = mine_filter_settings(None, ["score-max=1.3"], "xx", "en")
+    assert relaxed == replace(WEB, score_max=1.3, language=None)
+    warnings: list[str] = []
+    assert default_filters("xx", "en", warnings.append, ["language=0.6"]) == replace(WEB, language=0.6)
+    assert warnings == []  # the check was asked for by name: PairFilter's error names the language
 
 
 def test_the_default_filters_skip_the_language_check_only_for_a_language_lid_does_not_know():

@@ -9,7 +9,15 @@ from rich.table import Table
 
 from bitextmine.cli.app import checked_by
 from bitextmine.cli.output import fields_table
-from bitextmine.mining.filters import DEFAULT_PRESET, FILTER_NAMES, PRESETS, FilterSettings, parse_filters
+from bitextmine.mining.filters import (
+    DEFAULT_PRESET,
+    FILTER_NAMES,
+    PRESETS,
+    FilterSettings,
+    default_filters,
+    parse_filters,
+)
+from bitextmine.text.reader import warn_user
 
 _PRESETS_HELP = (
     f"Filter preset: {', '.join(PRESETS)}. web drops pairs with a side confidently in another language, "
@@ -43,12 +51,16 @@ def filter_settings(preset: str, items: list[str] | None) -> FilterSettings:
     return parse_filters(preset, items or [])
 
 
-def mine_filter_settings(preset: str | None, items: list[str] | None) -> FilterSettings | None:
-    """`mine`'s filters: None (`default_filters`, resolved with the pair's languages) when neither a
-    preset nor a filter is given, else the preset (by default DEFAULT_PRESET) with the filters on top."""
+def mine_filter_settings(
+    preset: str | None, items: list[str] | None, src_lang: str, tgt_lang: str
+) -> FilterSettings | None:
+    """`mine`'s filters: None (`default_filters`, resolved by the mine step) when neither a preset nor
+    a filter is given; the filters on top of `default_filters` without a preset; else on the preset."""
     if preset is None and not items:
         return None
-    return parse_filters(preset or DEFAULT_PRESET, items or [])
+    if preset is None:
+        return default_filters(src_lang, tgt_lang, warn_user, items or [])
+    return parse_filters(preset, items or [])
 
 
 def filtered_table(title: str, reached: int, dropped: dict[str, int], kept: int) -> Table:

@@ -135,7 +135,7 @@ def mine_options(flags: dict[str, Any]) -> MineOptions:
     from bitextmine.steps.mine import MineOptions
 
     given = {f.name: flags[f.name] for f in fields(MineOptions) if f.name in flags and f.name != "filters"}
-    filters = mine_filter_settings(flags["filters"], flags["filter_items"])
+    filters = mine_filter_settings(flags["filters"], flags["filter_items"], flags["src"], flags["tgt"])
     return MineOptions(**given, filters=filters, format=flags["output_format"])
 
 

@@ -99,12 +99,16 @@ def parse_filters(preset: str | None, items: Sequence[str] = ()) -> FilterSettin
     return settings
 
 
-def default_filters(src_lang: str, tgt_lang: str, warn: Callable[[str], None]) -> FilterSettings:
-    """`mine`'s filters when none are asked for: DEFAULT_PRESET, without its language check where the
-    language identifier does not know a language (said through `warn`), so that no pair fails for it."""
-    settings = PRESETS[DEFAULT_PRESET]
+def default_filters(
+    src_lang: str, tgt_lang: str, warn: Callable[[str], None], items: Sequence[str] = ()
+) -> FilterSettings:
+    """`mine`'s filters when no preset is asked for: DEFAULT_PRESET with the `items` (--filter) on top,
+    without its language check where the language identifier does not know a language (said through
+    `warn`) and no item asks for the check, so that no pair fails for it."""
+    settings = parse_filters(DEFAULT_PRESET, items)
     unknown = [lang for lang in (src_lang, tgt_lang) if not knows(lang)]
-    if unknown and settings.language is not None:
+    asked = any(item.partition("=")[0] == "language" for item in items)
+    if unknown and settings.language is not None and not asked:
         warn(
             f"language identification does not know {', '.join(map(repr, unknown))}: the default filters "
             f"({DEFAULT_PRESET}) skip their language check (--filters {DEFAULT_PRESET} or none silences this)"

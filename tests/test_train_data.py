@@ -95,22 +95,6 @@ def test_the_stream_is_seeded_and_each_epoch_is_a_permutation(corpus):
     assert first[:n] != first[n:]  # epochs are shuffled differently
 
 
-def test_a_share_of_the_stream_loses_its_accents_on_the_non_english_side_only(tmp_path):
-    write(tmp_path / "t.yo", [f"àwọn {i}" for i in range(400)])
-    write(tmp_path / "t.en", [f"café {i}" for i in range(400)])
-    sources = find_sources([str(tmp_path / "t.yo")])
-    plain = list(itertools.islice(pair_stream(sources, seed=3, buffer=50), 800))
-    stripped = list(itertools.islice(pair_stream(sources, seed=3, buffer=50, strip_accents=0.3), 800))
-    assert stripped == list(itertools.islice(pair_stream(sources, seed=3, buffer=50, strip_accents=0.3), 800))
-    assert [p.tgt for p in stripped] == [p.tgt for p in plain]  # same order; English untouched
-    changed = [i for i, (a, b) in enumerate(zip(plain, stripped, strict=True)) if a != b]
-    assert all(stripped[i].src == plain[i].src.replace("àwọn", "awon") for i in changed)
-    assert 0.25 < len(changed) / 800 < 0.35
-    assert {i for i in changed if i < 400} != {i - 400 for i in changed if i >= 400}  # drawn anew each epoch
-    everything = list(itertools.islice(pair_stream(sources, seed=3, buffer=50, strip_accents=1), 400))
-    assert all(p.src.startswith("awon") for p in everything)
-
-
 def test_token_batches_respect_the_budget_and_resume_exactly():
     pairs = [Pair("de", "w " * (i % 7 + 1), "w " * (i % 5 + 1)) for i in range(400)]
     source = [PairSource("de", ("x",))]

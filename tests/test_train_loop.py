@@ -112,17 +112,6 @@ def test_a_checkpoint_from_other_settings_is_refused(tiny_model_dir, toy_pairs, 
         train(TrainConfig(objectives={"contrastive": 1.0}, lr=1.0, max_tokens=120, **common))
 
 
-def test_the_share_of_unaccented_pairs_is_part_of_a_run(tiny_model_dir, toy_pairs, tmp_path):
-    common = dict(data=[str(toy_pairs)], out=tmp_path, base=str(tiny_model_dir("bert")), max_steps=1)
-    common |= dict(objectives={"contrastive": 1.0}, max_tokens=120)
-    assert "strip_accents" not in TrainConfig(**common).resume_key()  # older checkpoints still resume
-    train(TrainConfig(checkpoint_every=1, strip_accents=0.3, **common))
-    with pytest.raises(Exception, match="written by a run with other settings"):
-        train(TrainConfig(**common))
-    with pytest.raises(Exception, match=r"--strip-accents is a share from 0 to 1, got 1\.5"):
-        TrainConfig(strip_accents=1.5, **common)
-
-
 @pytest.mark.parametrize("kind", ["bert", "xlm-roberta"])
 @pytest.mark.parametrize("objective", ["contrastive", "mexma", "rtl", "vmsst", "xtr"])
 def test_packed_step_equals_padded_step(tiny_model_dir, kind, objective):
@@ -171,12 +160,9 @@ def test_train_command_end_to_end_and_its_errors(tiny_model_dir, toy_pairs, tmp_
         "--out",
         str(out),
     ]
-    result = runner.invoke(
-        app, [*args, "--max-steps", "3", "--max-tokens", "120", "--bf16", "off", "--strip-accents", "0.5"]
-    )
+    result = runner.invoke(app, [*args, "--max-steps", "3", "--max-tokens", "120", "--bf16", "off"])
     assert result.exit_code == 0, result.output
     assert "trained 3 steps" in result.output
-    assert json.loads((out / "bitextmine.json").read_text())["training"]["strip_accents"] == 0.5
     encoded = runner.invoke(
         app, ["encode", str(toy_pairs), "--lang", "de", "--model", str(out), "-w", str(tmp_path / "w")]
     )

@@ -235,16 +235,6 @@ def train(
             min=1,
         ),
     ] = 20_000,
-    strip_accents: Annotated[
-        float,
-        typer.Option(
-            metavar="SHARE",
-            help="Share of pairs whose non-English side is trained without the accents of its Latin "
-            "letters, as much web text is written (0: none).",
-            min=0,
-            max=1,
-        ),
-    ] = 0.0,
     mask_ratio: Annotated[float, typer.Option(help="MEXMA masking ratio.", min=0, max=1)] = 0.4,
     no_token_gradients: Annotated[
         bool,
@@ -345,7 +335,6 @@ def train(
             hard_negatives=p["hard_negatives"],
             hard_negative_refresh=p["hard_negative_refresh"],
             hard_negative_pool=p["hard_negative_pool"],
-            strip_accents=p["strip_accents"],
         )
         out_dir.mkdir(parents=True, exist_ok=True)
         try:

@@ -5,9 +5,9 @@ file ``xx.SPLIT`` of an N-way parallel folder holding ``eng.SPLIT`` (FLORES: ``a
 ``eng.dev``), a TSV of ``xx<TAB>en`` lines with the pair in its file name (e.g. ``pairs.de-en.tsv``), or
 `mine`'s output named after its pair (e.g. ``de-en.tsv.zst``; `bitextmine.train.mined`), whose pairs may
 carry weights. Every pair has an English side: the file names say which it is. Sources are read lazily
-and interleaved line by line, passed through a seeded shuffle buffer (where asked, some lose their
-accents) and cut into batches by a token budget. The stream is a pure function of (sources, seed), so a
-run resumes exactly by skipping the number of pairs it had drawn.
+and interleaved line by line, passed through a seeded shuffle buffer and cut into batches by a token
+budget. The stream is a pure function of (sources, seed), so a run resumes exactly by skipping the
+number of pairs it had drawn.
 """
 
 from __future__ import annotations
@@ -17,12 +17,11 @@ import itertools
 import random
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from bitextmine.errors import BitextmineError
 from bitextmine.mining.mined_file import FORMATS, mined_format
-from bitextmine.text.accents import strip_latin_accents
 from bitextmine.text.cleaning import clean_line
 from bitextmine.text.reader import CorpusCounts, Warn, iter_rows, read_lines, warn_user
 from bitextmine.train.mined import (
@@ -266,12 +265,9 @@ def pair_stream(
     excluded: set[bytes] | None = None,
     on_excluded: Callable[[Pair], None] | None = None,
     warn: Warn = warn_user,
-    strip_accents: float = 0.0,
 ) -> Iterator[Pair]:
     """Endless shuffled stream of pairs: epoch e interleaves all sources line by line and shuffles the
-    result through a buffer of `buffer` pairs with a generator seeded by (seed, e). A share
-    `strip_accents` of the pairs, drawn by another generator seeded by (seed, e), come with their
-    non-English side's Latin letters unaccented (text/accents.py).
+    result through a buffer of `buffer` pairs with a generator seeded by (seed, e).
 
     Problems in the files (invalid UTF-8, cut lines, empty files) go to `warn` in the first epoch only.
     """
@@ -284,13 +280,11 @@ def pair_stream(
             on_excluded(pair)
 
     while True:
-        rng, accents = random.Random(f"{seed}:{epoch}"), random.Random(f"{seed}:{epoch}:accents")
+        rng = random.Random(f"{seed}:{epoch}")
         drawn = 0
         pairs = interleave(sources, excluded, count_excluded, warn=warn if epoch == 0 else _warned_before)
         for pair in _shuffled(pairs, buffer, rng):
             drawn += 1
-            if strip_accents and accents.random() < strip_accents:
-                pair = replace(pair, src=strip_latin_accents(pair.src))
             yield pair
         if drawn == 0:
             raise _no_pairs(sources, dropped[0])

@@ -91,7 +91,6 @@ class TrainConfig:
     hard_negatives: int = 0  # mined negatives per pair for the contrastive loss (0: none)
     hard_negative_refresh: int = 100  # steps between minings
     hard_negative_pool: int = 20_000  # pairs mined at once: the next ones of the stream
-    strip_accents: float = 0.0  # share of pairs whose non-English side loses its Latin accents
 
     def __post_init__(self) -> None:
         if not self.objectives:
@@ -112,8 +111,6 @@ class TrainConfig:
             )
         if self.hard_negatives:
             self._check_hard_negatives()
-        if not 0 <= self.strip_accents <= 1:
-            raise BitextmineError(f"--strip-accents is a share from 0 to 1, got {self.strip_accents}")
 
     def _check_hard_negatives(self) -> None:
         if "contrastive" not in self.objectives:
@@ -145,8 +142,6 @@ class TrainConfig:
         key = {k: getattr(self, k) for k in keep}
         if self.hard_negative_settings:  # absent without, so that checkpoints from before it still resume
             key["hard_negatives"] = self.hard_negative_settings.as_dict()
-        if self.strip_accents:  # likewise
-            key["strip_accents"] = self.strip_accents
         return json.loads(json.dumps(key, default=str))
 
 
@@ -221,7 +216,6 @@ def _train(config: TrainConfig, reporter: Reporter) -> TrainSummary:
         excluded=excluded,
         on_excluded=lambda _pair: skipped.__setitem__(0, skipped[0] + 1),
         warn=reporter.warning,
-        strip_accents=config.strip_accents,
     )
     if config.hard_negative_settings:
         run.miner = _hard_negative_miner(run, config.hard_negative_settings, sources, excluded, reporter)
@@ -293,12 +287,7 @@ def _hard_negative_miner(
     """A miner reading its own copy of the batches' pair stream (whose problems the batches report)."""
     config = run.config
     pairs = pair_stream(
-        sources,
-        config.seed,
-        buffer=config.shuffle_buffer,
-        excluded=excluded,
-        warn=lambda _message: None,
-        strip_accents=config.strip_accents,
+        sources, config.seed, buffer=config.shuffle_buffer, excluded=excluded, warn=lambda _message: None
     )
     encoder = sentence_encoder(run.encoder.model, run.tokenizer, run.settings, run.model_dir)
     device = "cuda" if encoder.device.type == "cuda" else "cpu"
@@ -567,7 +556,6 @@ def save_model(run: _Run, evaluation: dict[str, float], excluded_pairs: int) -> 
                 "min_score": run.config.min_score,
                 "weight_by_score": run.config.weight_by_score,
                 "hard_negatives": hard_negatives.as_dict() if hard_negatives else None,
-                "strip_accents": run.config.strip_accents,
                 "languages": run.languages,
                 "steps": run.step,
                 "pairs": run.pairs,

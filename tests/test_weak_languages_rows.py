@@ -15,7 +15,7 @@ rows_script = pytest.importorskip("weak_languages_rows")
 bench_stamp = pytest.importorskip("benchlib").stamp
 
 
-def write_run(run_dir, yor: float, tatoeba: float | None = None, distill_en: float = 0.2) -> None:
+def write_run(run_dir, yor: float, tatoeba: float | None = None, distill_en: float | None = 0.2) -> None:
     """A run's files: xsim 0 for every language but Yoruba; Tatoeba `tatoeba` on average, every language."""
     run_dir.mkdir(parents=True)
     xsim = [{"lang": x, "error_rate": yor if x == "yor" else 0.0} for x in rows_script.XSIM_LANGS]
@@ -27,7 +27,7 @@ def write_run(run_dir, yor: float, tatoeba: float | None = None, distill_en: flo
     (run_dir / "tatoeba.json").write_text(json.dumps({"rows": both}))
     (run_dir / "train.json").write_text(json.dumps({"pairs": 100, "seconds": 12.34}))
     (run_dir / "model").mkdir()
-    last = {"step": 3, "loss": 0.5, "distill/xx": 0.3, "distill/en": distill_en}
+    last = {"step": 3, "loss": 0.5} | ({"distill/xx": 0.3, "distill/en": distill_en} if distill_en else {})
     log = [{"step": 1, "loss": 2.0}, last]
     (run_dir / "model" / "train_log.jsonl").write_text("\n".join(map(json.dumps, log)))
 
@@ -57,6 +57,14 @@ def test_the_report_gives_each_arms_mean_and_sd_over_seeds(tmp_path):
     means = "0.55 ± 0.07 | 5.50 ± 0.71 | 90.50 ± 0.71 | 0.20 ± 0.00"
     assert f"| m0 | {machine} | 300 | `--margin 0` | 2 | {means} |" in text
     assert f"| base | {machine} | - | - | - | 2.70 ± 0.00 | 27.00 ± 0.00 | - | - |" in text
+
+
+def test_an_arm_without_distill_has_no_distill_figures(tmp_path):
+    write_run(tmp_path / "base", yor=27.0)
+    write_run(tmp_path / "c-seed0", yor=4.0, tatoeba=90.0, distill_en=None)
+    rows = rows_script.collect(tmp_path, rows_script.parse_arms("c:300:--objectives contrastive"))
+    assert rows[1]["train"] == {"pairs": 100, "seconds": 12.3, "loss": 0.5}
+    assert "| 1 | 0.40 ± 0.00 | 4.00 ± 0.00 | 90.00 ± 0.00 | - |" in rows_script.report(rows)
 
 
 def test_runs_are_grouped_by_machine_named_by_its_gpu_or_else_its_cpu():

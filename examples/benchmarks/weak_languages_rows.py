@@ -43,7 +43,9 @@ def row(arm: str, seed: int | None, steps: int | None, flags: str, files: dict) 
     if "train" in files:
         train, last = files["train"], files["log_last"]
         result["train"] = {"pairs": train["pairs"], "seconds": round(train["seconds"], 1)}
-        result["train"] |= {key: round(last[key], 4) for key in ("loss", "distill/xx", "distill/en")}
+        result["train"] |= {
+            key: round(last[key], 4) for key in ("loss", "distill/xx", "distill/en") if key in last
+        }
     return result
 
 
@@ -88,6 +90,7 @@ def report(rows: list[dict]) -> str:
     summary = []
     for arm, runs in by_arm.items():
         tatoeba = [statistics.mean(r["tatoeba"].values()) for r in runs if "tatoeba" in r]
+        distill = [r["train"]["distill/en"] for r in runs if "distill/en" in r.get("train", {})]
         summary.append(
             " | ".join(
                 [
@@ -96,7 +99,7 @@ def report(rows: list[dict]) -> str:
                     mean_sd([statistics.mean(r["xsim"].values()) for r in runs]),
                     mean_sd([r["xsim"]["yor"] for r in runs]),
                     mean_sd(tatoeba) if tatoeba else "-",
-                    mean_sd([r["train"]["distill/en"] for r in runs]) if "train" in runs[0] else "-",
+                    mean_sd(distill) if distill else "-",
                 ]
             )
         )  # fmt: skip
@@ -111,7 +114,7 @@ def report(rows: list[dict]) -> str:
         "the runs are, their command and the conclusion: [training_runs.md](training_runs.md). xsim: % "
         "error, FLORES dev xx -> eng, the last 200 lines; Tatoeba: accuracy, mean of both directions, the "
         "last 200 pairs (all 168 for amh). distill/en: the English side's distance to the teacher at the "
-        "last step.",
+        "last step (- without distill).",
         "",
         *table(head, "llrlrrrrr", summary),
         "",

@@ -123,7 +123,7 @@ bench-train-hard-negatives: install
 	$(BIN)/python examples/benchmarks/bench_train.py --ablation hard-negatives --hard-negatives $(HARD_NEGATIVES) \
 	  --steps $(HARD_NEGATIVE_STEPS) --minutes 10,30 --seeds $(HARD_NEGATIVE_SEEDS) --resume
 
-# The `weak-languages` recipe over seeds 0-2, margin 0 against 0.3 (examples/benchmarks/train_weak_languages.sh;
+# The `weak-languages` recipe over seeds 0-2, with and without distillation (train_weak_languages.sh;
 # ~20 min a run on 2 cores, one at a time; WEAK_JOBS=6 on a GPU). Rows: results/weak_languages.{json,md}.
 WEAK_JOBS ?= 1
 bench-train-weak-languages: install

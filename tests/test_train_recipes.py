@@ -61,11 +61,12 @@ def test_a_value_given_equal_to_the_default_still_overrides_the_recipe(configs, 
     assert configs[0].warmup_steps == 100
 
 
-def test_the_weak_languages_recipe_distills_to_the_base(configs, tmp_path):
+def test_the_weak_languages_recipe_adds_labses_margin(configs, tmp_path):
     code, output = _train(tmp_path, "--recipe", "weak-languages")
     assert code == 0, output
-    assert configs[0].objectives == {"contrastive": 1.0, "distill": 1.0}
-    assert (configs[0].teacher, configs[0].options["margin"]) == ("m", 0.3)
+    assert configs[0].objectives == {"contrastive": 1.0}
+    assert (configs[0].teacher, configs[0].options["margin"]) == (None, 0.3)
+    assert {key: getattr(configs[0], key) for key in FINE_TUNE} == FINE_TUNE
 
 
 def test_the_mining_recipe_keeps_trains_margin(configs, tmp_path):
@@ -94,6 +95,6 @@ def test_a_recipe_gives_python_users_train_config_arguments(tmp_path):
     config = loop.TrainConfig(
         data=["x"], out=tmp_path, base="m", max_minutes=10, **RECIPES["weak-languages"].config_settings()
     )
-    assert config.objectives == {"contrastive": 1.0, "distill": 1.0}
+    assert config.objectives == {"contrastive": 1.0}
     assert (config.lr, config.max_length) == (FINE_TUNE["lr"], FINE_TUNE["max_length"])
     assert config.options == {"margin": 0.3}

@@ -19,6 +19,7 @@ from benchlib import load_rows, runs_table, save_results, stamped, table
 
 XSIM_LANGS = ("amh", "swh", "tam", "yor", "khm", "deu", "fra", "rus", "zho_simpl", "ces")
 TATOEBA_LANGS = ("amh", "swh", "tam", "khm", "deu", "fra", "rus", "cmn", "ces")
+UNSEEN_LANGS = ("epo", "ina", "lat", "bre", "eus", "tat", "uig", "kab")  # Tatoeba, in no training file
 BASE = "base"
 
 
@@ -37,9 +38,9 @@ def row(arm: str, seed: int | None, steps: int | None, flags: str, files: dict) 
     training figures."""
     result = {"arm": arm, "seed": seed, "steps": steps, "flags": flags}
     result["xsim"] = {r["lang"]: r["error_rate"] for r in files["xsim"]["rows"]}
-    if "tatoeba" in files:
-        rows = files["tatoeba"]["rows"]
-        result["tatoeba"] = {r["lang"]: (r["xx_to_eng"] + r["eng_to_xx"]) / 2 for r in rows}
+    for name in ("tatoeba", "unseen"):
+        if name in files:
+            result[name] = {r["lang"]: (r["xx_to_eng"] + r["eng_to_xx"]) / 2 for r in files[name]["rows"]}
     if "train" in files:
         train, last = files["train"], files["log_last"]
         result["train"] = {"pairs": train["pairs"], "seconds": round(train["seconds"], 1)}
@@ -86,10 +87,14 @@ def report(rows: list[dict]) -> str:
     by_arm: dict[str, list[dict]] = {}
     for r in rows:
         by_arm.setdefault(f"{r['arm']} | {machine_label(r['machine'])}", []).append(r)
-    head = "arm | machine | steps | flags | seeds | xsim % avg | yor xsim % | Tatoeba avg | distill/en"
+    head = (
+        "arm | machine | steps | flags | seeds | xsim % avg | yor xsim % | Tatoeba avg | unseen | distill/en"
+    )
     summary = []
     for arm, runs in by_arm.items():
-        tatoeba = [statistics.mean(r["tatoeba"].values()) for r in runs if "tatoeba" in r]
+        tatoeba, unseen = (
+            [statistics.mean(r[k].values()) for r in runs if k in r] for k in ("tatoeba", "unseen")
+        )
         distill = [r["train"]["distill/en"] for r in runs if "distill/en" in r.get("train", {})]
         summary.append(
             " | ".join(
@@ -99,6 +104,7 @@ def report(rows: list[dict]) -> str:
                     mean_sd([statistics.mean(r["xsim"].values()) for r in runs]),
                     mean_sd([r["xsim"]["yor"] for r in runs]),
                     mean_sd(tatoeba) if tatoeba else "-",
+                    mean_sd(unseen) if unseen else "-",
                     mean_sd(distill) if distill else "-",
                 ]
             )
@@ -113,10 +119,11 @@ def report(rows: list[dict]) -> str:
         "Produced by `examples/benchmarks/train_weak_languages.sh` (rows: `weak_languages_rows.py`); what "
         "the runs are, their command and the conclusion: [training_runs.md](training_runs.md). xsim: % "
         "error, FLORES dev xx -> eng, the last 200 lines; Tatoeba: accuracy, mean of both directions, the "
-        "last 200 pairs (all 168 for amh). distill/en: the English side's distance to the teacher at the "
-        "last step (- without distill).",
+        "last 200 pairs (all 168 for amh); unseen: Tatoeba accuracy in 8 languages no training file has "
+        f"({', '.join(UNSEEN_LANGS)}), all pairs. distill/en: the English side's distance to the teacher "
+        "at the last step (- without distill).",
         "",
-        *table(head, "llrlrrrrr", summary),
+        *table(head, "llrlrrrrrr", summary),
         "",
         "xsim % error by language (mean over seeds):",
         "",

@@ -1,6 +1,7 @@
 """The rows of `train_weak_languages.sh`: one per trained run (arm, seed) and one for the base model, with
-held-out xsim error and Tatoeba accuracy per language, appended to a results JSON; its report (.md next to
-it) gives each arm's mean ± sd over seeds, machine by machine (bf16 kernels differ).
+held-out xsim error and Tatoeba accuracy per language (also in languages no training file has), appended
+to a results JSON; its report (.md next to it) gives each arm's mean ± sd over seeds, machine by machine
+(bf16 kernels differ).
 
 Usage: python examples/benchmarks/weak_languages_rows.py RUNS_DIR RESULTS_JSON ARMS
        python examples/benchmarks/weak_languages_rows.py --report-only RESULTS_JSON
@@ -24,8 +25,8 @@ BASE = "base"
 
 
 def run_files(run_dir: Path) -> dict:
-    """A run's outputs: `train --json`, `eval xsim --json`, `eval tatoeba --json` and the last record of
-    its train_log.jsonl (absent for the base model, which only has xsim)."""
+    """A run's outputs: `train --json`, `eval xsim --json`, the two `eval tatoeba --json` (tatoeba, unseen)
+    and the last record of its train_log.jsonl (the base model has only xsim and unseen)."""
     files = {f.stem: json.loads(f.read_text()) for f in run_dir.glob("*.json")}
     log = run_dir / "model" / "train_log.jsonl"
     if log.is_file():
@@ -34,8 +35,8 @@ def run_files(run_dir: Path) -> dict:
 
 
 def row(arm: str, seed: int | None, steps: int | None, flags: str, files: dict) -> dict:
-    """A run's row: xsim error (%) and Tatoeba accuracy (mean of both directions) per language, and the
-    training figures."""
+    """A run's row: xsim error (%) and Tatoeba accuracy (mean of both directions; held-out and unseen) per
+    language, and the training figures."""
     result = {"arm": arm, "seed": seed, "steps": steps, "flags": flags}
     result["xsim"] = {r["lang"]: r["error_rate"] for r in files["xsim"]["rows"]}
     for name in ("tatoeba", "unseen"):

@@ -18,7 +18,7 @@ MODEL  ?= $(SHARED)/models/multilingual-e5-small-q4
 BUCC   ?= $(SHARED)/data/bucc-like
 WORK   ?= bitextmine-work/demo
 
-.PHONY: install test test-fast test-slurm demo bench bench-encode bench-mine bench-train bench-train-ablation bench-train-hard-negatives bench-train-weak-languages bench-analysis bench-lid bench-filters bench-thresholds bench-exact bench-scale-real-encode bench-scale-real gpu-check-data gpu-check-dry-run lint format clean
+.PHONY: install test test-fast test-slurm demo bench bench-encode bench-mine bench-train bench-train-ablation bench-train-hard-negatives bench-train-margin bench-train-weak-languages bench-analysis bench-lid bench-filters bench-thresholds bench-exact bench-scale-real-encode bench-scale-real gpu-check-data gpu-check-dry-run lint format clean
 
 install: $(VENV)/.installed
 
@@ -122,6 +122,12 @@ HARD_NEGATIVE_SEEDS ?= 0,1,2
 bench-train-hard-negatives: install
 	$(BIN)/python examples/benchmarks/bench_train.py --ablation hard-negatives --hard-negatives $(HARD_NEGATIVES) \
 	  --steps $(HARD_NEGATIVE_STEPS) --minutes 10,30 --seeds $(HARD_NEGATIVE_SEEDS) --resume
+
+# The `mining` recipe with and without `--margin 0.3` at 30 minutes, once per seed (~37 min a run on 2 quiet cores);
+# the control runs are bench-train-hard-negatives' 30-minute `contrastive` runs, run here only where absent
+MARGIN_SEEDS ?= 0,1,2
+bench-train-margin: install
+	$(BIN)/python examples/benchmarks/bench_train.py --ablation margin --seeds $(MARGIN_SEEDS) --resume
 
 # The `weak-languages` recipe over seeds 0-2, with and without distillation (train_weak_languages.sh;
 # ~20 min a run on 2 cores, one at a time; WEAK_JOBS=6 on a GPU). Rows: results/weak_languages.{json,md}.

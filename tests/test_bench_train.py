@@ -35,7 +35,7 @@ def run(arm: str, budget: str, seed: int, dev: float, tatoeba: float) -> dict:
     ],
 )
 def test_hard_negatives_pay_only_when_both_gains_exceed_twice_the_larger_sd(dev, tatoeba, word):
-    assert word in bench.hard_negatives_verdict({bench.DEV: dev, bench.TATOEBA: tatoeba})
+    assert word in bench.transfer_verdict("Hard negatives change")({bench.DEV: dev, bench.TATOEBA: tatoeba})
 
 
 def test_the_report_has_a_table_per_budget_with_means_the_difference_and_the_verdict():
@@ -74,3 +74,23 @@ def test_a_resumed_ablation_runs_only_what_is_not_recorded(tmp_path, monkeypatch
     bench.run_ablation(HARD, [bench.Budget(steps=3)], [0, 1], results, tmp_path / "r.json", resume)
     assert trained == [0, 0, 1, 1][2 * resume :]
     assert all((results[key] == {"commit": "before"}) == resume for key in recorded)
+
+
+def test_the_margin_ablation_shares_the_hard_negatives_control_runs():
+    margin = bench.ABLATIONS["margin"]
+    treated = [arm for arm in margin.arms if arm != "contrastive"][0]
+    budget = bench.Budget(minutes=30)
+    assert margin.run_key("contrastive", budget, 1) == HARD.key.format(arm="contrastive", budget=budget, seed=1)
+    assert margin.run_key(treated, budget, 1) == f"margin: {treated}, 30 min, seed 1"
+    assert margin.arms["contrastive"] == HARD.arms["contrastive"]
+    results = {
+        HARD.run_key(arm, budget, seed): run(arm, "30 min", seed, 90.0 + seed, 80.0)
+        for arm in HARD.arms
+        for seed in (0, 1)
+    }
+    results |= {margin.run_key(treated, budget, s): run(treated, "30 min", s, 92.0 + s, 81.0) for s in (0, 1)}
+    assert sorted(r["arm"] for r in margin.runs(results).values()) == sorted(["contrastive", treated] * 2)
+    text = bench.report(results)
+    section = text.split(f"## {margin.title}")[1]
+    assert "| **difference of means** (larger sd) |  |  |  | +2.00 (sd 0.71) |" in section
+    assert "A margin of 0.3 changes average dev F1" in section

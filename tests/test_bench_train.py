@@ -78,9 +78,11 @@ def test_a_resumed_ablation_runs_only_what_is_not_recorded(tmp_path, monkeypatch
 
 def test_the_margin_ablation_shares_the_hard_negatives_control_runs():
     margin = bench.ABLATIONS["margin"]
-    treated = [arm for arm in margin.arms if arm != "contrastive"][0]
+    treated = next(arm for arm in margin.arms if arm != "contrastive")
     budget = bench.Budget(minutes=30)
-    assert margin.run_key("contrastive", budget, 1) == HARD.key.format(arm="contrastive", budget=budget, seed=1)
+    assert margin.run_key("contrastive", budget, 1) == HARD.key.format(
+        arm="contrastive", budget=budget, seed=1
+    )
     assert margin.run_key(treated, budget, 1) == f"margin: {treated}, 30 min, seed 1"
     assert margin.arms["contrastive"] == HARD.arms["contrastive"]
     results = {
@@ -88,6 +90,10 @@ def test_the_margin_ablation_shares_the_hard_negatives_control_runs():
         for arm in HARD.arms
         for seed in (0, 1)
     }
+    assert margin.runs(results) == {}
+    results[HARD.key.format(arm="contrastive", budget="10 min", seed=0)] = run(
+        "contrastive", "10 min", 0, 1, 1
+    )
     results |= {margin.run_key(treated, budget, s): run(treated, "30 min", s, 92.0 + s, 81.0) for s in (0, 1)}
     assert sorted(r["arm"] for r in margin.runs(results).values()) == sorted(["contrastive", treated] * 2)
     text = bench.report(results)

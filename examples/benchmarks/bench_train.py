@@ -340,7 +340,7 @@ def report(results: dict) -> str:
     ablation_runs = {}
     for ablation in ABLATIONS.values():
         runs = ablation.runs(results)
-        if any(key.startswith(ablation.prefix) for key in runs):
+        if runs:
             lines += ablation_report(ablation, list(runs.values()))
             ablation_runs |= runs
     measured = {"speed": results["speed"]} if "speed" in results else {}
@@ -401,12 +401,17 @@ class Ablation:
         return key.format(arm=arm, budget=budget, seed=seed)
 
     def runs(self, results: dict) -> dict[str, dict]:
-        """The ablation's runs in `results`, its control arm's under `control_key` among them."""
-        prefixes = {self.prefix, *([self.control_key.split(":")[0] + ": "] if self.control_key else [])}
-        return {
+        """The ablation's runs in `results`, with its control arm's under `control_key` on the budgets the
+        ablation has runs of."""
+        own = {key: r for key, r in results.items() if key.startswith(self.prefix)}
+        if not self.control_key:
+            return own
+        shared = self.control_key.split(":")[0] + ": "
+        budgets = set(map(budget_of, own.values()))
+        return own | {
             key: r
             for key, r in results.items()
-            if key.startswith(self.prefix) or (key.startswith(tuple(prefixes)) and r["arm"] == self.control)
+            if key.startswith(shared) and r["arm"] == self.control and budget_of(r) in budgets
         }
 
 

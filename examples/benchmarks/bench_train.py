@@ -521,8 +521,9 @@ ABLATIONS = {
         key="margin: {arm}, {budget}, seed {seed}",
         title="Does an additive margin pay in the `mining` recipe, at 30 minutes?",
         about="The `mining` recipe (contrastive) against the same with `--margin M` (LaBSE's additive "
-        "margin, the `weak-languages` recipe's M), at equal wall clock on a quiet machine; the control "
-        "runs are the hard-negatives ablation's `contrastive` runs (the same settings and budget). "
+        "margin, the `weak-languages` recipe's M), at equal wall clock; the control runs are the "
+        "hard-negatives ablation's `contrastive` runs (the same settings and budget). The steps that 30 "
+        "minutes buy vary with the machine and its load (each run's steps and commit). "
         "Evaluated as that ablation: dev F1* at thresholds from the other half, Tatoeba by language and "
         "averaged, FLORES-101 dev xsim. The `mining` recipe's target: Tatoeba >= 95.5 at 30 CPU minutes, "
         "every language up.",

@@ -76,15 +76,23 @@ def test_a_resumed_ablation_runs_only_what_is_not_recorded(tmp_path, monkeypatch
     assert all((results[key] == {"commit": "before"}) == resume for key in recorded)
 
 
-def test_the_margin_ablation_shares_the_hard_negatives_control_runs():
-    margin = bench.ABLATIONS["margin"]
+@pytest.mark.parametrize(
+    ("name", "changed", "verdict"),
+    [("margin", "options", "A margin of 0.3 changes"), ("lr", "lr", "Learning rate 5e-05 changes")],
+)
+def test_the_mining_recipe_ablations_share_the_hard_negatives_control_runs(
+    name: str, changed: str, verdict: str
+):
+    margin = bench.ABLATIONS[name]
     treated = next(arm for arm in margin.arms if arm != "contrastive")
     budget = bench.Budget(minutes=30)
     assert margin.run_key("contrastive", budget, 1) == HARD.key.format(
         arm="contrastive", budget=budget, seed=1
     )
-    assert margin.run_key(treated, budget, 1) == f"margin: {treated}, 30 min, seed 1"
+    assert margin.run_key(treated, budget, 1) == f"{name}: {treated}, 30 min, seed 1"
     assert margin.arms["contrastive"] == HARD.arms["contrastive"]
+    control, treatment = margin.arms["contrastive"], margin.arms[treated]
+    assert [key for key in treatment if treatment[key] != control[key]] == [changed]
     results = {
         HARD.run_key(arm, budget, seed): run(arm, "30 min", seed, 90.0 + seed, 80.0)
         for arm in HARD.arms
@@ -99,4 +107,4 @@ def test_the_margin_ablation_shares_the_hard_negatives_control_runs():
     text = bench.report(results)
     section = text.split(f"## {margin.title}")[1]
     assert "| **difference of means** (larger sd) |  |  |  | +2.00 (sd 0.71) |" in section
-    assert "A margin of 0.3 changes average dev F1" in section
+    assert f"{verdict} average dev F1" in section

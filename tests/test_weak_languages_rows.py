@@ -20,10 +20,10 @@ def write_run(
     yor: float,
     tatoeba: float | None = None,
     distill_en: float | None = 0.2,
-    unseen: float | None = None,
+    unseen: float | None = 70.0,
 ) -> None:
     """A run's files: xsim 0 for every language but Yoruba; Tatoeba `tatoeba` on average, every language;
-    `unseen` likewise on the languages no training file has."""
+    `unseen` likewise on the languages no training file has (None: no file, as a run failed there)."""
     run_dir.mkdir(parents=True)
     xsim = [{"lang": x, "error_rate": yor if x == "yor" else 0.0} for x in rows_script.XSIM_LANGS]
     (run_dir / "xsim.json").write_text(json.dumps({"rows": xsim}))
@@ -42,14 +42,16 @@ def write_run(
     (run_dir / "model" / "train_log.jsonl").write_text("\n".join(map(json.dumps, log)))
 
 
-def test_a_row_a_run_and_the_base_with_the_arms_steps_and_flags(tmp_path):
+def test_a_row_a_run_and_the_base_with_the_arms_steps_and_flags(tmp_path, capsys):
     write_run(tmp_path / "base", yor=27.0)
     write_run(tmp_path / "m0-seed0", yor=6.0, tatoeba=90.0)
     write_run(tmp_path / "m0-seed1", yor=5.0, tatoeba=91.0)
     write_run(tmp_path / "other-seed0", yor=1.0, tatoeba=99.0)  # not an arm asked for
-    (tmp_path / "m0-seed2").mkdir()  # a run that failed: no files
+    (tmp_path / "m0-seed2").mkdir()  # a run that failed in training: no files
+    write_run(tmp_path / "m0-seed3", yor=4.0, tatoeba=92.0, unseen=None)  # failed in its last evaluation
     rows = rows_script.collect(tmp_path, rows_script.parse_arms("m0:300:--margin 0"))
     assert [(r["arm"], r["seed"]) for r in rows] == [("base", None), ("m0", 0), ("m0", 1)]
+    assert "m0-seed3 lacks unseen.json: left out" in capsys.readouterr().err
     run = rows[1]
     assert (run["steps"], run["flags"]) == (300, "--margin 0") and run["xsim"]["yor"] == 6.0
     assert run["tatoeba"]["ces"] == 90.0  # the mean of both directions
@@ -74,7 +76,7 @@ def test_an_arm_without_distill_has_no_distill_figures(tmp_path):
     write_run(tmp_path / "c-seed0", yor=4.0, tatoeba=90.0, distill_en=None)
     rows = rows_script.collect(tmp_path, rows_script.parse_arms("c:300:--objectives contrastive"))
     assert rows[1]["train"] == {"pairs": 100, "seconds": 12.3, "loss": 0.5}
-    assert "| 1 | 0.40 ± 0.00 | 4.00 ± 0.00 | 90.00 ± 0.00 | - | - |" in rows_script.report(rows)
+    assert "| 1 | 0.40 ± 0.00 | 4.00 ± 0.00 | 90.00 ± 0.00 | 70.00 ± 0.00 | - |" in rows_script.report(rows)
 
 
 def test_runs_are_grouped_by_machine_named_by_its_gpu_or_else_its_cpu():

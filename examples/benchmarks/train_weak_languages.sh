@@ -31,6 +31,7 @@ UNSEEN=(--data "$DATA/tatoeba" --langs epo,ina,lat,bre,eus,tat,uig,kab)  # not i
 
 run() {  # NAME STEPS SEED FLAGS: train, then evaluate; its files in OUT/runs/NAME-seedSEED
   local r=$OUT/runs/$1-seed$3; mkdir -p "$r"
+  rm -f "$r"/*.json  # a rerun that fails must not leave an earlier run's results to be collected
   local common=(--device "$DEVICE" --threads 2 --workdir "$r/work")
   # shellcheck disable=SC2086  # FLAGS are words
   $PY -m bitextmine train --data "$DATA/flores101/dev" $(for l in amh swh tam khm; do

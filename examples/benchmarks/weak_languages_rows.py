@@ -22,6 +22,7 @@ XSIM_LANGS = ("amh", "swh", "tam", "yor", "khm", "deu", "fra", "rus", "zho_simpl
 TATOEBA_LANGS = ("amh", "swh", "tam", "khm", "deu", "fra", "rus", "cmn", "ces")
 UNSEEN_LANGS = ("epo", "ina", "lat", "bre", "eus", "tat", "uig", "kab")  # Tatoeba, in no training file
 BASE = "base"
+RUN_FILES = ("train", "xsim", "tatoeba", "unseen")  # a trained run's --json outputs, in the order written
 
 
 def run_files(run_dir: Path) -> dict:
@@ -61,13 +62,19 @@ def parse_arms(text: str) -> dict[str, tuple[int, str]]:
 
 
 def collect(runs: Path, arms: dict[str, tuple[int, str]]) -> list[dict]:
-    """The rows of every run directory NAME-seedSEED under `runs` whose arm is in `arms`, and the base's."""
+    """The rows of every complete run directory NAME-seedSEED under `runs` whose arm is in `arms`, and the
+    base's; an incomplete run (one that failed midway) is named on stderr and left out."""
     rows = [row(BASE, None, None, "", run_files(runs / BASE))]
     for run_dir in sorted(runs.glob("*-seed*")):
         name, seed = run_dir.name.rsplit("-seed", 1)
-        if name in arms and (run_dir / "tatoeba.json").is_file():
-            steps, flags = arms[name]
-            rows.append(row(name, int(seed), steps, flags, run_files(run_dir)))
+        if name not in arms:
+            continue
+        missing = [f"{stem}.json" for stem in RUN_FILES if not (run_dir / f"{stem}.json").is_file()]
+        if missing:
+            print(f"weak_languages_rows: {run_dir} lacks {', '.join(missing)}: left out", file=sys.stderr)
+            continue
+        steps, flags = arms[name]
+        rows.append(row(name, int(seed), steps, flags, run_files(run_dir)))
     return [stamped(r) for r in rows]
 
 

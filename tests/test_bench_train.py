@@ -83,28 +83,30 @@ def test_a_resumed_ablation_runs_only_what_is_not_recorded(tmp_path, monkeypatch
 def test_the_mining_recipe_ablations_share_the_hard_negatives_control_runs(
     name: str, changed: str, verdict: str
 ):
-    margin = bench.ABLATIONS[name]
-    treated = next(arm for arm in margin.arms if arm != "contrastive")
+    ablation = bench.ABLATIONS[name]
+    treated = next(arm for arm in ablation.arms if arm != "contrastive")
     budget = bench.Budget(minutes=30)
-    assert margin.run_key("contrastive", budget, 1) == HARD.key.format(
+    assert ablation.run_key("contrastive", budget, 1) == HARD.key.format(
         arm="contrastive", budget=budget, seed=1
     )
-    assert margin.run_key(treated, budget, 1) == f"{name}: {treated}, 30 min, seed 1"
-    assert margin.arms["contrastive"] == HARD.arms["contrastive"]
-    control, treatment = margin.arms["contrastive"], margin.arms[treated]
+    assert ablation.run_key(treated, budget, 1) == f"{name}: {treated}, 30 min, seed 1"
+    assert ablation.arms["contrastive"] == HARD.arms["contrastive"]
+    control, treatment = ablation.arms["contrastive"], ablation.arms[treated]
     assert [key for key in treatment if treatment[key] != control[key]] == [changed]
     results = {
         HARD.run_key(arm, budget, seed): run(arm, "30 min", seed, 90.0 + seed, 80.0)
         for arm in HARD.arms
         for seed in (0, 1)
     }
-    assert margin.runs(results) == {}
+    assert ablation.runs(results) == {}
     results[HARD.key.format(arm="contrastive", budget="10 min", seed=0)] = run(
         "contrastive", "10 min", 0, 1, 1
     )
-    results |= {margin.run_key(treated, budget, s): run(treated, "30 min", s, 92.0 + s, 81.0) for s in (0, 1)}
-    assert sorted(r["arm"] for r in margin.runs(results).values()) == sorted(["contrastive", treated] * 2)
+    results |= {
+        ablation.run_key(treated, budget, s): run(treated, "30 min", s, 92.0 + s, 81.0) for s in (0, 1)
+    }
+    assert sorted(r["arm"] for r in ablation.runs(results).values()) == sorted(["contrastive", treated] * 2)
     text = bench.report(results)
-    section = text.split(f"## {margin.title}")[1]
+    section = text.split(f"## {ablation.title}")[1]
     assert "| **difference of means** (larger sd) |  |  |  | +2.00 (sd 0.71) |" in section
     assert f"{verdict} average dev F1" in section

@@ -76,6 +76,25 @@ def test_a_resumed_ablation_runs_only_what_is_not_recorded(tmp_path, monkeypatch
     assert all((results[key] == {"commit": "before"}) == resume for key in recorded)
 
 
+def test_an_ablation_never_reruns_the_control_runs_it_borrows(tmp_path, monkeypatch):
+    trained = []
+    monkeypatch.setattr(
+        bench, "train_row", lambda spec, out, **kw: trained.append((spec, kw["seed"])) or {"steps": 1}
+    )
+    monkeypatch.setattr(bench, "evaluate", lambda out, full=False: {})
+    monkeypatch.setattr(bench, "stamped", lambda row: {**row, "commit": "now"})
+    monkeypatch.setattr(bench, "report", lambda results: "")
+    monkeypatch.setattr(bench, "save_rows", lambda store, results: None)
+    lr = bench.ABLATIONS["lr"]
+    budget = bench.Budget(minutes=30)
+    control = lr.run_key("contrastive", budget, 0)
+    results = {control: {"commit": "before"}}
+    bench.run_ablation(lr, [budget], [0, 1], results, tmp_path / "r.json", resume=False)
+    treatment = lr.arms[next(arm for arm in lr.arms if arm != "contrastive")]
+    assert trained == [(treatment, 0), (lr.arms["contrastive"], 1), (treatment, 1)]
+    assert results[control] == {"commit": "before"}
+
+
 @pytest.mark.parametrize(
     ("name", "changed", "verdict"),
     [("margin", "options", "A margin of 0.3 changes"), ("lr", "lr", "Learning rate 5e-05 changes")],

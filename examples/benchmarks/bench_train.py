@@ -642,12 +642,15 @@ def run_ablation(
 ) -> None:
     """Each arm of the ablation on each budget at each seed; a run is saved, and the report rebuilt, as it
     ends. With `resume`, the runs already in `results` are kept and not run again (an ablation of hours,
-    spread over several sittings: each run carries its own date and commit)."""
+    spread over several sittings: each run carries its own date and commit). Control runs recorded by the
+    ablation that owns them (`control_key`) are always kept: rerunning them here would replace that
+    ablation's rows."""
     for seed in seeds:
         for budget in budgets:
             for arm, spec in ablation.arms.items():
                 key = ablation.run_key(arm, budget, seed)
-                if resume and key in results:
+                borrowed = arm == ablation.control and bool(ablation.control_key)
+                if key in results and (resume or borrowed):
                     print(f"bench_train: {key} is recorded ({results[key]['commit']}), kept", flush=True)
                     continue
                 print(f"bench_train: {ablation.prefix}{arm}, {budget}, seed {seed} ...", flush=True)

@@ -129,3 +129,48 @@ def test_the_mining_recipe_ablations_share_the_hard_negatives_control_runs(
     section = text.split(f"## {ablation.title}")[1]
     assert "| **difference of means** (larger sd) |  |  |  | +2.00 (sd 0.71) |" in section
     assert f"{verdict} average dev F1" in section
+
+
+def objective_run(seed: int, dev: float, tatoeba: float) -> dict:
+    """An objective row's run whose dev pairs score `dev` and every Tatoeba language `tatoeba`."""
+    ev = {f"bucc/{p}": dev for p in bench.BUCC_PAIRS} | {f"tatoeba/{x}": tatoeba for x in bench.TATOEBA_LANGS}
+    train = {"steps": 100 + seed, "train_minutes": 10.0, "pairs_per_s": 20.0, "first_loss": 2, "last_loss": 1}
+    return {"train": train, "eval": ev, "seed": seed}
+
+
+def test_objective_rows_report_their_mean_and_sd_over_seeds_and_weigh_the_lead_against_it():
+    results = {
+        "base": {"eval": objective_run(0, 90.0, 80.0)["eval"]},
+        "contrastive": objective_run(0, 94.0, 85.0),
+        bench.row_key("contrastive", 1): objective_run(1, 94.2, 85.2),
+        "contrastive+xtr": objective_run(0, 94.1, 84.0),
+        bench.row_key("contrastive+xtr", 2): objective_run(2, 94.5, 84.0),
+        "contrastive+xtrx, seed 1": objective_run(1, 0.0, 0.0),  # another row's name, not a seed of xtr's
+    }
+    text = "\n".join(bench.objectives_report(results))
+    assert "| contrastive | 2 | 10.0 | 100-101 | 20.0 | 2 -> 1 | 94.10 ± 0.14 | 94.10 ± 0.14 |" in text
+    assert "| 85.10 ± 0.14 | +4.10 / +5.10 |" in text
+    assert "| base | - | - | - | - | - | 90.00 | 90.00 | 90.00 |" in text
+    assert "contrastive+xtr gained the most average dev F1 (+4.30 points" in text
+    assert "Its lead over contrastive (+0.20) is within twice the larger seed sd (0.57)." in text
+    assert bench.row_runs(results, "contrastive+xtr") == [
+        results["contrastive+xtr"],
+        results["contrastive+xtr, seed 2"],
+    ]
+
+
+def test_a_resumed_row_trains_only_the_seeds_not_recorded_and_the_base_once(tmp_path, monkeypatch):
+    trained = []
+    monkeypatch.setattr(
+        bench, "train_row", lambda spec, out, **kw: trained.append(kw["seed"]) or {"steps": 1}
+    )
+    monkeypatch.setattr(bench, "evaluate", lambda out, full=False: {"evaluated": True})
+    monkeypatch.setattr(bench, "stamped", lambda row: {**row, "commit": "now"})
+    monkeypatch.setattr(bench, "save", lambda results, store: None)
+    results = {"contrastive": {"commit": "before"}}
+    bench.run_row("contrastive", [0, 1, 2], results, tmp_path / "r.json", 10.0, True, None)
+    bench.run_row("base", [0, 1, 2], results, tmp_path / "r.json", 10.0, True, None)
+    assert trained == [1, 2]
+    assert results["contrastive"] == {"commit": "before"}
+    assert results["contrastive, seed 2"]["seed"] == 2 and results["base"]["eval"] == {"evaluated": True}
+    assert sorted(results) == ["base", "contrastive", "contrastive, seed 1", "contrastive, seed 2"]

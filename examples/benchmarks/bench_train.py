@@ -20,8 +20,8 @@ report rebuilt, as it ends), and weigh the difference of the arms' means against
   is the hard-negatives ablation's (the same settings), recorded once under that ablation's keys;
 - `lr` (the same target): the `mining` recipe with and without `--lr 5e-5`, shaped as `margin`.
 
-Usage: python examples/benchmarks/bench_train.py --only contrastive [--minutes 10] [--threads 2]
-       [--keep-model DIR]  (keeps each trained row's model dir, without checkpoints, as DIR/ROW)
+Usage: python examples/benchmarks/bench_train.py --only contrastive [--minutes 10] [--seeds 0,1,2] [--resume]
+       [--keep-model DIR]  (keeps each trained run's model dir, without checkpoints, as DIR/ROW[, seed S])
        python examples/benchmarks/bench_train.py --ablation mexma [--steps 30] [--seeds 0,1,2]
        python examples/benchmarks/bench_train.py --ablation hard-negatives [--steps S] [--minutes M,...]
        [--seeds 0,1,2] [--hard-negatives 3] [--hard-negative-pool PAIRS]  (budgets: 122 steps, 10 and 30
@@ -250,36 +250,115 @@ def speed(minutes_each: float = 1.0) -> dict:
     }
 
 
-def report(results: dict) -> str:
-    rows = {row: results[row] for row in ROWS if row in results}
-    base = results.get("base", {}).get("eval")
+def row_key(row: str, seed: int) -> str:
+    """A trained row's results key at `seed`; seed 0's is the row's name (rows recorded before seeds)."""
+    return row if seed == 0 else f"{row}, seed {seed}"
 
-    def vs_base(ev: dict) -> tuple[float, float] | None:
-        """(average dev F1, worst Tatoeba language) against the base model, in points."""
-        if base is None:
-            return None
-        f1 = statistics.mean(ev[f"bucc/{p}"] - base[f"bucc/{p}"] for p in BUCC_PAIRS)
-        return f1, min(ev[f"tatoeba/{lang}"] - base[f"tatoeba/{lang}"] for lang in TATOEBA_LANGS)
 
-    def cells(row: str, r: dict) -> str:
-        t, ev = r.get("train", {}), r["eval"]
-        tatoeba = [ev[f"tatoeba/{lang}"] for lang in TATOEBA_LANGS]
-        delta = vs_base(ev) if row != "base" else None
+def row_runs(results: dict, row: str) -> list[dict]:
+    """A row's runs in `results`, one a seed."""
+    return [r for key, r in results.items() if key == row or key.startswith(f"{row}, seed ")]
+
+
+def seeds_cell(values: list[float]) -> str:
+    """One run's value, or the mean ± sd over seeds."""
+    return cell(values[0], 2) if len(values) == 1 else mean_sd(values, 2)
+
+
+def span(values: list[float], digits: int = 0) -> str:
+    low, high = min(values), max(values)
+    return f"{low:,.{digits}f}" if low == high else f"{low:,.{digits}f}-{high:,.{digits}f}"
+
+
+def objectives_report(results: dict) -> list[str]:
+    """The objective table: each row's runs (one a seed) against the base model, means ± sd over seeds."""
+    base = results.get("base")
+    trained = {row: runs for row in ROWS if row != "base" and (runs := row_runs(results, row))}
+    dev_f1, tatoeba = mean_of("bucc", BUCC_PAIRS), mean_of("tatoeba", TATOEBA_LANGS)
+
+    def vs_base(runs: list[dict]) -> tuple[float, float]:
+        """(average dev F1, worst Tatoeba language) against the base model, in points, over the seeds."""
+        f1 = statistics.mean(map(dev_f1, runs)) - dev_f1(base)
+        worst = min(
+            statistics.mean(r["eval"][f"tatoeba/{lang}"] for r in runs) - base["eval"][f"tatoeba/{lang}"]
+            for lang in TATOEBA_LANGS
+        )
+        return f1, worst
+
+    def cells(row: str, runs: list[dict]) -> str:
+        t = [r["train"] for r in runs if "train" in r]
+        evs = [r["eval"] for r in runs]
+        delta = vs_base(runs) if t and base is not None else None
         return " | ".join(
             [
                 row,
-                str(t.get("train_minutes", "-")),
-                f"{t['steps']:,}" if t else "-",
-                f"{t['pairs']:,}" if t else "-",
-                str(t.get("pairs_per_s", "-")),
-                f"{t['first_loss']} -> {t['last_loss']}" if t else "-",
-                *[f"{ev[f'bucc/{p}']:.2f}" for p in BUCC_PAIRS],
-                *[f"{x:.2f}" for x in tatoeba],
-                f"{statistics.mean(tatoeba):.2f}",
+                str(len(t)) if t else "-",
+                span([x["train_minutes"] for x in t], 1) if t else "-",
+                span([x["steps"] for x in t]) if t else "-",
+                span([x["pairs_per_s"] for x in t], 1) if t else "-",
+                f"{t[0]['first_loss']} -> {t[0]['last_loss']}" if t else "-",
+                *[seeds_cell([ev[f"bucc/{p}"] for ev in evs]) for p in BUCC_PAIRS],
+                seeds_cell(list(map(dev_f1, runs))),
+                *[f"{statistics.mean(ev[f'tatoeba/{lang}'] for ev in evs):.2f}" for lang in TATOEBA_LANGS],
+                seeds_cell(list(map(tatoeba, runs))),
                 "-" if delta is None else f"{delta[0]:+.2f} / {delta[1]:+.2f}",
             ]
         )
 
+    lines = ["## Which training objective, at an equal wall-clock budget?", ""]
+    if base is not None and trained:
+        lines.append(objectives_verdict(trained, vs_base, dev_f1))
+    else:
+        lines.append("No trained row next to the base model yet.")
+    rows = {"base": [base]} if base is not None else {}
+    return [
+        *lines,
+        "",
+        *table(
+            "row | seeds | minutes | steps | pairs/s | loss first -> last 10 (seed 0) | "
+            + " | ".join(f"{p} F1" for p in BUCC_PAIRS)
+            + f" | {DEV} | "
+            + " | ".join(TATOEBA_LANGS)
+            + f" | {TATOEBA} | vs base: avg dev F1 / worst Tatoeba",
+            "l" + "r" * (9 + len(BUCC_PAIRS) + len(TATOEBA_LANGS)),
+            (cells(row, runs) for row, runs in {**rows, **trained}.items()),
+        ),
+        "",
+        "Dev F1 and Tatoeba: one run's figure, or the mean ± sd over the row's seeds (a seed sets the data "
+        "order and the initialisation of any new weights); the languages' Tatoeba columns are means.",
+    ]
+
+
+def objectives_verdict(
+    trained: dict[str, list[dict]],
+    vs_base: Callable[[list[dict]], tuple[float, float]],
+    dev_f1: Callable[[dict], float],
+) -> str:
+    """Which row gained the most average dev F1 over the base, and whether its lead over the next row
+    exceeds twice the larger of the two rows' sd over seeds."""
+    ranked = sorted(trained, key=lambda row: vs_base(trained[row])[0], reverse=True)
+    best = ranked[0]
+    minutes = sorted({r["train"]["train_minutes"] for runs in trained.values() for r in runs})
+    gain, worst = vs_base(trained[best])
+    text = (
+        f"After {minutes[0]}-{minutes[-1]} minutes of training, {best} gained the most average dev F1 "
+        f"({gain:+.2f} points over the base model; worst Tatoeba language {worst:+.2f})."
+    )
+    if len(ranked) == 1:
+        return text
+    second = ranked[1]
+    lead = gain - vs_base(trained[second])[0]
+    runs = (trained[best], trained[second])
+    if min(map(len, runs)) < 2:
+        return (
+            f"{text} Its lead over {second} ({lead:+.2f}) has no spread over seeds to weigh it against yet."
+        )
+    sd = max(spread(list(map(dev_f1, arm))) for arm in runs)
+    word = "beyond" if lead > 2 * sd else "within"
+    return f"{text} Its lead over {second} ({lead:+.2f}) is {word} twice the larger seed sd ({2 * sd:.2f})."
+
+
+def report(results: dict) -> str:
     lines = [
         "# bench_train: training objectives at an equal CPU budget",
         "",
@@ -291,31 +370,7 @@ def report(results: dict) -> str:
         "ratio margin k = 4, exact mining, best-F1 threshold on the same dev split) and Tatoeba accuracy "
         "(mean of xx->eng and eng->xx).",
         "",
-        "## Which training objective, at an equal wall-clock budget?",
-        "",
-    ]
-    trained = {row: vs_base(r["eval"]) for row, r in rows.items() if "train" in r}
-    if base is not None and trained:
-        best = max(trained, key=lambda row: trained[row][0])
-        minutes = sorted({str(rows[row]["train"]["train_minutes"]) for row in trained})
-        lines.append(
-            f"After {minutes[0]}-{minutes[-1]} minutes of training, {best} gained the most average dev F1 "
-            f"({trained[best][0]:+.2f} points over the base model; worst Tatoeba language "
-            f"{trained[best][1]:+.2f})."
-        )
-    else:
-        lines.append("No trained row next to the base model yet.")
-    lines += [
-        "",
-        *table(
-            "row | minutes | steps | pairs | pairs/s | loss first -> last 10 | "
-            + " | ".join(f"{p} F1" for p in BUCC_PAIRS)
-            + " | "
-            + " | ".join(TATOEBA_LANGS)
-            + " | Tatoeba avg | vs base: avg dev F1 / worst Tatoeba",
-            "l" + "r" * (7 + len(BUCC_PAIRS) + len(TATOEBA_LANGS)),
-            (cells(row, r) for row, r in rows.items()),
-        ),
+        *objectives_report(results),
     ]
     if "speed" in results:
         s = results["speed"]
@@ -345,6 +400,7 @@ def report(results: dict) -> str:
             lines += ablation_report(ablation, list(runs.values()))
             ablation_runs |= runs
     measured = {"speed": results["speed"]} if "speed" in results else {}
+    rows = {key: r for row in ROWS for key, r in results.items() if r in row_runs(results, row)}
     all_rows = [dict(r, row=name) for name, r in {**rows, **measured, **ablation_runs}.items()]
     return "\n".join([*lines, "", *runs_table(all_rows, lambda r: r["row"])]) + "\n"
 
@@ -664,6 +720,38 @@ def run_ablation(
                 save(results, store)
 
 
+def run_row(
+    row: str,
+    seeds: list[int],
+    results: dict,
+    store: Path,
+    minutes: float,
+    resume: bool,
+    keep_dir: Path | None,
+) -> None:
+    """An objective row trained for `minutes` once per seed (`base` and `speed`: once), each run saved, and
+    the report rebuilt, as it ends; with `resume`, the runs already in `results` are kept."""
+    for seed in seeds if ROWS.get(row) else [0]:
+        key = row_key(row, seed)
+        if resume and key in results:
+            print(f"bench_train: {key} is recorded ({results[key]['commit']}), kept", flush=True)
+            continue
+        when = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+        print(f"bench_train: {key} ...", flush=True)
+        if row == "speed":
+            results[key] = stamped({**speed(), "when": when})
+        elif ROWS[row] is None:
+            results[key] = stamped({"eval": evaluate(MODEL), "when": when})
+        else:
+            with tempfile.TemporaryDirectory() as scratch:
+                out = Path(scratch) / row
+                trained = train_row(ROWS[row], out, minutes=minutes, seed=seed)
+                results[key] = stamped({"train": trained, "eval": evaluate(out), "seed": seed, "when": when})
+                if keep_dir:
+                    keep(out, keep_dir / key)
+        save(results, store)
+
+
 def save(results: dict, store: Path) -> None:
     """The rows at `store` and the report rebuilt from them next to it (.md)."""
     save_rows(store, results)
@@ -696,7 +784,7 @@ def main() -> None:
         "--ablation", choices=list(ABLATIONS), help="train both arms on each budget, per seed"
     )
     parser.add_argument("--steps", type=int, help="--ablation: a budget of this many training steps")
-    parser.add_argument("--seeds", default="0,1,2", help="--ablation: comma-separated seeds")
+    parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds of each row or ablation run")
     parser.add_argument(
         "--hard-negatives", type=int, default=3, metavar="N", help="--ablation hard-negatives: N a pair"
     )
@@ -704,14 +792,14 @@ def main() -> None:
         "--hard-negative-pool", type=int, metavar="PAIRS", help="--ablation hard-negatives (default: train's)"
     )
     parser.add_argument(
-        "--resume", action="store_true", help="--ablation: keep the runs already recorded, run the others"
+        "--resume", action="store_true", help="keep the runs already recorded, run the others"
     )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument(
         "--keep-model",
         type=Path,
         metavar="DIR",
-        help="copy each trained row's model dir to DIR/ROW (without checkpoints)",
+        help="copy each trained run's model dir to DIR/ROW[, seed S] (without checkpoints)",
     )
     parser.add_argument(
         "--results", type=Path, default=RESULTS / "bench_train.json", help="the rows (the report: its .md)"
@@ -732,6 +820,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
+    seeds = [int(seed) for seed in args.seeds.split(",")]
     if args.ablation:
         ablation = ABLATIONS[args.ablation]
         if args.ablation == "hard-negatives":
@@ -739,23 +828,9 @@ def main() -> None:
             tuned |= {"hard_negative_pool": args.hard_negative_pool} if args.hard_negative_pool else {}
             arms = {**ablation.arms, HARD_NEGATIVES_ARM: {**ablation.arms[HARD_NEGATIVES_ARM], **tuned}}
             ablation = replace(ablation, arms=arms)
-        seeds = [int(seed) for seed in args.seeds.split(",")]
         run_ablation(ablation, budgets(parser, args), seeds, results, store, args.resume)
     for row in args.only or []:
-        when = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
-        print(f"bench_train: {row} ...", flush=True)
-        if row == "speed":
-            results["speed"] = stamped({**speed(), "when": when})
-        elif ROWS[row] is None:
-            results[row] = stamped({"eval": evaluate(MODEL), "when": when})
-        else:
-            with tempfile.TemporaryDirectory() as scratch:
-                out = Path(scratch) / row
-                trained = train_row(ROWS[row], out, minutes=(args.minutes or [10.0])[0])
-                results[row] = stamped({"train": trained, "eval": evaluate(out), "when": when})
-                if args.keep_model:
-                    keep(out, args.keep_model / row)
-        save(results, store)
+        run_row(row, seeds, results, store, (args.minutes or [10.0])[0], args.resume, args.keep_model)
         print(report(results), flush=True)
 
 

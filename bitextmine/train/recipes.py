@@ -45,9 +45,10 @@ class Recipe:
 RECIPES = {
     recipe.name: recipe
     for recipe in (
-        # mining between languages with parallel data: contrastive gained the most dev F1 and Tatoeba
-        # accuracy per CPU minute in bench_train; LaBSE's margin, which pays for weak languages, cost
-        # Tatoeba accuracy here at 30 minutes, and lr 5e-5, ahead at 122 steps, gained nothing (3 seeds)
+        # mining between languages with parallel data: no objective gained more dev F1 or Tatoeba accuracy
+        # per CPU minute than contrastive in bench_train (contrastive+xtr tied, 3 seeds); LaBSE's margin,
+        # which pays for weak languages, cost Tatoeba accuracy here at 30 minutes, and lr 5e-5, ahead at
+        # 122 steps, gained nothing (3 seeds)
         Recipe("mining", {"objectives": "contrastive", **FINE_TUNE}),
         # languages the model encodes badly: LaBSE's additive margin cut held-out xsim error by a fifth,
         # where 4x the steps, hard negatives or lr 5e-5 did not; distillation to the base's English

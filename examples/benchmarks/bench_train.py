@@ -255,9 +255,9 @@ def row_key(row: str, seed: int) -> str:
     return row if seed == 0 else f"{row}, seed {seed}"
 
 
-def row_runs(results: dict, row: str) -> list[dict]:
-    """A row's runs in `results`, one a seed."""
-    return [r for key, r in results.items() if key == row or key.startswith(f"{row}, seed ")]
+def row_runs(results: dict, row: str) -> dict[str, dict]:
+    """A row's runs in `results` by key, one a seed."""
+    return {key: r for key, r in results.items() if key == row or key.startswith(f"{row}, seed ")}
 
 
 def seeds_cell(values: list[float]) -> str:
@@ -273,7 +273,7 @@ def span(values: list[float], digits: int = 0) -> str:
 def objectives_report(results: dict) -> list[str]:
     """The objective table: each row's runs (one a seed) against the base model, means ± sd over seeds."""
     base = results.get("base")
-    trained = {row: runs for row in ROWS if row != "base" and (runs := row_runs(results, row))}
+    trained = {row: list(runs.values()) for row in ROWS if row != "base" and (runs := row_runs(results, row))}
     dev_f1, tatoeba = mean_of("bucc", BUCC_PAIRS), mean_of("tatoeba", TATOEBA_LANGS)
 
     def vs_base(runs: list[dict]) -> tuple[float, float]:
@@ -400,7 +400,7 @@ def report(results: dict) -> str:
             lines += ablation_report(ablation, list(runs.values()))
             ablation_runs |= runs
     measured = {"speed": results["speed"]} if "speed" in results else {}
-    rows = {key: r for row in ROWS for key, r in results.items() if r in row_runs(results, row)}
+    rows = {key: r for row in ROWS for key, r in row_runs(results, row).items()}
     all_rows = [dict(r, row=name) for name, r in {**rows, **measured, **ablation_runs}.items()]
     return "\n".join([*lines, "", *runs_table(all_rows, lambda r: r["row"])]) + "\n"
 

@@ -59,32 +59,30 @@ def test_runs_saved_before_budgets_were_recorded_count_their_steps():
     assert str(bench.Budget(minutes=10.0)) == "10 min" and str(bench.Budget(steps=122)) == "122 steps"
 
 
-@pytest.mark.parametrize("resume", [False, True])
-def test_a_resumed_ablation_runs_only_what_is_not_recorded(tmp_path, monkeypatch, resume):
-    trained = []
+@pytest.fixture
+def trained(monkeypatch) -> list[tuple[dict, int]]:
+    """(row spec, seed) of each run trained, with training, evaluation and saving stubbed out."""
+    runs = []
     monkeypatch.setattr(
-        bench, "train_row", lambda spec, out, **kw: trained.append(kw["seed"]) or {"steps": 1}
+        bench, "train_row", lambda spec, out, **kw: runs.append((spec, kw["seed"])) or {"steps": 1}
     )
     monkeypatch.setattr(bench, "evaluate", lambda out, full=False: {})
     monkeypatch.setattr(bench, "stamped", lambda row: {**row, "commit": "now"})
     monkeypatch.setattr(bench, "report", lambda results: "")
     monkeypatch.setattr(bench, "save_rows", lambda store, results: None)
+    return runs
+
+
+@pytest.mark.parametrize("resume", [False, True])
+def test_a_resumed_ablation_runs_only_what_is_not_recorded(tmp_path, trained, resume):
     recorded = {HARD.key.format(arm=arm, budget="3 steps", seed=0): {"commit": "before"} for arm in HARD.arms}
     results = dict(recorded)
     bench.run_ablation(HARD, [bench.Budget(steps=3)], [0, 1], results, tmp_path / "r.json", resume)
-    assert trained == [0, 0, 1, 1][2 * resume :]
+    assert [seed for _, seed in trained] == [0, 0, 1, 1][2 * resume :]
     assert all((results[key] == {"commit": "before"}) == resume for key in recorded)
 
 
-def test_an_ablation_never_reruns_the_control_runs_it_borrows(tmp_path, monkeypatch):
-    trained = []
-    monkeypatch.setattr(
-        bench, "train_row", lambda spec, out, **kw: trained.append((spec, kw["seed"])) or {"steps": 1}
-    )
-    monkeypatch.setattr(bench, "evaluate", lambda out, full=False: {})
-    monkeypatch.setattr(bench, "stamped", lambda row: {**row, "commit": "now"})
-    monkeypatch.setattr(bench, "report", lambda results: "")
-    monkeypatch.setattr(bench, "save_rows", lambda store, results: None)
+def test_an_ablation_never_reruns_the_control_runs_it_borrows(tmp_path, trained):
     lr = bench.ABLATIONS["lr"]
     budget = bench.Budget(minutes=30)
     control = lr.run_key("contrastive", budget, 0)
@@ -156,18 +154,11 @@ def test_objective_rows_report_their_mean_and_sd_over_seeds_and_weigh_the_lead_a
     assert list(bench.row_runs(results, "contrastive+xtr")) == ["contrastive+xtr", "contrastive+xtr, seed 2"]
 
 
-def test_a_resumed_row_trains_only_the_seeds_not_recorded_and_the_base_once(tmp_path, monkeypatch):
-    trained = []
-    monkeypatch.setattr(
-        bench, "train_row", lambda spec, out, **kw: trained.append(kw["seed"]) or {"steps": 1}
-    )
-    monkeypatch.setattr(bench, "evaluate", lambda out, full=False: {"evaluated": True})
-    monkeypatch.setattr(bench, "stamped", lambda row: {**row, "commit": "now"})
-    monkeypatch.setattr(bench, "save", lambda results, store: None)
+def test_a_resumed_row_trains_only_the_seeds_not_recorded_and_the_base_once(tmp_path, trained):
     results = {"contrastive": {"commit": "before"}}
     bench.run_row("contrastive", [0, 1, 2], results, tmp_path / "r.json", 10.0, True, None)
     bench.run_row("base", [0, 1, 2], results, tmp_path / "r.json", 10.0, True, None)
-    assert trained == [1, 2]
+    assert trained == [(bench.ROWS["contrastive"], 1), (bench.ROWS["contrastive"], 2)]
     assert results["contrastive"] == {"commit": "before"}
-    assert results["contrastive, seed 2"]["seed"] == 2 and results["base"]["eval"] == {"evaluated": True}
+    assert results["contrastive, seed 2"]["seed"] == 2 and results["base"]["eval"] == {}
     assert sorted(results) == ["base", "contrastive", "contrastive, seed 1", "contrastive, seed 2"]

@@ -59,20 +59,20 @@ def require_shared(relative: str) -> Path:
     return path
 
 
-def tiny_vocabulary(specials: list[str]) -> dict[str, int]:
-    """Token -> id: the specials, every word of TRAINING_TEXT, and each of its characters as a word's start
-    and as a continuation ("##c"), so that any word over those characters tokenizes."""
-    words = sorted({w for line in TRAINING_TEXT for w in pre_tokenized(line)})
+def tiny_vocabulary(specials: list[str], normalizer, pre_tokenizer) -> dict[str, int]:
+    """Token -> id: the specials, every word of TRAINING_TEXT (as the tokenizer's normalizer and
+    pre-tokenizer cut it), and each of its characters as a word's start and as a continuation ("##c"), so
+    that any word over those characters tokenizes."""
+    words = sorted(
+        {
+            w
+            for line in TRAINING_TEXT
+            for w, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(line))
+        }
+    )
     chars = sorted({c for w in words for c in w})
     tokens = [*specials, *chars, *(f"##{c}" for c in chars), *(w for w in words if len(w) > 1)]
     return {token: i for i, token in enumerate(tokens)}
-
-
-def pre_tokenized(line: str) -> list[str]:
-    from tokenizers import normalizers, pre_tokenizers
-
-    normalized = normalizers.NFKC().normalize_str(line)
-    return [w for w, _ in pre_tokenizers.Whitespace().pre_tokenize_str(normalized)]
 
 
 def _tiny_tokenizer(kind: str):
@@ -101,11 +101,12 @@ def _tiny_tokenizer(kind: str):
         }
         order = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
         bos, eos = "<s>", "</s>"
-    # a fixed vocabulary, not a trained one: tokenizers' WordPiece trainer breaks ties in a per-process
-    # random order, so a trained vocabulary (and with it every tiny model) changed from run to run
-    tok = Tokenizer(models.WordPiece(tiny_vocabulary(order), unk_token=specials["unk_token"]))
-    tok.normalizer = normalizers.NFKC()
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    # a fixed vocabulary, not a trained one: tokenizers' WordPieceTrainer gave a different vocabulary in
+    # each process (six runs, six vocabularies), and with it a different tiny model
+    normalizer, pre_tokenizer = normalizers.NFKC(), pre_tokenizers.Whitespace()
+    vocabulary = tiny_vocabulary(order, normalizer, pre_tokenizer)
+    tok = Tokenizer(models.WordPiece(vocabulary, unk_token=specials["unk_token"]))
+    tok.normalizer, tok.pre_tokenizer = normalizer, pre_tokenizer
     tok.post_processor = processors.TemplateProcessing(
         single=f"{bos} $A {eos}", special_tokens=[(bos, tok.token_to_id(bos)), (eos, tok.token_to_id(eos))]
     )

@@ -27,13 +27,15 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import BITEXTMINE, MODEL, REPO, RESULTS, SHARED, load_rows, save_results, stamped, table
-from scale_set import LANGS, write_tier_files
+from scale_quality import SUBSETS, Hidden, Mined, quality
+from scale_set import LANGS, density_rows, gold_sources, write_tier_files
 
 WORK = Path(os.environ.get("SCALE_WORK", REPO / "bitextmine-work" / "scale"))
 ENCODED = WORK / "enc"
@@ -134,22 +136,77 @@ def dev_threshold() -> float:
     return float(json.loads(out.read_text())["chosen"]["threshold"])
 
 
-def size_workspace(size: int, name: str) -> tuple[Path, dict]:
-    """WORK/NAME: the first `size` sentences and vectors of each side imported; the import's figures."""
+@dataclass
+class Subsample:
+    """The first `size` rows of each side in tier order, less one side of some gold pairs at a lower
+    `density` (scale_set.density_rows): the tier-order rows it keeps per side and its hidden pairs, as
+    rows of what it keeps (the line numbers, less one, of the text imported into its workspace)."""
+
+    size: int
+    density: float | None
+    rows: dict[str, np.ndarray]
+    hidden: Hidden
+
+    @property
+    def name(self) -> str:
+        return f"size-{self.size}" + ("" if self.density is None else f"-d{self.density:g}")
+
+
+def subsample(size: int, density: float | None) -> Subsample:
+    ids = {lang: (WORK / "input" / f"{lang}.ids").read_text().split("\n")[:size] for lang in LANGS}
+    row_of = {lang: {i: row for row, i in enumerate(ids[lang])} for lang in LANGS}
+    gold, sources = gold_with_sources()
+    inside = [
+        (row_of["de"][a], row_of["en"][b], s)
+        for (a, b), s in zip(gold, sources, strict=True)
+        if a in row_of["de"] and b in row_of["en"]
+    ]
+    gold_rows = np.array([(a, b) for a, b, _ in inside], dtype=np.int64).reshape(-1, 2)
+    rows = density_rows(size, gold_rows, density)
+    kept = [np.full(size, -1, np.int64) for _ in LANGS]
+    for position, lang in zip(kept, LANGS, strict=True):
+        position[rows[lang]] = np.arange(len(rows[lang]))
+    pairs = np.stack([kept[0][gold_rows[:, 0]], kept[1][gold_rows[:, 1]]], axis=1)
+    both = (pairs >= 0).all(1)
+    hidden = Hidden(pairs[both, 0], pairs[both, 1], np.array([s for (*_, s) in inside])[both])
+    return Subsample(size, density, rows, hidden)
+
+
+def gold_with_sources() -> tuple[list[tuple[str, str]], list[str]]:
+    """The gold pairs (de id, en id) and their sources, the latter computed once into WORK/input."""
+    gold = [tuple(line.split("\t")) for line in (WORK / "input" / "gold.tsv").read_text().splitlines()]
+    cached = WORK / "input" / "gold-sources.txt"
+    if not cached.exists():
+        de = dict(
+            zip(
+                (WORK / "input" / "de.ids").read_text().split("\n"),
+                (WORK / "input" / "de.txt").read_text(encoding="utf-8").split("\n"),
+                strict=True,
+            )
+        )
+        cached.write_text("\n".join(gold_sources(SHARED / "data" / "parallel" / "de-en", de, gold)) + "\n")
+    return gold, cached.read_text().split("\n")[: len(gold)]
+
+
+def size_workspace(sample: Subsample, suffix: str) -> tuple[Path, dict]:
+    """WORK/NAME-SUFFIX: the subsample's sentences and vectors of each side imported; the import's figures."""
     from bitextmine.workspace.embeddings import EmbeddingStore
 
-    root = WORK / name
+    root = WORK / f"{sample.name}-{suffix}"
     figures = {}
     for lang in LANGS:
         text, npy = root / "input" / f"{lang}.txt", root / "input" / f"{lang}.npy"
         if not npy.exists():
             npy.parent.mkdir(parents=True, exist_ok=True)
             vectors = EmbeddingStore(ENCODED / "emb" / lang, lang).vectors()
-            if len(vectors) < size:
-                raise SystemExit(f"{lang}: {len(vectors):,} of {size:,} vectors encoded: run `encode` on")
+            if len(vectors) < sample.size:
+                raise SystemExit(
+                    f"{lang}: {len(vectors):,} of {sample.size:,} vectors encoded: run `encode` on"
+                )
             with open(WORK / "input" / f"{lang}.txt", encoding="utf-8", newline="\n") as fh:
-                text.write_text("".join(next(fh) for _ in range(size)), encoding="utf-8")
-            np.save(npy, vectors.take(np.arange(size)).astype(np.float16))
+                lines = [next(fh) for _ in range(sample.size)]
+            text.write_text("".join(lines[row] for row in sample.rows[lang]), encoding="utf-8")
+            np.save(npy, vectors.take(sample.rows[lang]).astype(np.float16))
         figures[lang] = run_command(
             [
                 "encode",
@@ -169,10 +226,11 @@ def size_workspace(size: int, name: str) -> tuple[Path, dict]:
     return root / "ws", figures
 
 
-def mine_in(workspace: Path, threshold: float, index_args: list[str], resumable: bool) -> dict:
-    """Index both languages and mine, from scratch (a rerun of `mine` would reuse the neighbour lists),
-    unless `resumable` and WORK/.../RESUME (the index figures and the mine runs so far) says a run was
-    stopped: then `mine` goes on from its saved neighbour jobs, and its figures add up over the runs."""
+def mine_in(workspace: Path, index_args: list[str], resumable: bool) -> dict:
+    """Index both languages and mine every one-to-one candidate, from scratch (a rerun of `mine` would
+    reuse the neighbour lists), unless `resumable` and WORK/.../RESUME (the index figures and the mine runs
+    so far) says a run was stopped: then `mine` goes on from its saved neighbour jobs, and its figures add
+    up over the runs."""
     resume = workspace / "RESUME.json"
     figures = json.loads(resume.read_text()) if resumable and resume.exists() else {}
     if not figures:
@@ -184,9 +242,17 @@ def mine_in(workspace: Path, threshold: float, index_args: list[str], resumable:
         }
         figures["factory"] = json.loads((workspace / "index" / "de.json").read_text())["factory"]
         figures["mine_runs"] = []
-    out = workspace / "mined" / "de-en.tsv"
-    mine = ["mine", "de", "en", "--threshold", repr(threshold), "--filters", "none"]  # the search's pairs
-    mine += ["--workdir", str(workspace), "-o", str(out)]
+    mine = [
+        "mine",
+        "de",
+        "en",
+        "--filters",
+        "none",
+        "--workdir",
+        str(workspace),
+        "-o",
+        str(mined_file(workspace)),
+    ]
     try:
         figures["mine_runs"].append(run_command(mine + ["--job-rows", str(EXACT_JOB_ROWS)] * resumable))
     except Interrupted as stopped:
@@ -201,75 +267,76 @@ def mine_in(workspace: Path, threshold: float, index_args: list[str], resumable:
         "peak_rss_gb": max(r["peak_rss_gb"] for r in runs),
         "runs": len(runs),
     }
-    figures["pairs"] = mined_ids(out)
     return figures
 
 
-def mined_ids(path: Path) -> list[tuple[int, int]]:
-    """(de line, en line), 1-based, of each mined pair (ids are PATH:LINE)."""
-    pairs = []
+def mined_file(workspace: Path) -> Path:
+    return workspace / "mined" / "de-en.tsv"
+
+
+def mined_candidates(path: Path) -> Mined:
+    """Every candidate `mine` wrote: rows (line numbers less one, from the ids PATH:LINE) and score."""
+    src, tgt, score = [], [], []
     with open(path, encoding="utf-8") as fh:
         for line in fh:
-            src_id, tgt_id = line.rstrip("\n").split("\t")[3:5]
-            pairs.append((int(src_id.rsplit(":", 1)[1]), int(tgt_id.rsplit(":", 1)[1])))
-    return pairs
+            fields = line.rstrip("\n").split("\t")
+            score.append(float(fields[0]))
+            src.append(int(fields[3].rsplit(":", 1)[1]) - 1)
+            tgt.append(int(fields[4].rsplit(":", 1)[1]) - 1)
+    return Mined(np.array(src, np.int64), np.array(tgt, np.int64), np.array(score))
 
 
-def scores(pairs: list[tuple[int, int]], size: int) -> dict:
-    ids = {lang: (WORK / "input" / f"{lang}.ids").read_text().split("\n")[:size] for lang in LANGS}
-    gold = set()
-    for line in (WORK / "input" / "gold.tsv").read_text().splitlines():
-        de, en = line.split("\t")
-        gold.add((de, en))
-    sampled = {lang: set(ids[lang]) for lang in LANGS}
-    in_sample = {(de, en) for de, en in gold if de in sampled["de"] and en in sampled["en"]}
-    found = {(ids["de"][a - 1], ids["en"][b - 1]) for a, b in pairs}
-    right = len(found & in_sample)
-    precision, recall = right / max(len(found), 1), right / max(len(in_sample), 1)
-    f1 = 2 * precision * recall / max(precision + recall, 1e-12)
-    return {
-        "gold": len(in_sample),
-        "mined": len(found),
-        "precision": round(100 * precision, 2),
-        "recall": round(100 * recall, 2),
-        "f1": round(100 * f1, 2),
-    }
+def pairs_at(mined: Mined, threshold: float) -> set[tuple[int, int]]:
+    kept = mined.score >= threshold
+    return set(zip(mined.src[kept].tolist(), mined.tgt[kept].tolist(), strict=True))
 
 
-def run(sizes: list[int], names: list[str]) -> None:
-    """Mine each size with exact search and the settings named in `names` (all if empty): one row per
-    size and setting, replacing that size and setting's row."""
+def run(sizes: list[int], densities: list[float | None], names: list[str]) -> None:
+    """Mine each subsample (size, density) with exact search and the settings named in `names` (all if
+    empty): one row per subsample and setting, replacing that row."""
     signal.signal(signal.SIGTERM, _interrupt)
     threshold = dev_threshold()
     rows = load_rows(RESULT)
     for size in sizes:
-        exact_pairs: set[tuple[int, int]] = set()
-        for label, suffix, args in SETTINGS:
-            if names and suffix not in names and label != EXACT_SETTING[0]:
-                continue
-            if label == EXACT_SETTING[0] and EXACT_SETTING[1] not in names:
-                recorded = recorded_exact_pairs(size, rows)
-                if recorded is not None:
-                    exact_pairs = recorded
+        for density in densities:
+            sample = subsample(size, density)
+            exact_pairs: set[tuple[int, int]] = set()
+            for label, suffix, args in SETTINGS:
+                if names and suffix not in names and label != EXACT_SETTING[0]:
                     continue
-            workspace, imported = size_workspace(size, f"size-{size}-{suffix}")
-            figures = mine_in(workspace, threshold, args, resumable=label == EXACT_SETTING[0])
-            pairs = set(figures.pop("pairs"))
-            exact_pairs = pairs if label == EXACT_SETTING[0] else exact_pairs
-            row = {"size": size, "setting": label, "threshold": threshold, "import": imported, **figures}
-            row.update(scores(sorted(pairs), size))
-            row["share_of_exact_pairs"] = round(len(pairs & exact_pairs) / max(len(exact_pairs), 1), 4)
-            rows = [r for r in rows if (r["size"], r.get("setting")) != (size, label)] + [stamped(row)]
-            save_results(RESULT, rows, report(rows))
+                if label == EXACT_SETTING[0] and EXACT_SETTING[1] not in names:
+                    recorded = recorded_exact_pairs(sample, rows, threshold)
+                    if recorded is not None:
+                        exact_pairs = recorded
+                        continue
+                workspace, imported = size_workspace(sample, suffix)
+                figures = mine_in(workspace, args, resumable=label == EXACT_SETTING[0])
+                mined = mined_candidates(mined_file(workspace))
+                pairs = pairs_at(mined, threshold)
+                exact_pairs = pairs if label == EXACT_SETTING[0] else exact_pairs
+                row = {"size": size, "density": density, "setting": label, "threshold": threshold}
+                row |= {"import": imported, **figures, "quality": quality(mined, sample.hidden, threshold)}
+                row |= {key: row["quality"]["all"][key] for key in ("gold", "precision", "recall", "f1")}
+                row["mined"] = len(pairs)
+                row["share_of_exact_pairs"] = round(len(pairs & exact_pairs) / max(len(exact_pairs), 1), 4)
+                key = (size, density, label)
+                rows = [r for r in rows if _row_key(r) != key] + [stamped(row)]
+                save_results(RESULT, rows, report(rows))
 
 
-def recorded_exact_pairs(size: int, rows: list[dict]) -> set[tuple[int, int]] | None:
-    """Exact mining's pairs at `size` from its recorded run (its row and its output still there), so that
-    another setting is compared with them without mining exactly again (hours at 1M; pass `--settings
-    exact` to redo it); None if there are none."""
-    out = WORK / f"size-{size}-{EXACT_SETTING[1]}" / "ws" / "mined" / "de-en.tsv"
-    recorded = any((r["size"], r.get("setting")) == (size, EXACT_SETTING[0]) for r in rows)
-    return set(mined_ids(out)) if recorded and out.exists() else None
+def _row_key(row: dict) -> tuple:
+    return row["size"], row.get("density"), row.get("setting")
+
+
+def recorded_exact_pairs(
+    sample: Subsample, rows: list[dict], threshold: float
+) -> set[tuple[int, int]] | None:
+    """Exact mining's pairs of the subsample from its recorded run (its row and its output still there),
+    so that another setting is compared with them without mining exactly again (hours at 1M; pass
+    `--settings exact` to redo it); None if there are none."""
+    out = mined_file(WORK / f"{sample.name}-{EXACT_SETTING[1]}" / "ws")
+    recorded = any(_row_key(r) == (sample.size, sample.density, EXACT_SETTING[0]) for r in rows)
+    return pairs_at(mined_candidates(out), threshold) if recorded and out.exists() else None
 
 
 def report(rows: list[dict]) -> str:
@@ -281,26 +348,62 @@ def report(rows: list[dict]) -> str:
         "mine processes. P/R/F1 against the subsample's hidden pairs with calibrate's dev-split threshold; "
         "the last figure is the share of exact mining's pairs (at or above the threshold) each index keeps. "
         "Exact mining of the full set ran in parts (stopped and resumed): its time is the sum over the runs, "
-        "which redoes at most one unfinished neighbour job per stop, with its CPU seconds beside it.",
+        "which redoes at most one unfinished neighbour job per stop, with its CPU seconds beside it. "
+        "Density: the subsample's gold pairs per sentence where lowered (one side of the other gold pairs "
+        "dropped: scale_set.py); blank: the set's own (4.8%).",
         "",
     ]
-    order = [label for label, _, _ in SETTINGS]
+    ordered = sorted(rows, key=_report_order)
     body = []
-    for r in sorted(rows, key=lambda r: (r["size"], order.index(r["setting"]))):
+    for r in ordered:
         stages = [r["index_de"], r["index_en"], r["mine"]]
         body.append(
-            f"{r['size']:,} | {r['setting']} | {r['factory']} | "
+            f"{r['size']:,} | {_density(r)} | {r['setting']} | {r['factory']} | "
             f"{r['index_de']['seconds'] + r['index_en']['seconds']:.0f} | {_mine_seconds(r['mine'])} | "
             f"{max(s['peak_rss_gb'] for s in stages):.2f} | {r['precision']} | {r['recall']} | {r['f1']} | "
             f"{r['share_of_exact_pairs']:.2%} | {r['date']}, {r['machine']}, {r['commit']}"
         )
     lines += table(
-        "sentences a side | setting | index | index s | mine s | peak RSS GB | P | R | F1 "
+        "sentences a side | density | setting | index | index s | mine s | peak RSS GB | P | R | F1 "
         "| exact's pairs kept | run",
-        "rllrrrrrrrl",
+        "rrllrrrrrrrl",
+        body,
+    )
+    lines += [
+        "",
+        "## Per source of the hidden pairs",
+        "",
+        "Every one-to-one candidate mined, scored per source (scale_quality.py): P/R/F1 at the dev "
+        "threshold; the best F1 any threshold reaches (oracle) and that threshold; the ceiling, the share "
+        "of the source's hidden pairs among the candidates at any score. A source's precision counts the "
+        "candidates that touch one of its sentences; `all` counts every candidate.",
+        "",
+    ]
+    body = [
+        f"{r['size']:,} | {_density(r)} | {r['setting']} | {subset} | {q['gold']:,} | "
+        f"{q['precision']} / {q['recall']} / {q['f1']} | {q['oracle_f1']} at {q['oracle_threshold']:.4f} | "
+        f"{q['ceiling']}"
+        for r in ordered
+        if "quality" in r
+        for subset, q in ((subset, r["quality"][subset]) for subset in SUBSETS)
+    ]
+    lines += table(
+        "sentences a side | density | setting | source | hidden pairs | P / R / F1 at the dev threshold "
+        "| oracle F1 at threshold | ceiling",
+        "rrllrrrr",
         body,
     )
     return "\n".join(lines) + "\n"
+
+
+def _report_order(row: dict) -> tuple:
+    order = [label for label, _, _ in SETTINGS]
+    density = row.get("density")
+    return row["size"], density is not None, -(density or 0), order.index(row["setting"])
+
+
+def _density(row: dict) -> str:
+    return "" if row.get("density") is None else f"{row['density']:.1%}"
 
 
 def _mine_seconds(mine: dict) -> str:
@@ -318,6 +421,12 @@ def main() -> None:
     runner = sub.add_parser("run")
     runner.add_argument("--sizes", default=",".join(map(str, SIZES)))
     runner.add_argument(
+        "--densities",
+        default="set",
+        help="gold densities, comma-separated: 'set' (the set's own) or a share such as 0.01 (one side of "
+        "the other gold pairs dropped)",
+    )
+    runner.add_argument(
         "--settings",
         default="",
         help="default, ivf, ivf8, ivf32 (comma-separated; exact runs first unless its pairs are recorded, "
@@ -328,7 +437,8 @@ def main() -> None:
     if args.command == "encode":
         encode()
     elif args.command == "run":
-        run([int(s) for s in args.sizes.split(",")], [s for s in args.settings.split(",") if s])
+        densities = [None if d == "set" else float(d) for d in args.densities.split(",")]
+        run([int(s) for s in args.sizes.split(",")], densities, [s for s in args.settings.split(",") if s])
     else:
         rows = load_rows(RESULT)
         save_results(RESULT, rows, report(rows))

@@ -5,6 +5,11 @@ sentences a side holds round(N * 50,592 / 1,050,592) gold pairs, both sides of e
 the rest. Subsamples are nested (the 100k one inside the 300k one inside the whole set), so one encoding
 of each side in *tier order* (the 100k sentences, then the 200k that the 300k subsample adds, then the
 rest; shuffled within a tier) serves every size: size N is the first N rows.
+
+A lower gold density is made from a subsample by dropping one side of a seeded share of its gold pairs (the
+English side of half of them, the German side of the other half): the other side stays, as a sentence
+whose translation is absent, the hard case in a dense region. Each gold pair comes from one source:
+Multi30k image captions or WMT news (shared/data/parallel/de-en), told apart by its German sentence.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import zstandard
 
 SEED = 0
 LANGS = ("de", "en")
+SOURCES = {"captions": "multi30k.de", "news": "news.de"}  # gold source: the German file it comes from
 
 
 def read_zst_lines(path: Path) -> list[str]:
@@ -86,3 +92,38 @@ def write_tier_files(scale_dir: Path, sizes: list[int], out: Path) -> dict[str, 
         files[lang].write_text("".join(f"{data.sentences[lang][i]}\n" for i in order[lang]), "utf-8")
     (out / "gold.tsv").write_text("".join(f"{a}\t{b}\n" for a, b in data.gold))
     return files
+
+
+def gold_sources(parallel_dir: Path, de_sentences: dict[str, str], gold: list[tuple[str, str]]) -> list[str]:
+    """The source of each gold pair ("captions" or "news"), by the file of parallel/de-en that holds its
+    German sentence; a sentence in neither is an error (the set's README says every gold pair is in one)."""
+    files = {
+        name: set((parallel_dir / file).read_text(encoding="utf-8").split("\n"))
+        for name, file in SOURCES.items()
+    }
+    sources = []
+    for de_id, _ in gold:
+        sentence = de_sentences[de_id]
+        found = [name for name, lines in files.items() if sentence in lines]
+        if not found:
+            raise ValueError(f"{de_id}: gold sentence in none of {', '.join(SOURCES.values())}")
+        sources.append(found[0])
+    return sources
+
+
+def density_rows(size: int, gold_rows: np.ndarray, density: float | None) -> dict[str, np.ndarray]:
+    """The rows of each side of the size-N subsample kept for a gold density (gold pairs per sentence)
+    of about `density`: all N rows for None, else every row but one side of each dropped gold pair.
+    `gold_rows` is [pairs, 2] (de row, en row) of the subsample's gold pairs."""
+    keep = {lang: np.ones(size, bool) for lang in LANGS}
+    if density is not None:
+        kept_pairs = round(density * size)
+        if kept_pairs > len(gold_rows):
+            raise ValueError(
+                f"density {density}: {kept_pairs:,} gold pairs wanted, the subsample has {len(gold_rows):,}"
+            )
+        rng = np.random.default_rng(SEED)
+        dropped = rng.permutation(len(gold_rows))[kept_pairs:]
+        for side, lang in enumerate(LANGS):
+            keep[lang][gold_rows[dropped[1 - side :: 2], side]] = False
+    return {lang: np.flatnonzero(keep[lang]) for lang in LANGS}

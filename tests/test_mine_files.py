@@ -148,3 +148,34 @@ def test_bad_options_fail_before_any_work(tmp_path, texts, options, message):
     assert code == 1 and message in printed, printed
     assert [line for line in printed.splitlines() if line.startswith("error:")] == [printed.strip()]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["de.txt", "en.txt"]
+
+
+def test_threshold_auto_without_a_calibration_fails_before_anything_is_encoded(
+    tmp_path, texts, tiny_model_dir
+):
+    output = tmp_path / "pairs.jsonl"
+    code, printed = mine_files(texts, tiny_model_dir("bert"), output, "--threshold", "auto")
+    assert code == 1 and "no calibrated threshold for de-en" in printed, printed
+    assert "bitextmine calibrate" in printed and "--threshold FLOAT" in printed
+    workspace = default_workdir(output)
+    assert not (workspace / "corpora").exists() and not (workspace / "emb").exists()
+
+
+def test_threshold_auto_with_a_calibration_mines(tmp_path, texts, tiny_model_dir):
+    """The calibration `calibrate` stores for the model serves mine-files' `auto`, resolved up front."""
+    from bitextmine.calibration.thresholds import ThresholdRecord, store_threshold
+    from bitextmine.steps.encode import loaded_encoder
+
+    model = tiny_model_dir("bert")
+    output = tmp_path / "pairs.jsonl"
+    store = tmp_path / "thresholds.json"
+    fingerprint = loaded_encoder(str(model)).get().fingerprint
+    record = ThresholdRecord(
+        fingerprint, str(model), "ratio", "de-en", 1.0, "dev", 100, 100, 100, "best F1", ""
+    )
+    store_threshold(store, record)
+    code, printed = mine_files(texts, model, output, "--threshold", "auto", "--thresholds", str(store))
+    assert code == 0, printed
+    given = tmp_path / "given.jsonl"
+    assert mine_files(texts, model, given, "--threshold", "1.0")[0] == 0
+    assert output.read_text() and output.read_text() == given.read_text()

@@ -72,5 +72,5 @@ def test_a_lower_density_drops_one_side_of_the_other_gold_pairs_alternately():
 
 
 def test_a_density_above_the_subsamples_is_refused():
-    with pytest.raises(ValueError, match="density 0.9"):
+    with pytest.raises(ValueError, match=r"density 0\.9"):
         scale_set.density_rows(10, np.array([[0, 0]]), density=0.9)

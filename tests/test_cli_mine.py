@@ -398,3 +398,26 @@ def test_without_a_threshold_the_summary_says_nothing_was_thresholded_and_how_to
     assert "`bitextmine calibrate --bucc DIR --pair de-en --model M`" in flat and "--threshold auto" in flat
     code, output = run("mine", "de", "en", "-w", str(work), "--threshold", "1.0")
     assert code == 0 and "no threshold" not in output, output
+
+
+def test_a_threshold_calibrated_on_a_far_smaller_split_is_reported_as_such(workspace):
+    """The workspace has 47 sentences; a threshold calibrated on 4 is used on 10 times its split or more."""
+    from dataclasses import replace
+
+    from bitextmine.calibration.thresholds import store_threshold
+    from tests.helpers import DE_EN
+
+    work, _ = workspace
+    fingerprint = json.loads((work / "emb" / "de" / "manifest.json").read_text())["model"]["fingerprint"]
+    for calibrated_on, warned in ((5, False), (4, True)):
+        store_threshold(
+            work / "thresholds.json", replace(DE_EN, fingerprint=fingerprint, sentences=calibrated_on)
+        )
+        for lang in ("de", "en"):
+            assert run("index", lang, "-w", str(work))[0] == 0
+        code, output = run("mine", "de", "en", "-w", str(work), "--threshold", "auto")
+        assert code == 0, output
+        note = json.loads((work / "mined" / "de-en.stats.json").read_text())["threshold"]["note"]
+        assert (note is not None) == warned and ("calibrated on 4 sentences" in output) == warned, output
+        if warned:
+            assert note.startswith("the threshold was calibrated on 4 sentences and this corpus has 47")

@@ -19,6 +19,7 @@ from bitextmine.calibration.thresholds import (
     parse_threshold,
     read_thresholds,
     resolve_threshold,
+    size_drift_note,
     store_threshold,
 )
 from bitextmine.errors import BitextmineError
@@ -60,7 +61,7 @@ def test_store_keeps_one_record_per_fingerprint_margin_k_and_pair(tmp_path):
     entry = json.loads(store.read_text())["thresholds"][0]
     assert set(entry) == {
         *("fingerprint", "model", "margin", "pair", "value", "split"),
-        *("precision", "recall", "f1", "rule", "date", "k", "strategy"),
+        *("precision", "recall", "f1", "rule", "date", "k", "strategy", "sentences"),
     }
 
 
@@ -103,6 +104,20 @@ def test_a_record_written_before_k_was_recorded_reads_as_k4(tmp_path):
     assert resolve("auto", store).source == f"calibrated for de-en on dev with k=4 (best F1 95.75) in {store}"
     with pytest.raises(BitextmineError, match=r"\(calibrated: de-en ratio k=4\)"):
         resolve("auto", store, k=8)
+
+
+def test_a_threshold_used_on_a_corpus_ten_times_its_calibration_split_or_more_says_so(tmp_path):
+    store = tmp_path / "thresholds.json"
+    store_threshold(store, replace(DE_EN, sentences=16_800))
+    choice = resolve("auto", store)
+    assert choice.calibrated_on == 16_800
+    assert size_drift_note(choice, 167_999) is None
+    note = size_drift_note(choice, 168_000)
+    assert note.startswith("the threshold was calibrated on 16,800 sentences and this corpus has 168,000")
+    assert size_drift_note(resolve("1.03", store), 10**9) is None  # a number given: nothing is known
+    assert size_drift_note(None, 10**9) is None
+    store_threshold(store, DE_EN)  # recorded without its split's size, as before it was recorded
+    assert resolve("auto", store).calibrated_on is None
 
 
 def test_resolve_numbers_own_pair_and_another_pairs(tmp_path):

@@ -6,7 +6,8 @@ model dir, which may be shared, read-only or the Hugging Face cache. Layout::
     {"thresholds": [{"fingerprint": "3f0c...", "model": "intfloat/multilingual-e5-small",
                      "margin": "ratio", "pair": "de-en", "value": 1.0311, "split": "dev",
                      "precision": 95.75, "recall": 95.75, "f1": 95.75, "rule": "best F1",
-                     "date": "2025-06-01T12:00:00+00:00", "k": 4, "strategy": "max"}, ...]}
+                     "date": "2025-06-01T12:00:00+00:00", "k": 4, "strategy": "max",
+                     "sentences": 16800}, ...]}
 
 one record per fingerprint, margin, k and pair: each changes the scale of the scores. A ratio
 threshold means nothing for the distance margin; k sets the neighbourhood means the margin divides by
@@ -15,8 +16,10 @@ pairs, so a pair's threshold serves that pair unless the user asks for another's
 The candidate strategy is recorded but is no key: a pair's score is its margin over both directions'
 k-NN means whatever the strategy, which only chooses which pairs compete for the one-to-one
 selection (mining/selection.py), so a threshold keeps the same pairs' scores under every strategy.
-Records written before k and the strategy were recorded read as k=4 (the default k they were
-calibrated with unless the user changed it) and an unrecorded strategy (None). Calibrations read,
+`sentences` (both sides of the split) lets `mine` say when a corpus is far larger than the split
+(`size_drift_note`). Records written before k, the strategy and the split's size were recorded read as
+k=4 (the default k they were calibrated with unless the user changed it), an unrecorded strategy (None)
+and an unknown size (None). Calibrations read,
 modify and replace the file holding an flock on a sibling lock file, so concurrent calibrations of
 different pairs all survive; readers take no lock (the file is replaced atomically).
 
@@ -79,6 +82,7 @@ class ThresholdRecord:
     date: str
     k: int = OLD_K  # neighbours of the margin's means
     strategy: str | None = None  # the candidate strategy the scores were measured with; None: not recorded
+    sentences: int | None = None  # in the calibration split, both sides; None: not recorded
 
     @classmethod
     def from_sweep(
@@ -92,6 +96,7 @@ class ThresholdRecord:
         strategy: str,
         pair: str,
         split: str,
+        sentences: int | None = None,
     ) -> ThresholdRecord:
         date = datetime.now().astimezone().isoformat(timespec="seconds")
         scores = result.scores.as_percent()
@@ -107,6 +112,7 @@ class ThresholdRecord:
             date=date,
             k=k,
             strategy=strategy,
+            sentences=sentences,
         )
 
     def describe(self) -> str:
@@ -131,6 +137,24 @@ class ThresholdChoice:
     value: float
     pair: str
     source: str
+    calibrated_on: int | None = None  # sentences of the split it was calibrated on; None: unknown or given
+
+
+# A corpus this many times the size of the calibration split is where the scale benchmark saw a calibrated
+# threshold keep its precision but lose much of its recall (examples/benchmarks/results/bench_scale_real.md).
+SIZE_DRIFT = 10
+
+
+def size_drift_note(choice: ThresholdChoice | None, sentences: int) -> str | None:
+    """What to tell the user when a calibrated threshold is used on a corpus of `sentences` (both sides)
+    SIZE_DRIFT times the split it was calibrated on, or more; None otherwise."""
+    if choice is None or choice.calibrated_on is None or sentences < SIZE_DRIFT * choice.calibrated_on:
+        return None
+    return (
+        f"the threshold was calibrated on {choice.calibrated_on:,} sentences and this corpus has "
+        f"{sentences:,}: margin scores shift with a corpus's size and density, so this corpus's recall can "
+        "be far below the calibration's (docs/design.md, 'Thresholds at scale')"
+    )
 
 
 def parse_threshold(value: str | None) -> float | str | None:
@@ -183,7 +207,7 @@ def resolve_threshold(
     records = [r for r in read_thresholds(store) if r.fingerprint == fingerprint]
     record = next((r for r in records if r.key == wanted), None)
     if record is not None:
-        return ThresholdChoice(record.value, wanted.pair, f"{record.describe()} in {store}")
+        return ThresholdChoice(record.value, wanted.pair, f"{record.describe()} in {store}", record.sentences)
     legacy = _legacy_table(model_dir, margin)
     if k == OLD_K and wanted.pair in legacy:
         where = f"{model_dir}/{BITEXTMINE_CONFIG} (in the model dir, where bitextmine 0.1 kept thresholds)"
@@ -253,6 +277,8 @@ def _valid(name: str, value: Any) -> bool:
         return isinstance(value, int) and value >= 1
     if name == "strategy":
         return value is None or value in STRATEGIES
+    if name == "sentences":
+        return value is None or (isinstance(value, int) and value >= 1)
     return isinstance(value, str)
 
 

@@ -219,6 +219,7 @@ def _store_calibration(
         strategy=options.strategy,
         pair=split.pair,
         split=split.split,
+        sentences=split.sentences,
     )
     store_threshold(store, record)
     return Calibration(split.pair, split.split, options, result, record, store, mined.sources)

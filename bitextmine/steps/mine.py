@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from bitextmine.calibration.thresholds import ThresholdChoice, resolve_threshold
+from bitextmine.calibration.thresholds import ThresholdChoice, resolve_threshold, size_drift_note
 from bitextmine.errors import BitextmineError
 from bitextmine.files import OutputTarget, atomic_open, output_target, write_json
 from bitextmine.launch.config import LauncherConfig
@@ -109,6 +109,11 @@ class MineSummary:
     def kept(self) -> int:
         return self.written.kept
 
+    @property
+    def note(self) -> str | None:
+        """What the user is told about the threshold's fitness for this corpus (size_drift_note)."""
+        return size_drift_note(self.threshold, self.counts["src_sentences"] + self.counts["tgt_sentences"])
+
     def to_json(self) -> dict[str, Any]:
         """What was mined, how, and what each stage kept (the output's path relative to the workspace
         when it lies inside, so a moved workspace stays consistent)."""
@@ -118,7 +123,7 @@ class MineSummary:
         return {
             "pair": self.pair,
             "options": self.options.to_json(),
-            "threshold": None if self.threshold is None else asdict(self.threshold),
+            "threshold": None if self.threshold is None else asdict(self.threshold) | {"note": self.note},
             "counts": self.counts,
             "output": {"path": str(path), "format": self.written.format},
             "indexes": {lang: info.to_json() for lang, info in self.indexes.items()},
@@ -251,6 +256,8 @@ def _mine(
         time.perf_counter() - started,
     )
     write_json(summary.stats, summary.to_json())
+    if summary.note is not None:
+        warn_user(f"mine {pair}: {summary.note}")
     return summary
 
 

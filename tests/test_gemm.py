@@ -285,7 +285,7 @@ def _faiss_mined(src: np.ndarray, tgt: np.ndarray, scratch: Path, k: int = 4) ->
     selected = select_candidates(
         lambda: [(0, fwd)], lambda: [(0, bwd)], (len(src), len(tgt)), "ratio", "max", scratch
     )
-    return Candidates.from_records(selected)
+    return Candidates.from_records(selected.records)
 
 
 def test_mined_pairs_equal_the_faiss_float32_reference(tmp_path):

@@ -47,13 +47,14 @@ def test_blocks_and_merge_windows_do_not_change_the_selection(tmp_path, strategy
     fwd, bwd = knn(src, tgt, 4), knn(tgt, src, 4)
     sizes = (len(src), len(tgt))
     whole = select_candidates(in_blocks(fwd, 70), in_blocks(bwd, 55), sizes, margin, strategy, tmp_path / "a")
-    assert len(whole) and np.all(np.diff(whole["score"]) <= 0)
+    assert len(whole.records) and np.all(np.diff(whole.records["score"]) <= 0)
     for rows, merge_rows in [(1, 1), (7, 5), (20, 3), (33, 1000)]:
         scratch = tmp_path / f"{rows}-{merge_rows}"
         blocked = select_candidates(
             in_blocks(fwd, rows), in_blocks(bwd, rows), sizes, margin, strategy, scratch, merge_rows
         )
-        assert blocked.tobytes() == whole.tobytes(), (rows, merge_rows)
+        assert blocked.records.tobytes() == whole.records.tobytes(), (rows, merge_rows)
+        assert blocked.decoys.tobytes() == whole.decoys.tobytes(), (rows, merge_rows)
 
 
 def sequential_greedy(src: list[int], tgt: list[int], used_src: set[int], used_tgt: set[int]) -> list[bool]:
@@ -109,7 +110,7 @@ def test_selection_allocates_about_one_block_not_the_corpus(tmp_path):
     try:
         selected = select_candidates(
             fwd, bwd, (n, n), "ratio", "max", tmp_path / "blocked", merge_rows=50_000
-        )
+        ).records
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -123,7 +124,7 @@ def test_selection_allocates_about_one_block_not_the_corpus(tmp_path):
         "max",
         tmp_path / "whole",
     )
-    assert whole.tobytes() == selected.tobytes()
+    assert whole.records.tobytes() == selected.tobytes()
 
 
 def some_candidates() -> Candidates:

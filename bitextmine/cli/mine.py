@@ -153,6 +153,12 @@ def print_mine_summary(summary: MineSummary) -> None:
         out.print("\n".join(histogram_lines(histogram["edges"], histogram["counts"])), highlight=False)
     if summary.threshold is not None:
         out.print(f"threshold {summary.threshold.value:.4f}: {summary.threshold.source}", highlight=False)
+        if counts["estimated_precision"] is not None:
+            out.print(
+                f"estimated precision of the {counts['above_threshold']:,} pairs reaching it: "
+                f"{counts['estimated_precision']:.1f}% (from each sentence's runner-up scores; it errs low)",
+                highlight=False,
+            )
     else:
         out.print(no_threshold_note(summary), highlight=False, markup=False, soft_wrap=True)
     kept = f"{summary.kept:,} pairs" + (

@@ -51,4 +51,4 @@ def mine_arrays(
         selected = select_candidates(
             lambda: [(0, fwd)], lambda: [(0, bwd)], (len(src), len(tgt)), margin, strategy, Path(folder)
         )
-        return Candidates.from_records(selected)
+        return Candidates.from_records(selected.records)

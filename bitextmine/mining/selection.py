@@ -22,6 +22,7 @@ import numpy as np
 from bitextmine.errors import BitextmineError, os_error_message
 from bitextmine.faults import crash_point
 from bitextmine.mining.margin import check_margin, margin_scores
+from bitextmine.mining.null_estimate import POOLED_DIRECTIONS, estimated_precision, runner_up_decoys
 from bitextmine.search.knn import Neighbours
 
 if TYPE_CHECKING:
@@ -88,6 +89,20 @@ class Candidates:
         return pandas.DataFrame(columns)
 
 
+class Selection(NamedTuple):
+    """What `select_candidates` gives: the one-to-one candidates (CANDIDATE_DTYPE records, best first) and
+    each query's decoy (null_estimate.runner_up_decoys; source queries, then target queries; NaN for a
+    direction the strategy does not pool), with the number of directions pooled."""
+
+    records: np.ndarray
+    decoys: np.ndarray
+    directions: int
+
+    def estimated_precision(self, threshold: float) -> float | None:
+        """The estimated share of translations among the candidates scoring >= `threshold`."""
+        return estimated_precision(self.records["score"], self.decoys, threshold, self.directions)
+
+
 @dataclass
 class _Means:
     fwd: np.ndarray  # mean cosine of each source sentence to its target neighbours
@@ -109,8 +124,9 @@ def select_candidates(
     strategy: str,
     scratch: Path,
     merge_rows: int = MERGE_ROWS,
-) -> np.ndarray:
-    """One-to-one candidate pairs (CANDIDATE_DTYPE records, memory-mapped from `scratch`), best first.
+) -> Selection:
+    """One-to-one candidate pairs (CANDIDATE_DTYPE records, memory-mapped from `scratch`), best first, and
+    the queries' decoys (a Selection).
 
     `fwd` holds the target neighbours of each of the `sizes[0]` source sentences, `bwd` the source
     neighbours of each of the `sizes[1]` target sentences. Each sentence's best-scoring neighbour is
@@ -123,9 +139,12 @@ def select_candidates(
     scratch.mkdir(parents=True, exist_ok=True)
     n_src, n_tgt = sizes
     means = _Means(_means(fwd, n_src, scratch / "fwd-mean.npy"), _means(bwd, n_tgt, scratch / "bwd-mean.npy"))
-    pool = _pool(fwd, bwd, means, margin, strategy, sizes, scratch)
+    decoys = _scratch_array(scratch / "decoys.npy", np.float64, n_src + n_tgt)
+    decoys[:] = np.nan
+    pool = _pool(fwd, bwd, means, margin, strategy, sizes, scratch, decoys)
     runs = [_sorted_run(part, scratch / f"run-{number}.npy") for number, part in enumerate(pool) if len(part)]
-    return _one_to_one(_merged(runs, merge_rows), sizes, scratch)
+    records = _one_to_one(_merged(runs, merge_rows), sizes, scratch)
+    return Selection(records, decoys, POOLED_DIRECTIONS[strategy])
 
 
 def _scratch_array(path: Path, dtype: type, rows: int) -> np.ndarray:
@@ -190,12 +209,17 @@ def _pool(
     strategy: str,
     sizes: tuple[int, int],
     scratch: Path,
+    decoys: np.ndarray,
 ) -> Iterator[np.ndarray]:
-    """The candidates the strategy pools, one array per neighbour block."""
+    """The candidates the strategy pools, one array per neighbour block; the decoys of their queries go
+    to `decoys` (source rows first, then target rows)."""
 
     def bests(blocks: NeighbourBlocks, forward: bool) -> Iterator[np.ndarray]:
+        offset = 0 if forward else sizes[0]
         for first, hits in blocks():
-            yield _best(hits, first, means, margin, forward=forward, key_offset=0 if forward else sizes[0])
+            scores = _block_scores(hits, first, means, margin, forward=forward)
+            decoys[offset + first : offset + first + len(scores)] = runner_up_decoys(scores)
+            yield _best(hits, scores, first, forward=forward, key_offset=offset)
 
     if strategy == "intersect":
         best_src_of_tgt = _scratch_array(scratch / "best-src-of-tgt.npy", np.int64, sizes[1])
@@ -211,10 +235,8 @@ def _pool(
         yield from bests(bwd, forward=False)
 
 
-def _best(
-    hits: Neighbours, first: int, means: _Means, margin: str, *, forward: bool, key_offset: int
-) -> np.ndarray:
-    """The best-scoring neighbour of every query of a block that has one, as candidate records."""
+def _block_scores(hits: Neighbours, first: int, means: _Means, margin: str, *, forward: bool) -> np.ndarray:
+    """The margin score of every neighbour of a block's queries; -inf where none was found."""
     rows = slice(first, first + len(hits.ids))
     found = hits.ids >= 0
     other = np.where(found, hits.ids, 0)
@@ -223,7 +245,14 @@ def _best(
         scores = margin_scores(cos, means.fwd[rows][:, None], means.bwd[other], margin)
     else:
         scores = margin_scores(cos, means.fwd[other], means.bwd[rows][:, None], margin)
-    scores = np.where(found, scores, -np.inf)
+    return np.where(found, scores, -np.inf)
+
+
+def _best(hits: Neighbours, scores: np.ndarray, first: int, *, forward: bool, key_offset: int) -> np.ndarray:
+    """The best-scoring neighbour of every query of a block that has one, as candidate records."""
+    found = hits.ids >= 0
+    other = np.where(found, hits.ids, 0)
+    cos = hits.sims.astype(np.float64)
     local = np.flatnonzero(found.any(1))
     if not len(local):
         return np.zeros(0, CANDIDATE_DTYPE)

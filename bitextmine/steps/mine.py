@@ -224,8 +224,10 @@ def _mine(
     scratch = work / SELECTION_DIR
     shutil.rmtree(scratch, ignore_errors=True)  # left by a killed run
     fwd, bwd = _neighbour_blocks(work, "fwd", sizes), _neighbour_blocks(work, "bwd", sizes[::-1])
-    candidates = select_candidates(fwd, bwd, sizes, options.margin, options.strategy, scratch)
+    selection = select_candidates(fwd, bwd, sizes, options.margin, options.strategy, scratch)
+    candidates = selection.records
     above = len(candidates) if threshold is None else _count_at_least(candidates["score"], threshold.value)
+    precision = None if threshold is None else selection.estimated_precision(threshold.value)
     model = src.vectors.model
     settings = mining_settings(
         model.name, model.fingerprint, options.margin, options.k, threshold, options.filters
@@ -238,9 +240,10 @@ def _mine(
         "above_threshold": above,
         "filtered": pair_filter.counts(),
         "kept": written.kept,
+        "estimated_precision": None if precision is None else round(100 * precision, 2),
     }
     histogram = score_histogram(candidates["score"])
-    del candidates
+    del candidates, selection
     shutil.rmtree(scratch)
     _remove_other_plans(work)
     summary = MineSummary(

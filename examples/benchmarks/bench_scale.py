@@ -337,6 +337,7 @@ def run(sizes: list[int], densities: list[float | None], names: list[str]) -> No
                 pairs = pairs_at(mined, threshold)
                 exact_pairs = pairs if label == EXACT_SETTING[0] else exact_pairs
                 row = {"size": size, "density": density, "setting": label, "threshold": threshold}
+                row["load_average"] = round(os.getloadavg()[0], 1)  # other work on the machine slows stages
                 row |= {"import": imported, **figures, "quality": quality(mined, sample.hidden, threshold)}
                 row |= {key: row["quality"]["all"][key] for key in ("gold", "precision", "recall", "f1")}
                 row["estimated_precision"] = estimated_precision(workspace, threshold)
@@ -386,7 +387,7 @@ def report(rows: list[dict]) -> str:
             f"{r['index_de']['seconds'] + r['index_en']['seconds']:.0f} | {_mine_seconds(r['mine'])} | "
             f"{max(s['peak_rss_gb'] for s in stages):.2f} | {r['precision']} | {_estimate(r)} | "
             f"{r['recall']} | {r['f1']} | "
-            f"{r['share_of_exact_pairs']:.2%} | {r['date']}, {r['machine']}, {r['commit']}"
+            f"{r['share_of_exact_pairs']:.2%} | {r['date']}, {r['machine']}, {r['commit']}{_load(r)}"
         )
     lines += table(
         "sentences a side | density | setting | index | index s | mine s | peak RSS GB | P | P estimated | R "
@@ -425,6 +426,11 @@ def _report_order(row: dict) -> tuple:
     order = [label for label, _, _ in SETTINGS]
     density = row.get("density")
     return row["size"], density is not None, -(density or 0), order.index(row["setting"])
+
+
+def _load(row: dict) -> str:
+    """The machine's load average as the row was recorded, where it was (2 cores: above 2, stages waited)."""
+    return "" if row.get("load_average") is None else f", load {row['load_average']}"
 
 
 def _estimate(row: dict) -> str:

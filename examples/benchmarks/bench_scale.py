@@ -1,20 +1,23 @@
 """Mining real text at scale: shared/data/scale/de-en (1,050,592 sentences a side, 50,592 hidden pairs).
 
     python bench_scale.py encode                  # tier-ordered text, then `bitextmine encode` of both sides
-    python bench_scale.py run --sizes 100000,...  # per size and index: index, mine, F1, agreement
+    python bench_scale.py run --sizes 100000,... --densities set,0.01  # per subsample and index setting
     python bench_scale.py report                  # results/bench_scale_real.md from its JSON
 
 Encoding is the long stage (hours on 2 cores) and resumes where it stopped: both sides are encoded once,
-in tier order (scale_set.py), so the subsample of size N is the first N rows of each side. Each size
-then gets a workspace of its own into which the first N vectors are imported (`encode --embeddings`),
-and every stage runs as its own `bitextmine` process, timed with its peak RSS.
+side by side, in tier order (scale_set.py), so the subsample of size N is the first N rows of each side.
+Each subsample (a size, and a gold density: the set's own or lower, scale_set.density_rows) then gets a
+workspace of its own into which its vectors are imported (`encode --embeddings`), and every stage runs
+as its own `bitextmine` process, timed with its peak RSS.
 
 The threshold is `calibrate`'s best-F1 threshold on the shared de-en dev split, with the same model;
-imported vectors carry no model fingerprint, so it is passed to `mine` as a number. Precision, recall
-and F1 count the mined pairs at or above it against the subsample's hidden pairs. Each index setting in
-SETTINGS (exact search, `index`'s default, IVF with given lists and probes) has a workspace of its own,
-and its row gives the share of exact mining's pairs (above the threshold) that it keeps: the default
-index must keep at least 99% of them, at the least time.
+imported vectors carry no model fingerprint, so it is passed to `mine` as a number. `mine` writes every
+one-to-one candidate; precision, recall and F1 count those at or above the threshold against the
+subsample's hidden pairs, per source of the pairs (scale_quality.py), beside the best any threshold
+reaches and `mine`'s own estimate of the precision. Each index setting in SETTINGS (exact search,
+`index`'s default, IVF with given lists and probes) has a workspace of its own, and its row gives the
+share of exact mining's pairs (above the threshold) that it keeps: the default index must keep at least
+99% of them, at the least time.
 """
 
 from __future__ import annotations
@@ -90,10 +93,15 @@ def _figures(started: float, usage: os.struct_rusage) -> dict:
 
 
 def encode() -> None:
+    """Both sides at once, each with half the cores, so that each tier is ready on both sides together
+    (a run stopped after the first tier leaves the 100k subsample minable)."""
     files = write_tier_files(SCALE, SIZES, WORK / "input")
-    for lang in LANGS:
-        run_command(
+    threads = str(max(1, (os.cpu_count() or 2) // len(LANGS)))
+    processes = {
+        lang: subprocess.Popen(
             [
+                *BITEXTMINE,
+                "-q",
                 "encode",
                 str(files[lang]),
                 "--lang",
@@ -104,12 +112,19 @@ def encode() -> None:
                 "50000",
                 "--precision",
                 "bf16",
+                "--threads",
+                threads,
                 "--model",
                 str(MODEL),
                 "--workdir",
                 str(ENCODED),
             ]
         )
+        for lang in LANGS
+    }
+    failed = [lang for lang, process in processes.items() if process.wait() != 0]
+    if failed:
+        raise SystemExit(f"encode {', '.join(failed)} failed (output above); rerun to resume")
 
 
 def dev_threshold() -> float:

@@ -288,7 +288,7 @@ def mine_in(workspace: Path, index_args: list[str], resumable: bool) -> dict:
 def estimated_precision(workspace: Path, threshold: float) -> float | None:
     """`mine`'s estimate of the precision at `threshold` (its stats): a second run, which reuses the
     neighbour lists and only selects again."""
-    out = workspace / "mined" / "at-threshold.tsv"
+    out = workspace.parent / "at-threshold.tsv"  # WORK/mined holds only the pair's own files
     run_command(
         [
             "mine",

@@ -29,6 +29,8 @@ class WorkspaceFiles(Protocol):
 
     def own_paths(self) -> Iterable[Path]: ...
 
+    def input_files(self) -> Iterable[Path]: ...
+
 
 # Temporaries are created exclusively: O_EXCL fails on anything already at the name, a planted symlink
 # included (O_NOFOLLOW too, for systems where O_EXCL alone would follow one).
@@ -207,23 +209,26 @@ def output_target(
 
     A regular file or an absent path is replaced atomically; a symlink, FIFO or character device
     (`/dev/stdout`, `/dev/null`) is written through as a stream. Refused in one line: a folder, socket,
-    block device or dangling link; the same file as one of `inputs` (what the command reads, and its
-    other outputs; None for one not given); inside `workspace`, a link, or anything in the folders and
-    files it keeps for its own (corpora, embeddings, indexes, mined pairs, ...) other than `own`; a
-    path whose folder is missing, unless it lies in `workspace`: folders elsewhere are not created
-    unasked.
+    block device or dangling link; the same file (by identity, through links) as one of `inputs` (what
+    the command reads, and its other outputs; None for one not given) or of the files `workspace` was
+    built from; inside `workspace`, a link, or anything in the folders and files it keeps for its own
+    (corpora, embeddings, indexes, mined pairs, ...) other than `own`; a path whose folder is missing,
+    unless it lies in `workspace`: folders elsewhere are not created unasked.
     """
     path = Path(path)
     through = _written_through(path)
-    for given in inputs:
-        if given is not None and _same_file(path, Path(given)):
-            raise BitextmineError(
-                f"{path}: the same file as {given}, which this command reads or writes; give another path"
-            )
+    _refuse_inputs(path, inputs, "which this command reads or writes")
     if workspace is not None:
+        _refuse_inputs(path, workspace.input_files(), f"which the workspace {workspace.root} was built from")
         _refuse_workspace_file(path, through, workspace, own)
     _refuse_missing_folder(path, workspace)
     return OutputTarget(path, through)
+
+
+def _refuse_inputs(path: Path, inputs: Iterable[str | os.PathLike[str] | None], why: str) -> None:
+    for given in inputs:
+        if given is not None and _same_file(path, Path(given)):
+            raise BitextmineError(f"{path}: the same file as {given}, {why}; give another path")
 
 
 _NOT_WRITABLE = {stat.S_IFDIR: "a folder", stat.S_IFSOCK: "a socket", stat.S_IFBLK: "a block device"}

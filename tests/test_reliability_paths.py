@@ -166,6 +166,27 @@ def test_mine_refuses_outputs_over_the_workspace_s_own_files(indexed, option, ta
     assert (path.read_bytes() if path.exists() else None) == before
 
 
+@pytest.mark.parametrize("way", ["as recorded", "relative", "symlink", "hard link", "api"])
+def test_mine_refuses_to_write_over_a_corpus_the_workspace_read(indexed, tmp_path, monkeypatch, way):
+    """`mine de en -o de.txt` replaced the user's corpus with pairs and exited 0."""
+    corpus = tmp_path / "de.txt"
+    before = corpus.read_bytes()
+    named = {"as recorded": corpus, "relative": Path("de.txt"), "api": corpus}.get(way, tmp_path / "alias")
+    if way == "symlink":
+        named.symlink_to(corpus)
+    elif way == "hard link":
+        os.link(corpus, named)
+    monkeypatch.chdir(tmp_path)
+    if way == "api":
+        options = bitextmine.MineOptions(output=named, format="tsv")
+        with pytest.raises(BitextmineError, match=r"which the workspace .* was built from"):
+            bitextmine.mine(Workspace(indexed), "de", "en", options)
+    else:
+        code, output = run("mine", "de", "en", "-w", str(indexed), "-o", str(named), "--format", "tsv")
+        _one_line_error(code, output, f"{named}: the same file as {corpus}", "the workspace")
+    assert corpus.read_bytes() == before and not (indexed / "mined" / "de-en.stats.json").exists()
+
+
 def test_mine_may_write_its_own_pairs_in_another_format(indexed):
     code, output = run("mine", "de", "en", "-w", str(indexed), "-o", str(indexed / "mined" / "de-en.tsv"))
     assert code == 0, output

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bitextmine.text.languages import check_lang
+from bitextmine.workspace.inputs import recorded_inputs
 
 DEFAULT_WORKDIR = Path("bitextmine-work")
 
@@ -81,6 +82,10 @@ class Workspace:
         """Every folder and file above: a path a user names for output may not lie in one of them."""
         folders = ["corpora", "corpus-parts", "emb", "index", "mined", "cache", "locks", "logs", "scratch"]
         return [self.root / name for name in folders] + [self.thresholds_file()]
+
+    def input_files(self) -> list[Path]:
+        """Every file the workspace was built from (workspace/inputs.py): never an output."""
+        return recorded_inputs(self.root)
 
 
 def check_workspace(value: object, step: str) -> None:

@@ -193,6 +193,21 @@ class OutputTarget:
             raise WriteError(self.path, exc) from exc
 
 
+STDOUT_FILE = Path("/dev/stdout")  # what `-o -` names
+
+
+def is_stream(path: Path) -> bool:
+    """Whether `path` is a FIFO or character device, or stdout itself (the file descriptor 1 is, also
+    when the shell redirected it to a regular file): written as a stream, nothing kept beside it."""
+    try:
+        mode = os.stat(path).st_mode
+        if stat.S_ISFIFO(mode) or stat.S_ISCHR(mode):
+            return True
+        return os.path.samestat(os.stat(path), os.fstat(1))
+    except OSError:  # absent, or no descriptor 1
+        return False
+
+
 def _open_existing(path: str, flags: int) -> int:
     """Open for writing without creating anything: the target of a link must be there already."""
     return os.open(path, (flags & ~os.O_CREAT) | getattr(os, "O_CLOEXEC", 0))

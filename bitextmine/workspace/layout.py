@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bitextmine.text.languages import check_lang
-from bitextmine.workspace.inputs import recorded_inputs
 
 DEFAULT_WORKDIR = Path("bitextmine-work")
 
@@ -85,6 +84,8 @@ class Workspace:
 
     def input_files(self) -> list[Path]:
         """Every file the workspace was built from (workspace/inputs.py): never an output."""
+        from bitextmine.workspace.inputs import recorded_inputs  # numpy: `bitextmine.Workspace` stays light
+
         return recorded_inputs(self.root)
 
 

@@ -36,7 +36,7 @@ from typing import Any
 
 from bitextmine.calibration.bucc import BEST_F1, SweepResult
 from bitextmine.encoder.settings import BITEXTMINE_CONFIG
-from bitextmine.errors import BitextmineError
+from bitextmine.errors import BitextmineError, BitextmineValueError, real_number
 from bitextmine.files import WriteError, read_json, write_json
 from bitextmine.mining.selection import STRATEGIES
 from bitextmine.text.languages import parse_pair
@@ -142,17 +142,24 @@ def parse_threshold(value: str | None) -> float | str | None:
         try:
             parse_pair(text.removeprefix("auto:"))
         except BitextmineError as exc:
-            raise BitextmineError(f"--threshold {text}: {exc}") from None
+            raise BitextmineValueError(f"--threshold {text}: {exc}") from None
         return text
     try:
         number = float(text)
     except ValueError:
         number = math.nan
     if not math.isfinite(number):
-        raise BitextmineError(
+        raise BitextmineValueError(
             f"--threshold must be a number, auto or auto:PAIR (e.g. auto:de-en), not {value!r}"
         )
     return number
+
+
+def check_threshold(value: object) -> float | str | None:
+    """A threshold given in Python: None, a finite number, or a string `parse_threshold` reads."""
+    if value is None or isinstance(value, str):
+        return parse_threshold(value)
+    return real_number("threshold", value)
 
 
 def resolve_threshold(

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, BinaryIO, NamedTuple, SupportsIndex, overload
 
 import numpy as np
 
-from bitextmine.errors import BitextmineError, os_error_message
+from bitextmine.errors import BitextmineError, BitextmineValueError, os_error_message
 from bitextmine.faults import crash_point
 from bitextmine.mining.margin import check_margin, margin_scores
 from bitextmine.search.knn import Neighbours
@@ -97,7 +97,7 @@ class _Means:
 def check_strategy(strategy: str) -> str:
     if strategy not in STRATEGIES:
         choices = ", ".join(STRATEGIES)
-        raise BitextmineError(f"unknown candidate strategy {strategy!r}; choose one of {choices}")
+        raise BitextmineValueError(f"unknown candidate strategy {strategy!r}; choose one of {choices}")
     return strategy
 
 

@@ -325,10 +325,11 @@ def refuse_linked_folders(root: Path) -> None:
     what is written there would land outside it."""
     for folder, subfolders, _ in os.walk(root):
         for name in subfolders:
-            if os.path.islink(os.path.join(folder, name)):
+            link = os.path.join(folder, name)
+            if os.path.islink(link):
                 raise BitextmineError(
-                    f"{os.path.join(folder, name)}: a symlink to a folder inside {root}; nothing is written "
-                    "through one: replace it with a real folder"
+                    f"{link}: a symlink inside {root} to the folder {os.path.realpath(link)}; nothing is "
+                    "written through one: replace it with a real folder"
                 )
 
 

@@ -306,7 +306,7 @@ def test_a_workspace_folder_that_is_a_symlink_is_refused(indexed, tmp_path, fold
     before = sorted(outside.rglob("*"))
     command = ["index", "de"] if folder == "index" else ["mine", "de", "en"]
     code, output = run(*command, "-w", str(indexed))
-    _one_line_error(code, output, str(linked), "a symlink to a folder")
+    _one_line_error(code, output, f"{linked}: a symlink inside {indexed} to the folder {outside}")
     assert sorted(outside.rglob("*")) == before
 
 

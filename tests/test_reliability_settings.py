@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import bitextmine as bm
-from tests.helpers import run
+from tests.helpers import run, sentences, write_bucc
 
 NAN, INF = float("nan"), float("inf")
 
@@ -73,3 +73,13 @@ def test_mine_arrays_refuses_a_scratch_folder_that_is_not_one(tmp_path, scratch)
     vectors = np.eye(4, dtype=np.float32)
     message = _one_line_value_error(lambda: bm.mine_arrays(vectors, vectors, scratch=tmp_path / scratch))
     assert f"{tmp_path / scratch}: not an existing folder" in message
+
+
+@pytest.mark.parametrize("size", [-5, 0, 2.5])
+def test_sample_split_refuses_a_size_that_is_not_a_count(tmp_path, size):
+    """`sample_split(split, -5)` returned an empty split."""
+    write_bucc(tmp_path, sentences(6, seed=1))
+    split = bm.read_bucc(tmp_path, "de-en", "dev")
+    assert "max_sentences must be a whole number >= 1" in _one_line_value_error(
+        lambda: bm.sample_split(split, size)
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import math
 import numbers
 import os
 import sys
@@ -28,6 +29,18 @@ def whole_number(name: str, value: object, low: int = 1, high: int | None = None
             return number
     bounds = f"from {low} to {high}" if high is not None else f">= {low}"
     raise BitextmineValueError(f"{name} must be a whole number {bounds}, not {value!r}")
+
+
+def real_number(name: str, value: object, low: float | None = None, high: float | None = None) -> float:
+    """`value` as a finite float from `low` to `high` (None: unbounded), else a BitextmineValueError
+    naming `name` (nan compares false with every bound: it would silently keep or drop everything)."""
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        number = float(value)
+        if math.isfinite(number) and (low is None or number >= low) and (high is None or number <= high):
+            return number
+    bounds = [f" >= {low:g}"] if low is not None else []
+    bounds += [f" <= {high:g}"] if high is not None else []
+    raise BitextmineValueError(f"{name} must be a finite number{' and'.join(bounds)}, not {value!r}")
 
 
 class BitextmineWarning(UserWarning):

@@ -29,6 +29,8 @@ class WorkspaceFiles(Protocol):
 
     def own_paths(self) -> Iterable[Path]: ...
 
+    def input_files(self) -> Iterable[Path]: ...
+
 
 # Temporaries are created exclusively: O_EXCL fails on anything already at the name, a planted symlink
 # included (O_NOFOLLOW too, for systems where O_EXCL alone would follow one).
@@ -191,6 +193,21 @@ class OutputTarget:
             raise WriteError(self.path, exc) from exc
 
 
+STDOUT_FILE = Path("/dev/stdout")  # what `-o -` names
+
+
+def is_stream(path: Path) -> bool:
+    """Whether `path` is a FIFO or character device, or stdout itself (the file descriptor 1 is, also
+    when the shell redirected it to a regular file): written as a stream, nothing kept beside it."""
+    try:
+        mode = os.stat(path).st_mode
+        if stat.S_ISFIFO(mode) or stat.S_ISCHR(mode):
+            return True
+        return os.path.samestat(os.stat(path), os.fstat(1))
+    except OSError:  # absent, or no descriptor 1
+        return False
+
+
 def _open_existing(path: str, flags: int) -> int:
     """Open for writing without creating anything: the target of a link must be there already."""
     return os.open(path, (flags & ~os.O_CREAT) | getattr(os, "O_CLOEXEC", 0))
@@ -207,23 +224,26 @@ def output_target(
 
     A regular file or an absent path is replaced atomically; a symlink, FIFO or character device
     (`/dev/stdout`, `/dev/null`) is written through as a stream. Refused in one line: a folder, socket,
-    block device or dangling link; the same file as one of `inputs` (what the command reads, and its
-    other outputs; None for one not given); inside `workspace`, a link, or anything in the folders and
-    files it keeps for its own (corpora, embeddings, indexes, mined pairs, ...) other than `own`; a
-    path whose folder is missing, unless it lies in `workspace`: folders elsewhere are not created
-    unasked.
+    block device or dangling link; the same file (by identity, through links) as one of `inputs` (what
+    the command reads, and its other outputs; None for one not given) or of the files `workspace` was
+    built from; inside `workspace`, a link, or anything in the folders and files it keeps for its own
+    (corpora, embeddings, indexes, mined pairs, ...) other than `own`; a path whose folder is missing,
+    unless it lies in `workspace`: folders elsewhere are not created unasked.
     """
     path = Path(path)
     through = _written_through(path)
-    for given in inputs:
-        if given is not None and _same_file(path, Path(given)):
-            raise BitextmineError(
-                f"{path}: the same file as {given}, which this command reads or writes; give another path"
-            )
+    _refuse_inputs(path, inputs, "which this command reads or writes")
     if workspace is not None:
+        _refuse_inputs(path, workspace.input_files(), f"which the workspace {workspace.root} was built from")
         _refuse_workspace_file(path, through, workspace, own)
     _refuse_missing_folder(path, workspace)
     return OutputTarget(path, through)
+
+
+def _refuse_inputs(path: Path, inputs: Iterable[str | os.PathLike[str] | None], why: str) -> None:
+    for given in inputs:
+        if given is not None and _same_file(path, Path(given)):
+            raise BitextmineError(f"{path}: the same file as {given}, {why}; give another path")
 
 
 _NOT_WRITABLE = {stat.S_IFDIR: "a folder", stat.S_IFSOCK: "a socket", stat.S_IFBLK: "a block device"}
@@ -305,10 +325,11 @@ def refuse_linked_folders(root: Path) -> None:
     what is written there would land outside it."""
     for folder, subfolders, _ in os.walk(root):
         for name in subfolders:
-            if os.path.islink(os.path.join(folder, name)):
+            link = os.path.join(folder, name)
+            if os.path.islink(link):
                 raise BitextmineError(
-                    f"{os.path.join(folder, name)}: a symlink to a folder inside {root}; nothing is written "
-                    "through one: replace it with a real folder"
+                    f"{link}: a symlink inside {root} to the folder {os.path.realpath(link)}; nothing is "
+                    "written through one: replace it with a real folder"
                 )
 
 

@@ -190,6 +190,30 @@ def test_languages_of_different_models_mine_only_when_forced(tmp_path):
     _one_line_error(code, output, "--embeddings VECTORS_DIR --model-name model-a", "pass --threshold FLOAT")
 
 
+def _import_random(tmp_path: Path, dims: dict[str, int], name: str = "m") -> Path:
+    """A workspace of CORPORA's languages imported from random vectors of `dims` dimensions."""
+    rng = np.random.default_rng(0)
+    work = tmp_path / "w"
+    for lang, dim in dims.items():
+        text = _write_lines(tmp_path / f"{lang}.txt", CORPORA[lang])
+        np.save(tmp_path / f"{lang}.npy", rng.standard_normal((len(CORPORA[lang]), dim)).astype(np.float32))
+        code, output = _import(text, lang, work, tmp_path / f"{lang}.npy", "--model-name", name)
+        assert code == 0, output
+    return work
+
+
+@pytest.mark.integration
+def test_mine_refuses_to_write_over_the_vectors_the_workspace_imported(tmp_path):
+    work = _import_random(tmp_path, {"de": 8, "en": 8})
+    vectors = tmp_path / "de.npy"
+    before = vectors.read_bytes()
+    for lang in ("de", "en"):
+        assert run("index", lang, "-w", str(work))[0] == 0
+    code, output = run("mine", "de", "en", "-w", str(work), "-o", str(vectors), "--format", "tsv")
+    _one_line_error(code, output, f"{vectors}: the same file as {vectors}, which the workspace")
+    assert vectors.read_bytes() == before
+
+
 # `bitextmine ARGS...` in a fresh interpreter, then whether torch or transformers was imported
 IMPORT_PROBE = """
 import runpy, sys

@@ -448,3 +448,101 @@ def test_a_damaged_text_shard_is_named_and_mended_as_the_error_says(pristine, tm
     assert code == 0 and "0 encoded now" in " ".join(output.split()), output  # the embeddings are kept
     code, output = _invoke(*mine, "-w", str(work))
     assert code == 0 and _mined(work) == pristine.reference, output
+
+
+# ---------------------------------------------------------------------------------------------------
+# the Python API's options: random MineOptions and filters on the finished workspace
+
+# (valid values, invalid values) of each MineOptions field drawn; the rest keep their defaults
+OPTION_VALUES: dict[str, tuple[list[Any], list[Any]]] = {
+    "k": ([1, 3, 4, 4096], [0, -1, 4097, 1.5, True, "4", None]),
+    "margin": (["ratio", "distance", "csls", "absolute"], ["Ratio", "", None]),
+    "strategy": (["max", "intersect", "fwd", "bwd"], ["min", None]),
+    "threshold": ([None, -1.0, 0.5, 1.01, 3, "auto"], [float("nan"), float("inf"), "abc", "auto:x", True]),
+    "nprobe": ([None, 1, 50], [0, -3, 2.0]),
+    "max_codes": ([None, 1, 10**6], [0, float("nan")]),
+    "block_rows": ([None, 1, 7], [0, -1]),
+    "job_rows": ([1, 5, 10**6], [0, None, 2.5]),
+    "device": (["auto", "cpu"], ["gpu", "cuda:99", "", 0]),
+}
+# (valid, invalid) --filter items; `parse_filters` reads them
+FILTER_ITEMS = (
+    [
+        "score-max=1.2",
+        "score-max=-5",
+        "min-chars=3",
+        "max-chars=0",
+        "length-ratio=1",
+        "letters",
+        "dedup=off",
+        "copies=0.5",
+        "copies=1",
+        "language=0",
+    ],
+    [
+        "score-max=nan",
+        "score-max=inf",
+        "length-ratio=nan",
+        "length-ratio=0.5",
+        "copies=nan",
+        "copies=0",
+        "language=2",
+        "min-chars=-1",
+        "max-chars=1.5",
+        "lang",
+        "score-max",
+    ],
+)
+
+
+@st.composite
+def mine_settings(draw) -> tuple[dict[str, Any], list[str], bool]:
+    """Drawn MineOptions keyword arguments and --filter items, and whether all of them are valid."""
+    options, valid = {}, True
+    for name in draw(st.lists(st.sampled_from(sorted(OPTION_VALUES)), unique=True, max_size=4)):
+        good = draw(st.booleans())
+        options[name] = draw(st.sampled_from(OPTION_VALUES[name][0 if good else 1]))
+        valid &= good
+    items = []
+    for good in draw(st.lists(st.booleans(), max_size=3)):
+        items.append(draw(st.sampled_from(FILTER_ITEMS[0 if good else 1])))
+        valid &= good
+    return options, items, valid
+
+
+@pytest.fixture(scope="module")
+def options_work(pristine, tmp_path_factory) -> Path:
+    work = tmp_path_factory.mktemp("options") / "work"
+    shutil.copytree(pristine.work, work)
+    return work
+
+
+@settings(
+    max_examples=EXAMPLES,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    print_blob=False,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(drawn=mine_settings())
+def test_random_api_options_give_a_result_or_one_line_error_before_any_work(options_work, drawn):
+    """`MineOptions(k=0)` wrote an empty output, `threshold=nan` kept 0 pairs, `score-max=nan` dropped
+    every pair, `k=-1` failed in a job with numpy's "negative dimensions"."""
+    import bitextmine as bm
+
+    given_options, items, valid = drawn
+    stats = options_work / "mined" / "de-en.stats.json"
+    stats.unlink(missing_ok=True)
+    try:
+        options = bm.MineOptions(**given_options, filters=bm.parse_filters("none", items))
+    except (ValueError, bm.BitextmineError) as error:
+        assert not valid and "\n" not in str(error), f"{drawn}: {error}"
+        return
+    assert valid, f"{drawn}: accepted"
+    try:
+        summary = bm.mine(bm.Workspace(options_work), "de", "en", options)
+    except bm.BitextmineError as error:  # a valid setting may still not fit the workspace (auto:x-y)
+        assert "\n" not in str(error) and not stats.exists(), f"{drawn}: {error}"
+        return
+    assert summary.counts["one_to_one_candidates"] > 0 and stats.exists(), drawn

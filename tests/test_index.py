@@ -537,3 +537,20 @@ def test_factories_that_crash_faiss_are_refused_in_one_line(tmp_path, factory, m
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert done.returncode == 1 and len(errors) == 1 and message in errors[0], done.stderr
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("factory", ["IDMap,Flat", "NSG2"])
+def test_a_factory_faiss_cannot_fill_fails_once_in_one_line(tmp_path, factory):
+    """They were tried 3 times, then "index de failed (3 attempts): RuntimeError: …"."""
+    np.save(tmp_path / "v.npy", random_unit(40, 8).astype(np.float32))
+    (tmp_path / "de.txt").write_text("".join(f"line {i}\n" for i in range(40)))
+    work = str(tmp_path / "w")
+    imported = ["--embeddings", str(tmp_path / "v.npy"), "--model-name", "m"]
+    assert run("encode", str(tmp_path / "de.txt"), "-l", "de", "-w", work, *imported)[0] == 0
+    code, output = run("index", "de", "-w", work, "--factory", factory)
+    errors = [line for line in output.splitlines() if line.startswith("error:")]
+    assert code == 1 and len(errors) == 1 and "Traceback" not in output, output
+    message = " ".join(output[output.index("error:") :].split())
+    assert "cannot take vectors" in message and "give another --factory" in message, output
+    assert "attempts" not in message, output

@@ -4,14 +4,18 @@ keeps), as the five commands do by hand; a rerun reuses the workspace; bad optio
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 import bitextmine
 from bitextmine.encoder.encoder import SentenceEncoder
+from bitextmine.files import STDOUT_FILE
 from bitextmine.steps.mine_files import default_workdir
-from tests.helpers import run, sentences
+from tests.helpers import REPO, run, sentences
 
 SHARED = sentences(10, seed=0)
 CORPORA = {"de": SHARED + sentences(15, seed=1), "en": sentences(12, seed=2) + SHARED}
@@ -49,6 +53,36 @@ def test_default_workdir_sits_beside_the_output_named_after_it():
     assert default_workdir(Path("out/pairs.jsonl")) == Path("out/pairs-work")
     assert default_workdir(Path("out/de-en.tsv.zst")) == Path("out/de-en-work")
     assert default_workdir(Path("pairs.out"), "parquet") == Path("pairs.out-work")
+
+
+def test_default_workdir_beside_a_stream_is_in_the_current_folder(tmp_path):
+    """`-o /dev/stdout` made /dev/stdout-work, a whole workspace on devtmpfs."""
+    fifo = tmp_path / "pairs.fifo"
+    os.mkfifo(fifo)
+    for stream in (fifo, STDOUT_FILE):  # pytest's stdout is a file: /dev/stdout is it, a stream here
+        assert default_workdir(stream, "tsv", "de-en") == Path("de-en-work")
+
+
+@pytest.mark.integration
+def test_pairs_to_stdout_alone_the_summary_to_stderr_and_the_workspace_in_the_current_folder(
+    tmp_path, texts, tiny_model_dir
+):
+    files = [str(texts["de"]), str(texts["en"])]
+    command = [*files, "--src", "de", "--tgt", "en", "-m", str(tiny_model_dir("bert")), "--lid", "off"]
+    for output in ("-", "/dev/stdout"):
+        done = subprocess.run(
+            [sys.executable, "-m", "bitextmine", "mine-files", *command, "-o", output, "--format", "tsv"],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.splitlines()
+        assert lines and all(len(line.split("\t")) == 5 for line in lines), done.stdout
+        summary = " ".join(done.stderr.split())
+        assert f"{len(lines)} pairs -> /dev/stdout" in summary and "workspace de-en-work kept" in summary
+        assert (tmp_path / "de-en-work" / "mined" / "de-en.stats.json").is_file()
 
 
 @pytest.mark.integration

@@ -5,6 +5,7 @@ through links, no folder of the workspace a link, and scratch inside the workspa
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shutil
@@ -15,13 +16,16 @@ from pathlib import Path
 import pytest
 import zstandard
 
+import bitextmine
 import bitextmine.mining.arrays as arrays
+from bitextmine.calibration.thresholds import store_threshold
 from bitextmine.errors import BitextmineError
 from bitextmine.files import OutputTarget, output_target
+from bitextmine.train.loop import LOCK_FILE, TrainConfig, train
 from bitextmine.workspace.layout import Workspace
 from bitextmine.workspace.locks import file_lock
 from bitextmine.workspace.scratch import scratch_folder
-from tests.helpers import read_mined, run, sentences, write_bucc
+from tests.helpers import DE_EN, read_mined, run, sentences, write_bucc
 
 
 @pytest.fixture
@@ -162,6 +166,27 @@ def test_mine_refuses_outputs_over_the_workspace_s_own_files(indexed, option, ta
     assert (path.read_bytes() if path.exists() else None) == before
 
 
+@pytest.mark.parametrize("way", ["as recorded", "relative", "symlink", "hard link", "api"])
+def test_mine_refuses_to_write_over_a_corpus_the_workspace_read(indexed, tmp_path, monkeypatch, way):
+    """`mine de en -o de.txt` replaced the user's corpus with pairs and exited 0."""
+    corpus = tmp_path / "de.txt"
+    before = corpus.read_bytes()
+    named = {"as recorded": corpus, "relative": Path("de.txt"), "api": corpus}.get(way, tmp_path / "alias")
+    if way == "symlink":
+        named.symlink_to(corpus)
+    elif way == "hard link":
+        os.link(corpus, named)
+    monkeypatch.chdir(tmp_path)
+    if way == "api":
+        options = bitextmine.MineOptions(output=named, format="tsv")
+        with pytest.raises(BitextmineError, match=r"which the workspace .* was built from"):
+            bitextmine.mine(Workspace(indexed), "de", "en", options)
+    else:
+        code, output = run("mine", "de", "en", "-w", str(indexed), "-o", str(named), "--format", "tsv")
+        _one_line_error(code, output, f"{named}: the same file as {corpus}", "the workspace")
+    assert corpus.read_bytes() == before and not (indexed / "mined" / "de-en.stats.json").exists()
+
+
 def test_mine_may_write_its_own_pairs_in_another_format(indexed):
     code, output = run("mine", "de", "en", "-w", str(indexed), "-o", str(indexed / "mined" / "de-en.tsv"))
     assert code == 0, output
@@ -219,6 +244,54 @@ def test_a_lock_file_planted_as_a_symlink_is_refused_and_its_target_untouched(in
     assert victim.read_text() == "precious\n" if not dangling else not victim.exists()
 
 
+# every module that calls file_lock, and where its lock lies in a folder W (workspace_locks' locks, in
+# W/locks, are tested above)
+_LOCK_FILES = {
+    "bitextmine/workspace/locks.py": "locks/index-de.lock",
+    "bitextmine/workspace/scratch.py": "scratch/calibrate-0a1b2c3d4e5f.lock",
+    "bitextmine/calibration/thresholds.py": ".thresholds.json.lock",
+    "bitextmine/train/loop.py": LOCK_FILE,
+}
+
+
+def test_every_lock_is_taken_through_the_one_helper_and_each_taker_is_tested_below():
+    """The threshold store's lock was opened by an `os.open` of its own, without O_NOFOLLOW."""
+    package = Path(bitextmine.__file__).parent
+    flocks, takers = set(), set()
+    for source in package.rglob("*.py"):
+        name = source.relative_to(package.parent).as_posix()
+        for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call):
+                callee = getattr(node.func, "attr", getattr(node.func, "id", None))
+                flocks.update([name] if callee == "flock" else [])
+                takers.update([name] if callee == "file_lock" else [])
+    assert flocks == {"bitextmine/workspace/locks.py"}
+    assert takers == set(_LOCK_FILES)
+
+
+@pytest.mark.parametrize("dangling", [False, True], ids=["to a file", "dangling"])
+@pytest.mark.parametrize("kind", ["scratch", "thresholds", "train"])
+def test_no_lock_file_is_opened_through_a_planted_link(tmp_path, kind, dangling):
+    victim = tmp_path / "victim.txt"
+    if not dangling:
+        victim.write_text("precious\n")
+    work = tmp_path / "w"
+    lock = work / next(where for module, where in _LOCK_FILES.items() if kind in module)
+    lock.parent.mkdir(parents=True)
+    lock.symlink_to(victim)
+    if kind == "scratch":  # a folder whose lock cannot be taken is another run's: left alone
+        with scratch_folder(Workspace(work), "eval"):
+            pass
+        assert lock.is_symlink()
+    else:
+        with pytest.raises(BitextmineError, match="not a regular file"):
+            if kind == "thresholds":
+                store_threshold(work / "thresholds.json", DE_EN)
+            else:
+                train(TrainConfig(data=[], out=work, objectives={"contrastive": 1}, base="m", max_steps=1))
+    assert victim.read_text() == "precious\n" if not dangling else not victim.exists()
+
+
 @pytest.mark.parametrize("folder", ["index", "mined/.neighbours"])
 def test_a_workspace_folder_that_is_a_symlink_is_refused(indexed, tmp_path, folder):
     """Steps wrote through a link at W/index or W/mined/.neighbours into wherever it pointed."""
@@ -233,7 +306,7 @@ def test_a_workspace_folder_that_is_a_symlink_is_refused(indexed, tmp_path, fold
     before = sorted(outside.rglob("*"))
     command = ["index", "de"] if folder == "index" else ["mine", "de", "en"]
     code, output = run(*command, "-w", str(indexed))
-    _one_line_error(code, output, str(linked), "a symlink to a folder")
+    _one_line_error(code, output, f"{linked}: a symlink inside {indexed} to the folder {outside}")
     assert sorted(outside.rglob("*")) == before
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bitextmine.errors import BitextmineError
+from bitextmine.errors import BitextmineError, whole_number
 from bitextmine.text.languages import parse_pair
 from bitextmine.text.reader import Warn, read_lines, warn_user
 
@@ -319,6 +319,7 @@ def _above(top: np.floating) -> np.floating:
 def sample_split(split: BuccSplit, max_sentences: int, seed: int = 0) -> BuccSplit:
     """A split of at most about `max_sentences` per side with the same share of gold pairs: the same
     seeded random fraction of the gold pairs and of each side's other sentences, in file order."""
+    whole_number("max_sentences", max_sentences)
     fraction = min(1.0, max_sentences / max(len(split.src.ids), len(split.tgt.ids), 1))
     if fraction >= 1.0:
         return split

@@ -30,11 +30,8 @@ k and pair. Its ``"default"`` entry (bitextmine 0.1: the last pair calibrated) i
 
 from __future__ import annotations
 
-import fcntl
 import math
-import os
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import MISSING, asdict, dataclass, fields
 from datetime import datetime
 from pathlib import Path
@@ -42,10 +39,11 @@ from typing import Any
 
 from bitextmine.calibration.bucc import BEST_F1, SweepResult
 from bitextmine.encoder.settings import BITEXTMINE_CONFIG
-from bitextmine.errors import BitextmineError
+from bitextmine.errors import BitextmineError, BitextmineValueError, real_number
 from bitextmine.files import WriteError, read_json, write_json
 from bitextmine.mining.selection import STRATEGIES
 from bitextmine.text.languages import parse_pair
+from bitextmine.workspace.locks import file_lock
 
 _OLD_DEFAULT = "default"
 OLD_K = 4  # the k of thresholds recorded without one (the store's first records, the model dir's)
@@ -168,17 +166,24 @@ def parse_threshold(value: str | None) -> float | str | None:
         try:
             parse_pair(text.removeprefix("auto:"))
         except BitextmineError as exc:
-            raise BitextmineError(f"--threshold {text}: {exc}") from None
+            raise BitextmineValueError(f"--threshold {text}: {exc}") from None
         return text
     try:
         number = float(text)
     except ValueError:
         number = math.nan
     if not math.isfinite(number):
-        raise BitextmineError(
+        raise BitextmineValueError(
             f"--threshold must be a number, auto or auto:PAIR (e.g. auto:de-en), not {value!r}"
         )
     return number
+
+
+def check_threshold(value: object) -> float | str | None:
+    """A threshold given in Python: None, a finite number, or a string `parse_threshold` reads."""
+    if value is None or isinstance(value, str):
+        return parse_threshold(value)
+    return real_number("threshold", value)
 
 
 def resolve_threshold(
@@ -300,18 +305,11 @@ def _legacy_table(model_dir: Path | None, margin: str) -> dict[str, float]:
     }
 
 
-@contextmanager
-def _locked(store: Path) -> Iterator[None]:
+def _locked(store: Path) -> AbstractContextManager[None]:
     """An exclusive flock on ``.NAME.lock`` beside the store, waited for (a calibration holds it for
     the milliseconds of one read and write); the kernel drops it if the holder dies."""
-    lock = store.with_name(f".{store.name}.lock")
     try:
         store.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:
-        raise WriteError(store, exc, "cannot lock it for writing") from exc
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
+        raise WriteError(store, exc, "cannot create its folder") from exc
+    return file_lock(store.with_name(f".{store.name}.lock"), exclusive=True, what=str(store), wait=True)

@@ -14,7 +14,6 @@ import glob
 import inspect
 import io
 import logging
-import re
 import sys
 import warnings
 from collections.abc import Callable, Iterator
@@ -28,6 +27,7 @@ from rich.text import Text
 from typer.core import TyperGroup
 
 from bitextmine import __version__
+from bitextmine.encoder.devices import DEVICE_NAME
 from bitextmine.encoder.threads import usable_cores
 from bitextmine.errors import BitextmineError, BitextmineWarning, is_out_of_memory, os_error_message
 from bitextmine.mining.margin import MARGINS, MAX_K
@@ -377,7 +377,7 @@ def positive(value: float) -> None:
 
 
 def _device(value: str) -> str:
-    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", value):
+    if not DEVICE_NAME.fullmatch(value):
         raise typer.BadParameter(f"{value!r} is not one of 'auto', 'cpu', 'cuda', 'cuda:N'.")
     return value
 

@@ -33,6 +33,7 @@ from bitextmine.cli.filter_options import (
 from bitextmine.cli.launcher_options import NO_FLAGS, LauncherFlags, with_launcher_options
 from bitextmine.cli.output import ProgressDisplay, emit_json, json_target, results_table
 from bitextmine.cli.plots import histogram_lines
+from bitextmine.files import STDOUT_FILE, is_stream
 from bitextmine.text.languages import check_lang
 from bitextmine.workspace.layout import DEFAULT_WORKDIR, Workspace
 
@@ -88,7 +89,9 @@ def mine(
     output: Annotated[
         Path | None,
         typer.Option(
-            "--output", "-o", help="Write the pairs here \\[default: SRC-TGT.FORMAT in WORK/mined]."
+            "--output",
+            "-o",
+            help="Write the pairs here ('-': stdout) \\[default: SRC-TGT.FORMAT in WORK/mined].",
         ),
     ] = None,
     output_format: Annotated[
@@ -120,9 +123,9 @@ def mine(
 
     workspace = Workspace(workdir)
     with user_errors():
-        json_out = json_target(json_path, inputs=[thresholds, output], workspace=workspace)
-        config = cluster.config("mine", workspace.logs_dir("mine"))
         options = mine_options(context.params)
+        json_out = json_target(json_path, inputs=[thresholds, options.output], workspace=workspace)
+        config = cluster.config("mine", workspace.logs_dir("mine"))
         with ProgressDisplay() as progress:
             summary = mine_pair(workspace, src, tgt, options, progress, launcher=config)
     print_mine_summary(summary)
@@ -136,7 +139,17 @@ def mine_options(flags: dict[str, Any]) -> MineOptions:
 
     given = {f.name: flags[f.name] for f in fields(MineOptions) if f.name in flags and f.name != "filters"}
     filters = mine_filter_settings(flags["filters"], flags["filter_items"], flags["src"], flags["tgt"])
-    return MineOptions(**given, filters=filters, format=flags["output_format"])
+    output = pairs_output(given.pop("output", None))
+    return MineOptions(**given, output=output, filters=filters, format=flags["output_format"])
+
+
+def pairs_output(output: Path | None) -> Path | None:
+    """`-o -` is stdout; under a stream output (stdout, a FIFO, a device) the printed summary goes to
+    stderr, never among the pairs."""
+    path = STDOUT_FILE if output is not None and str(output) == "-" else output
+    if path is not None and is_stream(path):
+        out.stderr = True
+    return path
 
 
 def print_mine_summary(summary: MineSummary) -> None:

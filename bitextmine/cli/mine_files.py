@@ -37,7 +37,9 @@ def mine_files(
     tgt_file: Annotated[Path, typer.Argument(help="Target text file, one sentence a line.")],
     src: Annotated[str, typer.Option("--src", help="Source language (e.g. de).")],
     tgt: Annotated[str, typer.Option("--tgt", help="Target language (e.g. en).")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the mined pairs.")],
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="Where to write the mined pairs ('-': stdout).")
+    ],
     model: ModelOption = None,
     workdir: Annotated[
         Path | None,
@@ -45,7 +47,7 @@ def mine_files(
             "--workdir",
             "-w",
             help="Workspace of the steps, kept for reruns \\[default: OUTPUT's folder/NAME-work, NAME the "
-            "output's name without its format suffix].",
+            "output's name without its format suffix; ./SRC-TGT-work for a stream: -, a FIFO, a device].",
         ),
     ] = None,
     k: KOption = 4,
@@ -83,8 +85,8 @@ def mine_files(
 
     with user_errors():
         options = mine_options(context.params)
-        workspace = Workspace(workdir or default_workdir(output, output_format))
-        inputs = [src_file, tgt_file, thresholds, output]
+        workspace = Workspace(workdir or default_workdir(options.output, output_format, f"{src}-{tgt}"))
+        inputs = [src_file, tgt_file, thresholds, options.output]
         json_out = json_target(json_path, inputs=inputs, workspace=workspace)
         spec = encoder_spec(require_model(model), device, precision)
         with ProgressDisplay() as progress:

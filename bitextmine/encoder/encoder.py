@@ -12,6 +12,7 @@ import torch
 
 from bitextmine.encoder.attention import select_attention, without_cudnn_attention
 from bitextmine.encoder.batching import default_max_tokens, token_budget_batches
+from bitextmine.encoder.devices import pick_device
 from bitextmine.encoder.head import SentenceHead, load_head
 from bitextmine.encoder.loading import LoadedModel, load_model, lowercase_inputs, model_fingerprint
 from bitextmine.encoder.packed import PackedBertForward, head_dim_of, supports_packing
@@ -26,7 +27,7 @@ from bitextmine.encoder.precision import (
 )
 from bitextmine.encoder.settings import EncoderSettings, resolve_settings
 from bitextmine.encoder.threads import thread_summary, usable_cores
-from bitextmine.errors import BitextmineError, whole_number
+from bitextmine.errors import whole_number
 from bitextmine.progress import Advance
 
 _log = logging.getLogger(__name__)
@@ -47,21 +48,6 @@ class Encoded:
     def __array__(self, dtype: np.dtype | None = None, copy: bool | None = None) -> np.ndarray:
         """`np.asarray(encoded)` is `encoded.vectors`."""
         return np.array(self.vectors, dtype=dtype, copy=copy)
-
-
-def pick_device(name: str = "auto") -> torch.device:
-    """`auto` is CUDA when available, else CPU; an unavailable or unknown device is a clear error."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise BitextmineError(f"unknown device {name!r}: use auto, cpu, cuda or cuda:N") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise BitextmineError(f"device {name!r} asked for, but torch sees no CUDA device here")
-    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
-        raise BitextmineError(f"device {name!r}: only {torch.cuda.device_count()} CUDA device(s) here")
-    return device
 
 
 class SentenceEncoder:

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import numpy.typing as npt
 
-from bitextmine.errors import BitextmineValueError, whole_number
-from bitextmine.mining.margin import MAX_K, check_margin
-from bitextmine.mining.selection import Candidates, check_strategy, select_candidates
+from bitextmine.encoder.devices import pick_device
+from bitextmine.errors import BitextmineValueError
+from bitextmine.mining.selection import Candidates, select_candidates
+from bitextmine.mining.settings import MiningSettings
 from bitextmine.search.gemm import GemmPlan, mutual_neighbours
 from bitextmine.unit_vectors import unit_rows
 
@@ -35,18 +36,19 @@ def mine_arrays(
     `normalize` mines L2-normalised copies of vectors that are not unit vectors. The neighbours are
     searched on `device` (cpu, cuda, cuda:N) by exact matrix products (search/gemm.py). The selection's
     scratch files go to a new folder in `scratch` (a workspace's: workspace/scratch.py), else in $TMPDIR.
-    Bad input (not 2-D, not finite, not unit vectors, different dimensions, k out of range) is a
-    one-line ValueError."""
-    whole_number("k", k, 1, MAX_K)
-    check_margin(margin)
-    check_strategy(strategy)
+    Bad input (not 2-D, not finite, not unit vectors, different dimensions, a setting `mine` refuses, a
+    device not here, a scratch folder missing) is a one-line ValueError."""
+    MiningSettings(k, margin, strategy)
+    plan = GemmPlan.for_device(str(pick_device(device)))
+    if scratch is not None and not Path(scratch).is_dir():
+        raise BitextmineValueError(f"scratch {scratch}: not an existing folder")
     src, tgt = unit_rows("src", src, normalize), unit_rows("tgt", tgt, normalize)
     if src.shape[1] != tgt.shape[1]:
         raise BitextmineValueError(
             f"src vectors have {src.shape[1]} dimensions, tgt vectors {tgt.shape[1]}: mine vectors of "
             "one encoder"
         )
-    fwd, bwd = mutual_neighbours(src, tgt, k, GemmPlan.for_device(device))
+    fwd, bwd = mutual_neighbours(src, tgt, k, plan)
     with tempfile.TemporaryDirectory(prefix="bitextmine-selection-", dir=scratch) as folder:
         selected = select_candidates(
             lambda: [(0, fwd)], lambda: [(0, bwd)], (len(src), len(tgt)), margin, strategy, Path(folder)

@@ -19,11 +19,33 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
-from bitextmine.errors import BitextmineError
+from bitextmine.errors import BitextmineError, BitextmineValueError, real_number, whole_number
 from bitextmine.text.lid import DEFAULT_OTHER_CONFIDENCE, has_words, is_other_language, knows, lid_code
 
 FILTER_ORDER = ("score-max", "length", "length-ratio", "letters", "copies", "language", "dedup")
 WIDE_CHAR_WEIGHT = 3  # an East Asian wide character carries about three Latin ones (zh-en gold: 0.29)
+
+
+def _check(settings: FilterSettings) -> None:
+    """Each value of its type and range, numbers finite (`score-max=nan` dropped every pair)."""
+    for field in ("score_max", "length_ratio", "copies", "language"):
+        if getattr(settings, field) is not None:
+            real_number(f"--filter {field.replace('_', '-')}", getattr(settings, field))
+    for field in ("min_chars", "max_chars"):
+        if getattr(settings, field) is not None:
+            whole_number(f"--filter {field.replace('_', '-')}", getattr(settings, field), 0)
+    checks = [
+        (settings.length_ratio is None or settings.length_ratio >= 1, "length-ratio must be >= 1"),
+        (settings.copies is None or 0 < settings.copies <= 1, "copies must be in (0, 1]"),
+        (settings.language is None or 0 <= settings.language <= 1, "language must be in [0, 1]"),
+        (
+            all(isinstance(v, bool) for v in (settings.letters, settings.dedup)),
+            "letters and dedup must be True or False",
+        ),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise BitextmineValueError(f"--filter: {message}")
 
 
 @dataclass(frozen=True)
@@ -38,6 +60,9 @@ class FilterSettings:
     copies: float | None = None  # drop pairs whose sides are this similar or more (1.0: identical)
     language: float | None = None  # drop pairs with a side identified as another language at this confidence
     dedup: bool = False  # drop pairs equal to a better-scoring kept pair after normalisation
+
+    def __post_init__(self) -> None:  # made by parse_filters or by hand: checked before any work
+        _check(self)
 
     def enabled(self) -> list[str]:
         on = {
@@ -95,7 +120,6 @@ def parse_filters(preset: str | None, items: Sequence[str] = ()) -> FilterSettin
             )
         field, read, default = _SPECS[key]
         settings = replace(settings, **{field: _filter_value(item, key, value, read, default)})
-    _check(settings)
     return settings
 
 
@@ -126,18 +150,6 @@ def _filter_value(item: str, key: str, value: str, read: Callable[[str], object]
         return read(value)
     except ValueError:
         raise BitextmineError(f"--filter {item!r}: {value!r} is not a valid value for {key}") from None
-
-
-def _check(settings: FilterSettings) -> None:
-    checks = [
-        (settings.length_ratio is None or settings.length_ratio >= 1, "length-ratio must be >= 1"),
-        (settings.copies is None or 0 < settings.copies <= 1, "copies must be in (0, 1]"),
-        (settings.language is None or 0 <= settings.language <= 1, "language must be in [0, 1]"),
-        (all(v is None or v >= 0 for v in (settings.min_chars, settings.max_chars)), "chars must be >= 0"),
-    ]
-    for ok, message in checks:
-        if not ok:
-            raise BitextmineError(f"--filter: {message}")
 
 
 class PairFilter:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bitextmine.errors import BitextmineError
+from bitextmine.errors import BitextmineValueError
 
 MARGINS = ("ratio", "distance", "csls", "absolute")
 # The most neighbours a margin averages (the CLI's --k): LASER uses 4 and the literature at most a few
@@ -23,7 +23,7 @@ MAX_K = 4096
 
 def check_margin(margin: str) -> str:
     if margin not in MARGINS:
-        raise BitextmineError(f"unknown margin {margin!r}; choose one of {', '.join(MARGINS)}")
+        raise BitextmineValueError(f"unknown margin {margin!r}; choose one of {', '.join(MARGINS)}")
     return margin
 
 

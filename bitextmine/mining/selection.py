@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, BinaryIO, NamedTuple, SupportsIndex, overload
 
 import numpy as np
 
-from bitextmine.errors import BitextmineError, os_error_message
+from bitextmine.errors import BitextmineError, BitextmineValueError, os_error_message
 from bitextmine.faults import crash_point
 from bitextmine.mining.margin import check_margin, margin_scores
 from bitextmine.mining.null_estimate import POOLED_DIRECTIONS, estimated_precision, runner_up_decoys
@@ -112,7 +112,7 @@ class _Means:
 def check_strategy(strategy: str) -> str:
     if strategy not in STRATEGIES:
         choices = ", ".join(STRATEGIES)
-        raise BitextmineError(f"unknown candidate strategy {strategy!r}; choose one of {choices}")
+        raise BitextmineValueError(f"unknown candidate strategy {strategy!r}; choose one of {choices}")
     return strategy
 
 

@@ -1,11 +1,13 @@
 """The settings that give a pair its margin score and pick the candidates, declared and checked here for
-`mine`, `score` and `calibrate` (and `eval bucc`), which all score pairs the same way."""
+`mine`, `score` and `calibrate` (and `eval bucc`, `mine_arrays`), which all score pairs the same way.
+Checked when made, by the command line and the Python API alike: before any work."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bitextmine.mining.margin import check_margin
+from bitextmine.errors import whole_number
+from bitextmine.mining.margin import MAX_K, check_margin
 from bitextmine.mining.selection import check_strategy
 
 
@@ -18,6 +20,7 @@ class MarginSettings:
     margin: str = "ratio"
 
     def __post_init__(self) -> None:  # when made: before any encoding or search
+        whole_number("k", self.k, 1, MAX_K)
         check_margin(self.margin)
 
 

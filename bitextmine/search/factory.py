@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 import faiss
+import numpy as np
 
 from bitextmine.errors import BitextmineError
 
@@ -27,6 +28,17 @@ def new_index(factory: str, dim: int) -> faiss.Index:
         return faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
     except RuntimeError as exc:
         raise BitextmineError(f"invalid FAISS factory '{factory}': {faiss_message(exc)}") from None
+
+
+def add_vectors(index: faiss.Index, block: np.ndarray, name: str) -> None:
+    """`index.add(block)`; an index FAISS makes but cannot fill (`IDMap,Flat`, `NSG2`) is a one-line
+    error: bad input, which running the job again cannot mend."""
+    try:
+        index.add(block)
+    except RuntimeError as exc:
+        raise BitextmineError(
+            f"FAISS index {name} cannot take vectors: {faiss_message(exc)}; give another --factory"
+        ) from None
 
 
 def _check_sizes(factory: str) -> None:

@@ -22,7 +22,7 @@ import faiss
 import numpy as np
 
 from bitextmine.search.cost import ExactCost
-from bitextmine.search.factory import EXACT, new_index
+from bitextmine.search.factory import EXACT, add_vectors, new_index
 from bitextmine.search.factory_choice import choose_factory
 from bitextmine.search.index_files import IndexInfo
 from bitextmine.search.index_io import read_index, write_index
@@ -278,15 +278,19 @@ def _build(
         check_gpu()
     work, done = on_device(index, gpu)
     train_rows = 0 if work.is_trained else sample_and_train(work, vectors, factory, rng)
-    _populate(work, vectors, chunk_rows, progress)
+    _populate(work, factory, vectors, chunk_rows, progress)
     return done(), train_rows
 
 
 def _populate(
-    index: faiss.Index, vectors: ShardedVectors, chunk_rows: int, progress: Callable[[int], None] | None
+    index: faiss.Index,
+    factory: str,
+    vectors: ShardedVectors,
+    chunk_rows: int,
+    progress: Callable[[int], None] | None,
 ) -> None:
     for _, block in vectors.blocks(chunk_rows):
-        index.add(block)
+        add_vectors(index, block, f"'{factory}'")
         if progress:
             progress(len(block))
 

@@ -43,7 +43,7 @@ class BaseSearch:
         base = open_language(workspace, self.base_lang).vectors
         if load_index_info(workspace.index_dir(), self.base_lang, base).factory == EXACT:
             # torch, imported here only: IVF and other FAISS searches run without it
-            from bitextmine.encoder.encoder import pick_device
+            from bitextmine.encoder.devices import pick_device
             from bitextmine.search.gemm import GemmPlan, gemm_neighbours
 
             plan = GemmPlan.for_device(str(pick_device(self.device)))

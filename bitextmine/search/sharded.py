@@ -24,6 +24,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 
+from bitextmine.search.factory import add_vectors
 from bitextmine.search.index_io import IndexCache, read_index, write_index
 from bitextmine.search.ivf_scan import list_sizes, search
 from bitextmine.search.knn import SearchShard, merge_top_k
@@ -89,7 +90,7 @@ def populate_shard(
     vectors = EmbeddingStore(emb_dir, lang).vectors()
     for first in range(start, stop, chunk_rows):
         block = vectors.take(np.arange(first, min(first + chunk_rows, stop)))
-        index.add(block)
+        add_vectors(index, block, str(template))
         if progress:
             progress(len(block))
     write_index(index, out)

@@ -15,8 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from bitextmine.calibration.thresholds import ThresholdChoice, resolve_threshold, size_drift_note
-from bitextmine.errors import BitextmineError
+from bitextmine.calibration.thresholds import (
+    ThresholdChoice,
+    check_threshold,
+    resolve_threshold,
+    size_drift_note,
+)
+from bitextmine.encoder.devices import check_device
+from bitextmine.errors import BitextmineError, BitextmineValueError, whole_number
 from bitextmine.files import OutputTarget, atomic_open, output_target, write_json
 from bitextmine.launch.config import LauncherConfig
 from bitextmine.launch.jobs import Job, run_jobs
@@ -65,8 +71,18 @@ class MineOptions(MiningSettings):  # k, margin, strategy, then:
     output: Path | None = None  # default: WORK/mined/SRC-TGT.FORMAT
     format: str | None = None  # one of mining.mined_file.FORMATS; default: from `output`'s suffix, or tsv.zst
 
-    def __post_init__(self) -> None:  # before the search, not after it
+    def __post_init__(self) -> None:  # before the search, not after it: the API is checked as the CLI is
         super().__post_init__()
+        check_threshold(self.threshold)
+        for name in ("nprobe", "max_codes", "block_rows"):
+            if getattr(self, name) is not None:
+                whole_number(name, getattr(self, name))
+        whole_number("job_rows", self.job_rows)
+        check_device(self.device)
+        if self.filters is not None and not isinstance(self.filters, FilterSettings):
+            raise BitextmineValueError(
+                f"filters must be a FilterSettings (parse_filters), not {self.filters!r}"
+            )
         if self.output is not None or self.format is not None:
             output_format(Path(self.output or "mined.tsv.zst"), self.format)
 

@@ -13,6 +13,7 @@ from bitextmine.calibration.thresholds import parse_threshold, resolve_threshold
 from bitextmine.encoder.encoder import SentenceEncoder
 from bitextmine.encoder.spec import EncoderSpec
 from bitextmine.errors import BitextmineError
+from bitextmine.files import is_stream
 from bitextmine.mining.mined_file import output_format
 from bitextmine.progress import Progress
 from bitextmine.search.index_files import IndexInfo, load_index_info
@@ -42,9 +43,12 @@ class MineFilesSummary:
         }
 
 
-def default_workdir(output: Path, fmt: str | None = None) -> Path:
-    """The workspace kept beside the output: ``out/pairs.jsonl`` -> ``out/pairs-work``."""
+def default_workdir(output: Path, fmt: str | None = None, pair: str = "mined") -> Path:
+    """The workspace kept beside the output: ``out/pairs.jsonl`` -> ``out/pairs-work``; beside a stream
+    (stdout, a FIFO, a device: ``/dev/stdout-work`` would be on devtmpfs), ``./PAIR-work``."""
     output = Path(output)
+    if is_stream(output):
+        return Path(pair + WORKDIR_SUFFIX)
     name = output.name.removesuffix(f".{output_format(output, fmt)}")
     return output.with_name(name + WORKDIR_SUFFIX)
 

@@ -82,6 +82,12 @@ class Workspace:
         folders = ["corpora", "corpus-parts", "emb", "index", "mined", "cache", "locks", "logs", "scratch"]
         return [self.root / name for name in folders] + [self.thresholds_file()]
 
+    def input_files(self) -> list[Path]:
+        """Every file the workspace was built from (workspace/inputs.py): never an output."""
+        from bitextmine.workspace.inputs import recorded_inputs  # numpy: `bitextmine.Workspace` stays light
+
+        return recorded_inputs(self.root)
+
 
 def check_workspace(value: object, step: str) -> None:
     """Every step takes its workspace first: anything else there is a TypeError naming the step."""

@@ -5,7 +5,8 @@ A step holds an exclusive lock on what it writes (`encode de` on language de's t
 `make -j` can run independent steps side by side while a second `encode de` is refused at once with
 the holder's pid and command. The locks are `flock`s on files under WORK/locks: the kernel drops
 them when the holder exits, killed or not, so a crash never leaves a stale lock behind. `train` holds
-one the same way on its OUT folder (`file_lock`).
+one the same way on its OUT folder, `calibrate` one beside its threshold store: every lock file of the
+tool is opened here (`file_lock`), never through a symlink.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from bitextmine.errors import BitextmineError
-from bitextmine.files import refuse_linked_folders
+from bitextmine.files import WriteError, refuse_linked_folders
 from bitextmine.workspace.layout import Workspace
 
 # a lock file is opened where it is: a symlink planted at its name is refused, never followed
@@ -44,13 +45,17 @@ def workspace_locks(workspace: Workspace, *, write: list[str], read: list[str] =
 
 
 @contextmanager
-def file_lock(path: Path, *, exclusive: bool, what: str = "this part of the workspace") -> Iterator[None]:
+def file_lock(
+    path: Path, *, exclusive: bool, what: str = "this part of the workspace", wait: bool = False
+) -> Iterator[None]:
     """Hold an flock on `path` (created if missing), or fail at once: `PATH: in use by pid N, since
-    TIME: COMMAND; cannot write WHAT until that run ends` (an exclusive holder notes its pid there)."""
+    TIME: COMMAND; cannot write WHAT until that run ends` (an exclusive holder notes its pid there).
+    With `wait`, wait for the holder instead (for locks held for milliseconds)."""
     fd = _open_lock(path)
     try:
         try:
-            fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+            mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+            fcntl.flock(fd, mode if wait else mode | fcntl.LOCK_NB)
         except BlockingIOError:
             raise BitextmineError(_busy_message(path, exclusive, what)) from None
         if exclusive:
@@ -67,7 +72,7 @@ def _open_lock(path: Path) -> int:
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise _not_a_lock_file(path) from None
-        raise
+        raise WriteError(path, exc, "cannot open this lock file") from exc
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise _not_a_lock_file(path)

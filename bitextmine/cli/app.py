@@ -1,7 +1,7 @@
 """Shared pieces of the command line: the Typer app, consoles, common options, error handling, and
 what is shown: -q/--quiet and -v/--verbose, before or after the command's name, set the level of the
 package's `logging` records that are printed on stderr (progress and informational lines are INFO,
-details DEBUG).
+details DEBUG); -q also silences the `out` console, where every command prints its summary.
 
 Exit status: 0 done, 1 a user error (a one-line message), 2 a usage error (click's), 130 interrupted.
 """
@@ -131,7 +131,10 @@ def _options(
     quiet: Annotated[
         bool,
         typer.Option(
-            "--quiet", "-q", help="Print only the summary, warnings and errors: no progress, no notes."
+            "--quiet",
+            "-q",
+            help="Print only warnings and errors, and what was asked for on stdout (--json -, -o -): no "
+            "summary, no progress, no notes.",
         ),
     ] = False,
     verbose: Annotated[
@@ -149,6 +152,7 @@ def _options(
     chosen = "quiet" if quiet else "verbose" if verbose else None
     context.meta[_OUTPUT] = chosen
     context.call_on_close(_show_records(_OUTPUT_LEVELS.get(chosen, logging.INFO)))
+    out.quiet = chosen == "quiet"
     context.call_on_close(_summary_to_stdout)  # `--json -` sends it to stderr for one command only
 
 
@@ -171,6 +175,7 @@ def _output_after_command_name(ctx: typer.Context, param: Any, given: bool) -> N
         raise typer.BadParameter("--quiet and --verbose exclude each other")
     ctx.meta[_OUTPUT] = param.name
     _show_level(_OUTPUT_LEVELS[param.name])
+    out.quiet = param.name == "quiet"
 
 
 def _print_what_cannot_be_encoded() -> None:
@@ -400,14 +405,15 @@ def bucc_files(bucc: Path, pair: str, split: str) -> list[Path]:
 
 
 def _json_target(value: Path | None) -> Path | None:
-    """`--json -`: stdout carries the JSON alone, so the summary printed for people goes to stderr."""
+    """`--json -`: stdout carries the JSON alone, so the summary printed for people goes to stderr (and
+    under --quiet nowhere: `out` is quiet then)."""
     if value is not None and str(value) == "-":
         out.stderr = True
     return value
 
 
 def _summary_to_stdout() -> None:
-    out.stderr = False
+    out.stderr = out.quiet = False
 
 
 JsonOption = Annotated[

@@ -302,7 +302,8 @@ def test_bad_column_and_lid_options_are_one_line_errors(tmp_path, tiny_model_dir
     source = tmp_path / "x.txt"
     source.write_text("ein Satz\n", encoding="utf-8")
     code, output = encode(
-        str(source), "-l", "klingon", "-m", str(tiny_model_dir("bert")), "-w", str(tmp_path / "w"), *flags
+        str(source), "-l", "klingon", "--force-lang", "-m", str(tiny_model_dir("bert")), "-w", str(tmp_path / "w"),
+        *flags,
     )
     errors = [line for line in output.splitlines() if line.startswith("error:")]
     assert code == 1 and len(errors) == 1 and message in errors[0], output

@@ -357,6 +357,35 @@ LidOption = Annotated[
 ]
 
 
+ForceLangOption = Annotated[
+    bool,
+    typer.Option(
+        "--force-lang",
+        help="Take a language code that language identification and its table of codes do not know (a "
+        "private or dialect code) as it is; without it such a code is an error, since `--lang german` is a "
+        "typo for de.",
+        rich_help_panel="TSV input and language identification",
+    ),
+]
+
+
+def check_known_langs(langs: list[str], force: bool, lid_lang: str | None = None) -> None:
+    """Before any work: each of `langs` is a code language identification knows (or one `lid_lang`,
+    known, names for it), unless `force` (--force-lang)."""
+    from bitextmine.text.lid import knows
+
+    if force or (lid_lang is not None and knows(lid_lang)):
+        return
+    for lang in langs:
+        if not knows(lang):
+            fail(
+                BitextmineError(
+                    f"unknown language code {lang!r}: language identification knows ISO 639-1 and 639-3 "
+                    "codes (de, deu) and corpus codes (zho_simpl, deu_Latn); --force-lang takes it as it is"
+                )
+            )
+
+
 T = TypeVar("T")
 
 

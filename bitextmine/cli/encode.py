@@ -10,12 +10,14 @@ from rich.table import Table
 from bitextmine.cli.app import (
     AttentionOption,
     DeviceOption,
+    ForceLangOption,
     JsonOption,
     LidOption,
     ModelOption,
     PrecisionOption,
     WorkdirOption,
     app,
+    check_known_langs,
     checked_by,
     encoder_spec,
     fail,
@@ -129,6 +131,7 @@ def encode(
             rich_help_panel="TSV input and language identification",
         ),
     ] = None,
+    force_lang: ForceLangOption = False,
     lid_min_confidence: Annotated[
         float | None,
         typer.Option(
@@ -216,6 +219,7 @@ def encode(
     from bitextmine.steps.encode import EncodeOptions
     from bitextmine.steps.encode import encode as encode_files
 
+    check_known_langs([lang], force_lang, lid_lang)
     if lid == "off" and (lid_lang is not None or lid_min_confidence is not None):
         fail(
             BitextmineError(

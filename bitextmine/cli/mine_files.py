@@ -10,6 +10,7 @@ import typer
 
 from bitextmine.cli.app import (
     DeviceOption,
+    ForceLangOption,
     JsonOption,
     KOption,
     LidOption,
@@ -19,6 +20,7 @@ from bitextmine.cli.app import (
     StrategyOption,
     ThresholdsOption,
     app,
+    check_known_langs,
     encoder_spec,
     out,
     require_model,
@@ -68,6 +70,7 @@ def mine_files(
     device: DeviceOption = "auto",
     precision: PrecisionOption = "auto",
     lid: LidOption = None,
+    force_lang: ForceLangOption = False,
     json_path: JsonOption = None,
 ) -> None:
     """Mine translation pairs between two text files in one command (LASER's mine_bitexts.py).
@@ -81,6 +84,7 @@ def mine_files(
     from bitextmine.steps.mine_files import default_workdir
     from bitextmine.steps.mine_files import mine_files as mine_both
 
+    check_known_langs([src, tgt], force_lang)
     with user_errors():
         options = mine_options(context.params)
         workspace = Workspace(workdir or default_workdir(output, output_format))

@@ -159,3 +159,22 @@ def progress_display(description: str, total: int | None, *, rates: bool = False
     """A display of `total` units on stderr (a context manager; `advance(units, tokens)` counts them);
     with `rates`, sentences/s and tokens/s too."""
     return ProgressDisplay(description, total, rates=rates)
+
+
+@contextmanager
+def with_bar(progress: Advance | None, shown: bool, total: int, *, rates: bool) -> Iterator[Advance | None]:
+    """`progress`, and where `shown` (a call's `show_progress_bar`) also an "encoding" bar of `total`
+    units on stderr: the callback to count the units with."""
+    if not shown:
+        yield progress
+        return
+    with progress_display("encoding", total, rates=rates) as display:
+        if progress is None:
+            yield display.advance
+            return
+
+        def advance(sentences: int, tokens: int = 0) -> None:
+            progress(sentences, tokens)
+            display.advance(sentences, tokens)
+
+        yield advance

@@ -213,15 +213,17 @@ def _missing(
     )
 
 
-def store_threshold(store: Path, record: ThresholdRecord) -> None:
+def store_threshold(store: str | os.PathLike[str], record: ThresholdRecord) -> None:
     """Add `record` to the store, replacing the one of the same key (fingerprint, margin, k and pair)."""
+    store = Path(store)
     with _locked(store):
         records = [r for r in read_thresholds(store) if r.key != record.key] + [record]
         write_json(store, {"thresholds": [asdict(r) for r in sorted(records, key=lambda r: r.key)]})
 
 
-def read_thresholds(store: Path) -> list[ThresholdRecord]:
+def read_thresholds(store: str | os.PathLike[str]) -> list[ThresholdRecord]:
     """Every record of the store (none if it does not exist); a malformed store is a one-line error."""
+    store = Path(store)
     if not store.is_file():
         return []
     remedy = "fix it or delete it and calibrate again"

@@ -28,6 +28,7 @@ from rich.text import Text
 from typer.core import TyperGroup
 
 from bitextmine import __version__
+from bitextmine.cli.laser_flags import NoSuchOption, with_laser_hint
 from bitextmine.encoder.threads import usable_cores
 from bitextmine.errors import BitextmineError, BitextmineWarning, is_out_of_memory, os_error_message
 from bitextmine.mining.margin import MARGINS, MAX_K
@@ -52,12 +53,24 @@ class _Group(TyperGroup):
             command.help = _reflowed(command.help)
             command.params += [_after_command_name(option) for option in output_options]
 
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+        ctx.meta[_ARGS] = list(args)
+        try:
+            return super().parse_args(ctx, args)
+        except NoSuchOption as error:
+            raise with_laser_hint(error, args) from None
+
     def invoke(self, ctx: typer.Context) -> Any:
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt:
             err.print("interrupted", highlight=False)
             raise typer.Exit(EXIT_INTERRUPTED) from None
+        except NoSuchOption as error:  # a command's own options are parsed here
+            raise with_laser_hint(error, ctx.meta[_ARGS]) from None
+
+
+_ARGS = "bitextmine.args"  # in the click context's meta: the command line, for LASER's --mode VALUE
 
 
 def _commands_below(group: TyperGroup) -> Iterator[Any]:
@@ -418,7 +431,7 @@ def _device(value: str) -> str:
 
 DeviceOption = Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.", callback=_device)]
 ThreadsOption = Annotated[
-    int | None, typer.Option(help="CPU threads for torch \\[default: all cores].", min=1)
+    int | None, typer.Option(help="CPU threads for torch and FAISS \\[default: all cores].", min=1)
 ]
 BuccDir = Annotated[
     Path, typer.Option("--bucc", help="Folder with PAIR.SPLIT.{x,en,gold} (BUCC 2018 format).")
@@ -480,12 +493,24 @@ StrategyOption = Annotated[
 
 def set_threads(threads: int | None) -> None:
     """Intra-op threads = the cores this process may use (or `threads`); one inter-op thread, since
-    encoder layers run one after another and extra inter-op threads only compete for the cores."""
+    encoder layers run one after another and extra inter-op threads only compete for the cores.
+    `threads` bounds FAISS's OpenMP threads too."""
     import torch
 
     torch.set_num_threads(threads or usable_cores())
     with contextlib.suppress(RuntimeError):  # already set, or parallel work has started in this process
         torch.set_num_interop_threads(1)
+    if threads is not None:
+        import faiss
+
+        faiss.omp_set_num_threads(threads)
+
+
+def bound_threads(threads: int | None) -> None:
+    """`set_threads` where `threads` is given: what commands that search but do not encode (index, mine)
+    run, leaving torch and FAISS their own defaults otherwise."""
+    if threads is not None:
+        set_threads(threads)
 
 
 def encoder_spec(

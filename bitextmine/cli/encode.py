@@ -15,6 +15,7 @@ from bitextmine.cli.app import (
     LidOption,
     ModelOption,
     PrecisionOption,
+    ThreadsOption,
     WorkdirOption,
     app,
     check_known_langs,
@@ -158,9 +159,7 @@ def encode(
     max_length: Annotated[
         int | None, typer.Option(help="Max tokens per sentence; longer ones are truncated.", min=2)
     ] = None,
-    threads: Annotated[
-        int | None, typer.Option(help="CPU threads for torch \\[default: all cores].", min=1)
-    ] = None,
+    threads: ThreadsOption = None,
     attention: AttentionOption = "auto",
     padded: Annotated[
         bool, typer.Option("--padded", help="Use the padded forward instead of packing.")

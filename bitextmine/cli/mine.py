@@ -17,9 +17,11 @@ from bitextmine.cli.app import (
     MarginOption,
     ModelOption,
     StrategyOption,
+    ThreadsOption,
     ThresholdsOption,
     WorkdirOption,
     app,
+    bound_threads,
     checked_by,
     out,
     user_errors,
@@ -99,6 +101,7 @@ def mine(
             help="tsv.zst, tsv.gz, tsv, jsonl or parquet \\[default: from --output's suffix, else tsv.zst].",
         ),
     ] = None,
+    threads: ThreadsOption = None,
     json_path: JsonOption = None,
     cluster: LauncherFlags = NO_FLAGS,
 ) -> None:
@@ -119,6 +122,7 @@ def mine(
     from bitextmine.steps.mine import mine as mine_pair
 
     workspace = Workspace(workdir)
+    bound_threads(threads)
     with user_errors():
         json_out = json_target(json_path, inputs=[thresholds, output], workspace=workspace)
         config = cluster.config("mine", workspace.logs_dir("mine"))

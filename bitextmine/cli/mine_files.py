@@ -18,12 +18,14 @@ from bitextmine.cli.app import (
     ModelOption,
     PrecisionOption,
     StrategyOption,
+    ThreadsOption,
     ThresholdsOption,
     app,
     check_known_langs,
     encoder_spec,
     out,
     require_model,
+    set_threads,
     user_errors,
 )
 from bitextmine.cli.filter_options import FilterOption, MineFiltersOption
@@ -71,6 +73,7 @@ def mine_files(
     precision: PrecisionOption = "auto",
     lid: LidOption = None,
     force_lang: ForceLangOption = False,
+    threads: ThreadsOption = None,
     json_path: JsonOption = None,
 ) -> None:
     """Mine translation pairs between two text files in one command (LASER's mine_bitexts.py).
@@ -91,6 +94,7 @@ def mine_files(
         inputs = [src_file, tgt_file, thresholds, output]
         json_out = json_target(json_path, inputs=inputs, workspace=workspace)
         spec = encoder_spec(require_model(model), device, precision)
+        set_threads(threads)
         with ProgressDisplay() as progress:
             files, langs = (src_file, tgt_file), (src, tgt)
             encoding = EncodeOptions(lid=lid)

@@ -279,6 +279,13 @@ ModelOption = Annotated[
 ]
 
 
+def given(ctx: typer.Context, name: str) -> bool:
+    """Whether parameter `name` was given (command line or environment) rather than left at its default.
+    Compared by name: typer vendors its own click, whose ParameterSource is not click's."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name != "DEFAULT"
+
+
 def fail(exc: BitextmineError) -> NoReturn:
     print_message(str(exc), "error")
     raise typer.Exit(EXIT_USER_ERROR)

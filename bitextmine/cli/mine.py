@@ -146,7 +146,7 @@ def mine_options(flags: dict[str, Any]) -> MineOptions:
 def print_mine_summary(summary: MineSummary) -> None:
     """The best pairs, the filters' drops, the kept scores' histogram, the threshold (or that there was
     none) and the counts."""
-    out.print(preview_table(summary.pair, summary.written.preview))
+    out.print(preview_table(f"top pairs {summary.pair}", summary.written.preview))
     counts = summary.counts
     if counts["filtered"]:
         reached = counts["above_threshold"]
@@ -182,8 +182,7 @@ def no_threshold_note(summary: MineSummary) -> str:
     )
 
 
-def preview_table(pair: str, preview: list[tuple[float, str, str]]) -> Table:
+def preview_table(title: str, preview: list[tuple[float, str, str]]) -> Table:
+    """The first pairs written, titled by what they are (mine's are its top pairs)."""
     rows = [(f"{score:.4f}", src_text, tgt_text) for score, src_text, tgt_text in preview]
-    return results_table(
-        f"top pairs {pair}", ["score", "source", "target"], rows, text_columns=["source", "target"]
-    )
+    return results_table(title, ["score", "source", "target"], rows, text_columns=["source", "target"])

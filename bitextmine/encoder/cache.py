@@ -91,14 +91,14 @@ def embed_reusing(
     cached = _cache_file(encoder, sentences, cache_dir)
     if cached is not None and cached.is_file():
         if progress:
-            progress(len(sentences), 0)  # done, none encoded
+            progress(len(sentences), reused=True)  # done, none encoded
         return Embedded(np.load(cached).astype(np.float32), VectorSources(cached=len(sentences)))
     found = held(sentences) if held is not None else None
     missing = np.arange(len(sentences))
     if found is not None:
         missing = np.setdiff1d(missing, found.positions)
         if progress:
-            progress(len(found.positions), 0)
+            progress(len(found.positions), reused=True)
     encoded = encoder.encode([sentences[i] for i in missing], progress, batch_size=batch_size).vectors
     vectors = np.empty((len(sentences), encoded.shape[1]), dtype=np.float16)
     vectors[missing] = encoded

@@ -15,6 +15,7 @@ and in memory::
     encoder = bm.load_encoder("intfloat/multilingual-e5-small")
     src, tgt = bm.embed(encoder, german), bm.embed(encoder, english)
     pairs = bm.mine_arrays(src, tgt)  # one-to-one candidates: for src, tgt, score in pairs
+    pairs = bm.mine_sentences(encoder, german, english)  # in one call: for score, de, en, i, j in pairs
 
 Names are imported on first use, so `import bitextmine` loads neither torch nor FAISS and changes no
 global state (threads, logging, warning filters) until a function is called.
@@ -66,6 +67,9 @@ _EXPORTS = {
     "load_encoder": "bitextmine.encoder.encoder",
     "embed": "bitextmine.encoder.cache",
     "mine_arrays": "bitextmine.mining.arrays",
+    "mine_sentences": "bitextmine.mining.sentences",
+    "SentencePairs": "bitextmine.mining.sentences",
+    "SentencePair": "bitextmine.mining.sentences",
     "Candidates": "bitextmine.mining.selection",
     "LauncherConfig": "bitextmine.launch.config",
 }
@@ -92,6 +96,8 @@ __all__ = [
     "ScoreOptions",
     "ScoreSummary",
     "SentenceEncoder",
+    "SentencePair",
+    "SentencePairs",
     "TrainConfig",
     "Workspace",
     "calibrate",
@@ -103,6 +109,7 @@ __all__ = [
     "load_encoder",
     "mine",
     "mine_arrays",
+    "mine_sentences",
     "parse_filters",
     "read_bitext",
     "read_bucc",
@@ -123,7 +130,8 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+    """The public API alone: not the names this module imports for itself (annotations, Any, ...)."""
+    return sorted(__all__)
 
 
 if TYPE_CHECKING:
@@ -137,6 +145,7 @@ if TYPE_CHECKING:
     from bitextmine.mining.arrays import mine_arrays
     from bitextmine.mining.filters import FilterSettings, parse_filters
     from bitextmine.mining.selection import Candidates
+    from bitextmine.mining.sentences import SentencePair, SentencePairs, mine_sentences
     from bitextmine.mining.settings import MiningSettings
     from bitextmine.progress import Progress, ProgressDisplay
     from bitextmine.search.index_files import IndexInfo

@@ -17,6 +17,7 @@ from rich.progress import (
     Task,
     TextColumn,
     TimeElapsedColumn,
+    TimeRemainingColumn,
 )
 from rich.progress import Progress as RichProgress
 from rich.text import Text
@@ -24,7 +25,9 @@ from rich.text import Text
 LOG_EVERY_SECONDS = 30.0  # how often a progress line is written when stderr is a file, not a terminal
 
 
-Advance = Callable[..., None]  # `Progress.advance` as a callback: units done (and tokens, while encoding)
+# `Progress.advance` as a callback: units done (and tokens, while encoding; reused=True: vectors taken
+# as they were, not encoded)
+Advance = Callable[..., None]
 
 
 class Progress:
@@ -36,8 +39,9 @@ class Progress:
         """A stage of `total` units begins (None: not known yet); `rates`: its units are sentences,
         advanced with their tokens."""
 
-    def advance(self, n: int, tokens: int = 0) -> None:
-        """`n` more units of the stage are done (of `tokens` tokens)."""
+    def advance(self, n: int, tokens: int = 0, *, reused: bool = False) -> None:
+        """`n` more units of the stage are done (of `tokens` tokens); `reused`: taken as they were (vectors
+        stored earlier), so they count as done but not towards an encoding rate."""
 
     def end(self) -> None:
         """The stage has ended."""
@@ -55,9 +59,10 @@ class Progress:
 class ProgressDisplay(Progress):
     """Progress on `console` (stderr by default), one stage after another. On a terminal a live bar; in
     a file (a Slurm log, `2> log`), where a bar would show only its last frame once the run ends, a plain
-    line every LOG_EVERY_SECONDS and one at the end of the stage. With `rates`, sentences/s and tokens/s
-    are shown too. Nothing unless `shown`, nor where there is nothing to do (a total of 0: a rerun that
-    finds the work done). As a context manager with a `description`, it is that one stage."""
+    line every LOG_EVERY_SECONDS and one at the end of the stage; both with the time left where the total
+    is known. With `rates`, sentences/s and tokens/s of the sentences encoded (not reused) are shown too.
+    Nothing unless `shown`, nor where there is nothing to do (a total of 0: a rerun that finds the work
+    done). As a context manager with a `description`, it is that one stage."""
 
     def __init__(
         self,
@@ -73,7 +78,7 @@ class ProgressDisplay(Progress):
         self.clock, self.visible = clock, shown
         self.console = console or Console(stderr=True)
         self.description, self.total, self.rates = "", total, rates
-        self.done = self.tokens = 0
+        self.done = self.tokens = self.reused = 0
         self.started = self.last_line = 0.0
         self.bar: RichProgress | None = None
         self.shown = self.open = False
@@ -90,7 +95,7 @@ class ProgressDisplay(Progress):
     def start(self, description: str, total: int | None, *, rates: bool = False) -> None:
         self.end()
         self.description, self.total, self.rates = description, total, rates
-        self.done = self.tokens = 0
+        self.done = self.tokens = self.reused = 0
         self.started = self.last_line = self.clock()
         self.shown, self.open = self.visible and total != 0, True
         if self.shown and self.console.is_terminal:
@@ -99,10 +104,10 @@ class ProgressDisplay(Progress):
                 BarColumn(),
                 MofNCompleteColumn(),
             ]
-            self.bar = RichProgress(
-                *columns, *([_RateColumn()] if rates else []), TimeElapsedColumn(), console=self.console
-            )
-            self.task = self.bar.add_task(description, total=total, tokens=0)
+            rate = [_RateColumn()] if rates else []
+            times = [TimeElapsedColumn(), TimeRemainingColumn()]
+            self.bar = RichProgress(*columns, *rate, *times, console=self.console)
+            self.task = self.bar.add_task(description, total=total, tokens=0, reused=0)
             self.bar.start()
 
     def end(self) -> None:
@@ -115,11 +120,12 @@ class ProgressDisplay(Progress):
         elif self.shown:
             self.console.print(self.line(), highlight=False, soft_wrap=True)
 
-    def advance(self, n: int, tokens: int = 0) -> None:
+    def advance(self, n: int, tokens: int = 0, *, reused: bool = False) -> None:
         self.done += n
         self.tokens += tokens
+        self.reused += n if reused else 0
         if self.bar is not None:
-            self.bar.update(self.task, advance=n, tokens=self.tokens)
+            self.bar.update(self.task, advance=n, tokens=self.tokens, reused=self.reused)
         elif self.shown and self.clock() - self.last_line >= LOG_EVERY_SECONDS:
             self.last_line = self.clock()
             self.console.print(self.line(), highlight=False, soft_wrap=True)
@@ -130,13 +136,25 @@ class ProgressDisplay(Progress):
             self.bar.update(self.task, total=total)
 
     def line(self) -> str:
-        """`description: done/total (percent), rates, elapsed` as one plain line."""
+        """`description: done/total (percent), [reused,] rates, elapsed[, left]` as one plain line."""
         elapsed = self.clock() - self.started
         of = "" if self.total is None else f"/{self.total:,} ({100 * self.done / max(self.total, 1):.0f}%)"
         speed = ""
         if self.rates and elapsed > 0:
-            speed = f", {self.done / elapsed:,.1f} sent/s, {self.tokens / elapsed:,.0f} tok/s"
-        return f"{self.description}: {self.done:,}{of}{speed}, {_clock_time(elapsed)}"
+            speed = "".join(f", {part}" for part in _rates(self.done, self.reused, self.tokens, elapsed))
+        left = ""
+        if self.total is not None and 0 < self.done < self.total and elapsed > 0:
+            left = f", {_clock_time((self.total - self.done) * elapsed / self.done)} left"
+        return f"{self.description}: {self.done:,}{of}{speed}, {_clock_time(elapsed)}{left}"
+
+
+def _rates(done: int, reused: int, tokens: int, elapsed: float) -> list[str]:
+    """Sentences/s and tokens/s of the sentences encoded, after how many were reused where some were."""
+    encoded = done - reused
+    rates = [f"{encoded / elapsed:,.1f} sent/s", f"{tokens / elapsed:,.0f} tok/s"]
+    if not reused:
+        return rates
+    return [f"{reused:,} reused", f"{encoded:,} encoded", *(rates if encoded else [])]
 
 
 def _clock_time(seconds: float) -> str:
@@ -151,11 +169,30 @@ class _RateColumn(ProgressColumn):
         elapsed = task.elapsed or 0.0
         if elapsed <= 0:
             return Text("")
-        tokens = task.fields.get("tokens", 0)
-        return Text(f"{task.completed / elapsed:,.1f} sent/s  {tokens / elapsed:,.0f} tok/s", style="cyan")
+        done, reused, tokens = int(task.completed), task.fields["reused"], task.fields["tokens"]
+        return Text("  ".join(_rates(done, reused, tokens, elapsed)), style="cyan")
 
 
 def progress_display(description: str, total: int | None, *, rates: bool = False) -> ProgressDisplay:
     """A display of `total` units on stderr (a context manager; `advance(units, tokens)` counts them);
     with `rates`, sentences/s and tokens/s too."""
     return ProgressDisplay(description, total, rates=rates)
+
+
+@contextmanager
+def with_bar(progress: Advance | None, shown: bool, total: int, *, rates: bool) -> Iterator[Advance | None]:
+    """`progress`, and where `shown` (a call's `show_progress_bar`) also an "encoding" bar of `total`
+    units on stderr: the callback to count the units with."""
+    if not shown:
+        yield progress
+        return
+    with progress_display("encoding", total, rates=rates) as display:
+        if progress is None:
+            yield display.advance
+            return
+
+        def advance(sentences: int, tokens: int = 0, *, reused: bool = False) -> None:
+            progress(sentences, tokens, reused=reused)
+            display.advance(sentences, tokens, reused=reused)
+
+        yield advance

@@ -87,9 +87,10 @@ def test_stdin_and_gzip_inputs_give_the_same_embeddings(tmp_path, tiny_model_dir
     data = ("\r\n".join(lines) + "\r\n").encode()  # CRLF line ends are accepted
     (tmp_path / "c.gz").write_bytes(gzip.compress(data))
     model = str(tiny_model_dir("bert"))
-    assert encode(str(tmp_path / "c.gz"), "-l", "a", "-m", model, "-w", str(tmp_path / "w"))[0] == 0
+    work = str(tmp_path / "w")
+    assert encode(str(tmp_path / "c.gz"), "-l", "a", "--force-lang", "-m", model, "-w", work)[0] == 0
     result = runner.invoke(
-        app, ["encode", "-", "-l", "b", "-m", model, "-w", str(tmp_path / "w")], input=data
+        app, ["encode", "-", "-l", "b", "--force-lang", "-m", model, "-w", str(tmp_path / "w")], input=data
     )
     assert result.exit_code == 0, result.output
     a = np.load(tmp_path / "w" / "emb" / "a" / "shard-00000.npy")

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import io
+
+from rich.console import Console
+from rich.progress import TimeRemainingColumn
+
+from bitextmine import progress as progress_module
 from bitextmine.cli.output import ProgressDisplay
 from bitextmine.cli.train import _LiveReporter
 from bitextmine.progress import LOG_EVERY_SECONDS
@@ -23,8 +29,8 @@ def test_progress_in_a_log_is_a_line_every_interval_and_one_at_the_end(capsys):
             progress.advance(50, 500)
     lines = capsys.readouterr().err.splitlines()
     assert lines == [
-        "encoding: 150/400 (38%), 5.0 sent/s, 50 tok/s, 0:00:30",
-        "encoding: 300/400 (75%), 5.0 sent/s, 50 tok/s, 0:01:00",
+        "encoding: 150/400 (38%), 5.0 sent/s, 50 tok/s, 0:00:30, 0:00:50 left",
+        "encoding: 300/400 (75%), 5.0 sent/s, 50 tok/s, 0:01:00, 0:00:20 left",
         "encoding: 400/400 (100%), 5.0 sent/s, 50 tok/s, 0:01:20",
     ]
     assert LOG_EVERY_SECONDS == 30
@@ -77,3 +83,29 @@ def test_one_display_shows_each_stage_a_step_opens(capsys):
         "indexing de: 4/4 (100%), 0:00:00",
         "mining de-en: 10/10 (100%), 0:00:20",
     ]
+
+
+def test_reused_vectors_count_as_done_but_not_towards_the_encoding_rate(capsys):
+    clock = Clock()
+    with ProgressDisplay("calibrating", 3000, rates=True, clock=clock) as progress:
+        progress.advance(2977, reused=True)
+        clock.now += 5
+        progress.advance(23, 80)
+    assert capsys.readouterr().err == (
+        "calibrating: 3,000/3,000 (100%), 2,977 reused, 23 encoded, 4.6 sent/s, 16 tok/s, 0:00:05\n"
+    )
+    with ProgressDisplay("calibrating", 10, rates=True, clock=clock) as progress:
+        clock.now += 1
+        progress.advance(10, reused=True)
+    assert capsys.readouterr().err == "calibrating: 10/10 (100%), 10 reused, 0 encoded, 0:00:01\n"
+
+
+def test_a_bar_on_a_terminal_shows_the_time_left_and_what_was_reused():
+    console = Console(file=io.StringIO(), force_terminal=True, width=200)
+    with progress_module.ProgressDisplay("encoding", 100, rates=True, console=console) as progress:
+        assert progress.bar is not None
+        assert any(isinstance(column, TimeRemainingColumn) for column in progress.bar.columns)
+        progress.advance(60, reused=True)
+        progress.advance(20, 100)
+        task = progress.bar.tasks[0]
+        assert task.fields["reused"] == 60 and task.completed == 80

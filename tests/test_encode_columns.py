@@ -301,9 +301,8 @@ def test_encode_tsv_with_lid_end_to_end_and_a_changed_setting_rebuilds(tmp_path,
 def test_bad_column_and_lid_options_are_one_line_errors(tmp_path, tiny_model_dir, flags, message):
     source = tmp_path / "x.txt"
     source.write_text("ein Satz\n", encoding="utf-8")
-    code, output = encode(
-        str(source), "-l", "klingon", "-m", str(tiny_model_dir("bert")), "-w", str(tmp_path / "w"), *flags
-    )
+    model, work = str(tiny_model_dir("bert")), str(tmp_path / "w")
+    code, output = encode(str(source), "-l", "klingon", "--force-lang", "-m", model, "-w", work, *flags)
     errors = [line for line in output.splitlines() if line.startswith("error:")]
     assert code == 1 and len(errors) == 1 and message in errors[0], output
     assert "Traceback" not in output

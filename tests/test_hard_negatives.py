@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModel, AutoTokenizer
 
+from bitextmine.progress import Progress
 from bitextmine.train import hard_negatives
 from bitextmine.train.data import Pair, PairBatch
 from bitextmine.train.hard_negatives import (
@@ -21,8 +22,9 @@ from bitextmine.train.hard_negatives import (
     HardNegativeMiner,
     HardNegativeSettings,
     mine_negatives,
+    pool_size,
 )
-from bitextmine.train.loop import TrainConfig, batch_loss, train
+from bitextmine.train.loop import Reporter, TrainConfig, batch_loss, train
 from bitextmine.train.model import TrainContext, TrainEncoder
 from bitextmine.train.objectives.contrastive import Contrastive
 from bitextmine.train.objectives.registry import build_objectives
@@ -237,6 +239,22 @@ def toy_pairs(tmp_path, monkeypatch) -> Path:
     return tmp_path / "toy.de"
 
 
+def toy_config(toy_pairs: Path, tiny_model_dir, out: Path, **settings) -> TrainConfig:
+    """A contrastive run on `toy_pairs` with two hard negatives a pair, and `settings`."""
+    return TrainConfig(
+        data=[str(toy_pairs)],
+        out=out,
+        objectives={"contrastive": 1.0},
+        base=str(tiny_model_dir("bert")),
+        max_tokens=400,
+        max_pairs=8,
+        bf16="off",
+        device="cpu",
+        hard_negatives=2,
+        **settings,
+    )
+
+
 @pytest.mark.integration
 def test_train_with_hard_negatives_records_them_and_refuses_other_settings_on_resume(
     tiny_model_dir, toy_pairs, tmp_path
@@ -279,21 +297,15 @@ def test_hard_negatives_are_refused_without_contrastive_or_with_a_pool_under_a_b
 
 def test_a_resume_at_a_mining_step_continues_with_identical_losses(tiny_model_dir, toy_pairs, tmp_path):
     def config(out: Path) -> TrainConfig:
-        return TrainConfig(
-            data=[str(toy_pairs)],
-            out=out,
-            objectives={"contrastive": 1.0},
-            base=str(tiny_model_dir("bert")),
+        return toy_config(
+            toy_pairs,
+            tiny_model_dir,
+            out,
             max_steps=4,
             lr=1e-3,
             warmup_steps=1,
-            max_tokens=400,
-            max_pairs=8,
             shuffle_buffer=16,
             checkpoint_every=2,
-            bf16="off",
-            device="cpu",
-            hard_negatives=2,
             hard_negative_refresh=2,
             hard_negative_pool=24,
         )
@@ -307,3 +319,42 @@ def test_a_resume_at_a_mining_step_continues_with_identical_losses(tiny_model_di
 
     assert any(negatives for _, _, negatives in logged(straight))
     assert logged(interrupted) == logged(straight)  # losses bit for bit, each mining logged once
+
+
+def test_the_pool_is_never_larger_than_the_distinct_pairs():
+    pairs = [Pair("de", f"s{i % 5}", f"t{i % 5}") for i in range(12)]  # 5 distinct, some twice
+    assert pool_size(20_000, pairs) == 5
+    assert pool_size(3, pairs) == 3
+    assert pool_size(3, itertools.cycle(pairs)) == 3  # stops at the pool: an endless stream is fine
+
+
+class _Recorder(Reporter):
+    """The notes and the progress stages a training run reports."""
+
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+        self.stages: list[tuple[str, int | None]] = []
+
+    def note(self, message: str) -> None:
+        self.notes.append(message)
+
+    def progress(self) -> Progress:
+        stages = self.stages
+
+        class Stages(Progress):
+            def start(self, description: str, total: int | None, *, rates: bool = False) -> None:
+                stages.append((description, total))
+
+        return Stages()
+
+
+def test_a_pool_larger_than_the_data_is_cut_to_it_and_its_encoding_reported(
+    tiny_model_dir, toy_pairs, tmp_path
+):
+    config = toy_config(toy_pairs, tiny_model_dir, tmp_path / "model", max_steps=1, hard_negative_pool=20_000)
+    reporter = _Recorder()
+    train(config, reporter)
+    records = [json.loads(line) for line in (tmp_path / "model" / "train_log.jsonl").read_text().splitlines()]
+    assert [r["hard_negatives"]["pairs"] for r in records if "hard_negatives" in r] == [24]  # not 20,000
+    assert any("a pool of 24 pairs, every distinct training pair" in note for note in reporter.notes)
+    assert reporter.stages == [("hard negatives: encoding the pool", 48)]

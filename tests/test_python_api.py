@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,7 @@ import pytest
 import zstandard
 
 import bitextmine
-from tests.helpers import REPO, TRAINING_TEXT, build_tiny_model, require_shared, sentences
+from tests.helpers import REPO, TRAINING_TEXT, build_tiny_model, require_shared, sentences, write_bucc
 
 
 def test_every_exported_name_resolves():
@@ -129,7 +130,7 @@ def test_a_string_is_one_sentence_not_its_characters(tiny_encoder):
     one = bitextmine.embed(tiny_encoder, "the dog sleeps")
     assert one.shape == (tiny_encoder.dim,)
     np.testing.assert_array_equal(one, bitextmine.embed(tiny_encoder, ["the dog sleeps"])[0])
-    assert tiny_encoder.encode("the dog sleeps").vectors.shape == (1, tiny_encoder.dim)
+    assert tiny_encoder.encode("the dog sleeps").vectors.shape == (tiny_encoder.dim,)
     assert bitextmine.embed(Plain(), "abc").shape == (2,)
 
 
@@ -297,3 +298,62 @@ def test_the_python_examples_in_the_api_docs_run(tmp_path, monkeypatch, tiny_mod
             block = block.replace(f'"{name}"', repr(str(model)))
         exec(compile(block, "docs/api.md", "exec"), {})
     assert (tmp_path / "bitextmine-work" / "mined" / "de-en.tsv.zst").is_file()
+
+
+def test_mine_sentences_gives_the_pairs_with_their_sentences_and_scores(tiny_encoder, tiny_model_dir):
+    german = TRAINING_TEXT[1::2] + sentences(4, seed=1)
+    english = sentences(3, seed=2) + TRAINING_TEXT[1::2]  # the German sentences again: perfect pairs
+    pairs = bitextmine.mine_sentences(tiny_encoder, german, english)
+    assert isinstance(pairs, bitextmine.SentencePairs) and len(pairs) == len(pairs.candidates) > 0
+    score, src, tgt, i, j = pairs[0]  # paraphrase_mining's order: the score first
+    assert (src, tgt) == (german[i], english[j]) and score == max(p.score for p in pairs)
+    assert isinstance(pairs[0], bitextmine.SentencePair) and isinstance(pairs[:2], bitextmine.SentencePairs)
+    kept = bitextmine.mine_sentences(str(tiny_model_dir("bert")), german, english, threshold=score)
+    assert [(p.src, p.tgt) for p in kept] == [(src, tgt)]
+    table = pairs.to_pandas()
+    assert list(table.columns) == ["score", "src", "tgt", "src_index", "tgt_index", "cosine"]
+    assert table.iloc[0]["src"] == src and table.iloc[0]["tgt_index"] == j
+
+
+def test_encode_takes_the_keywords_and_shapes_of_sentence_transformers(tiny_encoder, capsys):
+    import torch
+
+    texts = TRAINING_TEXT[:3]
+    reference = tiny_encoder.encode(texts).vectors
+    tensor = tiny_encoder.encode(texts, convert_to_tensor=True, normalize_embeddings=True, batch_size=2)
+    assert isinstance(tensor, torch.Tensor) and tensor.shape == (3, tiny_encoder.dim)
+    np.testing.assert_allclose(tensor.numpy(), reference, atol=1e-6)  # other batches: other sums
+    listed = tiny_encoder.encode(texts, convert_to_numpy=False)
+    assert isinstance(listed, list) and len(listed) == 3 and listed[0].shape == (tiny_encoder.dim,)
+    assert np.asarray(tiny_encoder.encode(texts[0])).shape == (tiny_encoder.dim,)
+    assert tiny_encoder.encode(texts[0], convert_to_tensor=True).shape == (tiny_encoder.dim,)
+    capsys.readouterr()
+    tiny_encoder.encode(texts, show_progress_bar=True)
+    assert "encoding: 3/3" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="unit vectors"):
+        tiny_encoder.encode(texts, normalize_embeddings=False)
+
+
+def test_path_parameters_take_a_string(tiny_encoder, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    bitextmine.embed(tiny_encoder, TRAINING_TEXT[:2], cache_dir="cache")
+    assert len(list((tmp_path / "cache").glob("*.npy"))) == 1
+    shared = sentences(6, seed=3)
+    write_bucc(tmp_path, shared)
+    split = bitextmine.read_bucc(str(tmp_path), "de-en", "dev")
+    (tmp_path / "m.tsv").write_text("".join(f"1.5\t{s}\t{s}\tx:{i}\ty:{i}\n" for i, s in enumerate(shared)))
+    assert bitextmine.score_mined_file("m.tsv", split).f1 == 1.0
+
+
+def test_dir_lists_the_public_api_alone():
+    assert dir(bitextmine) == sorted(bitextmine.__all__)
+    assert not {"Any", "TYPE_CHECKING", "annotations", "importlib"} & set(dir(bitextmine))
+
+
+def test_margins_of_k_or_fewer_sentences_a_side_are_warned_about():
+    vectors = np.eye(4, dtype=np.float32)
+    with pytest.warns(bitextmine.BitextmineWarning, match="4 x 4 sentences with k=4"):
+        bitextmine.mine_arrays(vectors, vectors)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        bitextmine.mine_arrays(vectors, vectors, k=3)

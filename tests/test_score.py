@@ -128,3 +128,24 @@ def test_bad_bitexts_are_one_line_errors(tmp_path):
         "x",
     )
     assert code == 1 and "must be line-aligned" in output and "Traceback" not in output
+
+
+def test_a_plain_score_creates_no_workspace_writes_absolute_ids_and_titles_its_table(
+    tiny_model_dir, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("BITEXTMINE_WORKDIR", raising=False)
+    (tmp_path / "x.de").write_text("ein Hund\nzwei Katzen\nein Haus\n")
+    (tmp_path / "x.en").write_text("a dog\ntwo cats\na house\n")
+    model = str(tiny_model_dir("bert"))
+    args = ["score", "x.de", "x.en", "--src", "de", "--tgt", "en", "-m", model, "-k", "2"]
+    code, output = run(*args, "-o", "s.tsv")
+    assert code == 0, output
+    assert not (tmp_path / "bitextmine-work").exists()  # no cache in the current directory unasked
+    rows = [line.split("\t") for line in (tmp_path / "s.tsv").read_text().splitlines()]
+    want = [(f"{tmp_path}/x.de:{n}", f"{tmp_path}/x.en:{n}") for n in (1, 2, 3)]
+    assert [(r[3], r[4]) for r in rows] == want
+    flat = " ".join(output.split())
+    assert "first pairs written de-en, in input order" in flat and "top pairs" not in flat
+    code, output = run(*args, "-o", "t.tsv", "-w", "work")  # asked: the vectors are cached there
+    assert code == 0 and any((tmp_path / "work" / "cache" / "embeddings").iterdir()), output

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -150,11 +151,12 @@ def scores_at(mined: SplitCandidates, threshold: float, pair_filter: PairFilter 
     return score_pairs(predicted, mined.split.gold or set())
 
 
-def score_mined_file(path: Path, split: BuccSplit, warn: Warn = warn_user) -> Scores:
+def score_mined_file(path: str | os.PathLike[str], split: BuccSplit, warn: Warn = warn_user) -> Scores:
     """P/R/F1 of a `mine` output file, in any format `mine` writes (a name it does not end with is read
     as TSV, as `mine --format tsv` may write), against the split's gold, matching sentences by their
     text. Pairs whose sentences are not the split's are left out, with a warning; a file with none of
     the split's pairs (mined from another corpus) is refused rather than scored F1 0."""
+    path = Path(path)
     if not path.exists():
         raise BuccError(f"{path}: no such file (run `bitextmine mine` first)")
     src_id = {clean_line(s): i for s, i in zip(split.src.sentences, split.src.ids, strict=True)}

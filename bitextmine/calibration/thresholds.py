@@ -31,6 +31,7 @@ k and pair. Its ``"default"`` entry (bitextmine 0.1: the last pair calibrated) i
 from __future__ import annotations
 
 import math
+import os
 from contextlib import AbstractContextManager
 from dataclasses import MISSING, asdict, dataclass, fields
 from datetime import datetime
@@ -242,15 +243,17 @@ def _missing(
     )
 
 
-def store_threshold(store: Path, record: ThresholdRecord) -> None:
+def store_threshold(store: str | os.PathLike[str], record: ThresholdRecord) -> None:
     """Add `record` to the store, replacing the one of the same key (fingerprint, margin, k and pair)."""
+    store = Path(store)
     with _locked(store):
         records = [r for r in read_thresholds(store) if r.key != record.key] + [record]
         write_json(store, {"thresholds": [asdict(r) for r in sorted(records, key=lambda r: r.key)]})
 
 
-def read_thresholds(store: Path) -> list[ThresholdRecord]:
+def read_thresholds(store: str | os.PathLike[str]) -> list[ThresholdRecord]:
     """Every record of the store (none if it does not exist); a malformed store is a one-line error."""
+    store = Path(store)
     if not store.is_file():
         return []
     remedy = "fix it or delete it and calibrate again"

@@ -1,7 +1,7 @@
 """Shared pieces of the command line: the Typer app, consoles, common options, error handling, and
 what is shown: -q/--quiet and -v/--verbose, before or after the command's name, set the level of the
 package's `logging` records that are printed on stderr (progress and informational lines are INFO,
-details DEBUG).
+details DEBUG); -q also silences the `out` console, where every command prints its summary.
 
 Exit status: 0 done, 1 a user error (a one-line message), 2 a usage error (click's), 130 interrupted.
 """
@@ -27,6 +27,7 @@ from rich.text import Text
 from typer.core import TyperGroup
 
 from bitextmine import __version__
+from bitextmine.cli.laser_flags import NoSuchOption, with_laser_hint
 from bitextmine.encoder.devices import DEVICE_NAME
 from bitextmine.encoder.threads import usable_cores
 from bitextmine.errors import BitextmineError, BitextmineWarning, is_out_of_memory, os_error_message
@@ -52,12 +53,24 @@ class _Group(TyperGroup):
             command.help = _reflowed(command.help)
             command.params += [_after_command_name(option) for option in output_options]
 
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+        ctx.meta[_ARGS] = list(args)
+        try:
+            return super().parse_args(ctx, args)
+        except NoSuchOption as error:
+            raise with_laser_hint(error, args) from None
+
     def invoke(self, ctx: typer.Context) -> Any:
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt:
             err.print("interrupted", highlight=False)
             raise typer.Exit(EXIT_INTERRUPTED) from None
+        except NoSuchOption as error:  # a command's own options are parsed here
+            raise with_laser_hint(error, ctx.meta[_ARGS]) from None
+
+
+_ARGS = "bitextmine.args"  # in the click context's meta: the command line, for LASER's --mode VALUE
 
 
 def _commands_below(group: TyperGroup) -> Iterator[Any]:
@@ -131,7 +144,10 @@ def _options(
     quiet: Annotated[
         bool,
         typer.Option(
-            "--quiet", "-q", help="Print only the summary, warnings and errors: no progress, no notes."
+            "--quiet",
+            "-q",
+            help="Print only warnings and errors, and what was asked for on stdout (--json -, -o -): no "
+            "summary, no progress, no notes.",
         ),
     ] = False,
     verbose: Annotated[
@@ -149,6 +165,7 @@ def _options(
     chosen = "quiet" if quiet else "verbose" if verbose else None
     context.meta[_OUTPUT] = chosen
     context.call_on_close(_show_records(_OUTPUT_LEVELS.get(chosen, logging.INFO)))
+    out.quiet = chosen == "quiet"
     context.call_on_close(_summary_to_stdout)  # `--json -` sends it to stderr for one command only
 
 
@@ -171,6 +188,7 @@ def _output_after_command_name(ctx: typer.Context, param: Any, given: bool) -> N
         raise typer.BadParameter("--quiet and --verbose exclude each other")
     ctx.meta[_OUTPUT] = param.name
     _show_level(_OUTPUT_LEVELS[param.name])
+    out.quiet = param.name == "quiet"
 
 
 def _print_what_cannot_be_encoded() -> None:
@@ -259,6 +277,13 @@ ModelOption = Annotated[
     str | None,
     typer.Option("--model", "-m", envvar="BITEXTMINE_MODEL", help="Hugging Face model dir or hub id."),
 ]
+
+
+def given(ctx: typer.Context, name: str) -> bool:
+    """Whether parameter `name` was given (command line or environment) rather than left at its default.
+    Compared by name: typer vendors its own click, whose ParameterSource is not click's."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name != "DEFAULT"
 
 
 def fail(exc: BitextmineError) -> NoReturn:
@@ -352,6 +377,35 @@ LidOption = Annotated[
 ]
 
 
+ForceLangOption = Annotated[
+    bool,
+    typer.Option(
+        "--force-lang",
+        help="Take a language code that language identification and its table of codes do not know (a "
+        "private or dialect code) as it is; without it such a code is an error, since `--lang german` is a "
+        "typo for de.",
+        rich_help_panel="TSV input and language identification",
+    ),
+]
+
+
+def check_known_langs(langs: list[str], force: bool, lid_lang: str | None = None) -> None:
+    """Before any work: each of `langs` is a code language identification knows (or one `lid_lang`,
+    known, names for it), unless `force` (--force-lang)."""
+    from bitextmine.text.lid import knows
+
+    if force or (lid_lang is not None and knows(lid_lang)):
+        return
+    for lang in langs:
+        if not knows(lang):
+            fail(
+                BitextmineError(
+                    f"unknown language code {lang!r}: language identification knows ISO 639-1 and 639-3 "
+                    "codes (de, deu) and corpus codes (zho_simpl, deu_Latn); --force-lang takes it as it is"
+                )
+            )
+
+
 T = TypeVar("T")
 
 
@@ -384,7 +438,7 @@ def _device(value: str) -> str:
 
 DeviceOption = Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.", callback=_device)]
 ThreadsOption = Annotated[
-    int | None, typer.Option(help="CPU threads for torch \\[default: all cores].", min=1)
+    int | None, typer.Option(help="CPU threads for torch and FAISS \\[default: all cores].", min=1)
 ]
 BuccDir = Annotated[
     Path, typer.Option("--bucc", help="Folder with PAIR.SPLIT.{x,en,gold} (BUCC 2018 format).")
@@ -400,14 +454,15 @@ def bucc_files(bucc: Path, pair: str, split: str) -> list[Path]:
 
 
 def _json_target(value: Path | None) -> Path | None:
-    """`--json -`: stdout carries the JSON alone, so the summary printed for people goes to stderr."""
+    """`--json -`: stdout carries the JSON alone, so the summary printed for people goes to stderr (and
+    under --quiet nowhere: `out` is quiet then)."""
     if value is not None and str(value) == "-":
         out.stderr = True
     return value
 
 
 def _summary_to_stdout() -> None:
-    out.stderr = False
+    out.stderr = out.quiet = False
 
 
 JsonOption = Annotated[
@@ -445,12 +500,24 @@ StrategyOption = Annotated[
 
 def set_threads(threads: int | None) -> None:
     """Intra-op threads = the cores this process may use (or `threads`); one inter-op thread, since
-    encoder layers run one after another and extra inter-op threads only compete for the cores."""
+    encoder layers run one after another and extra inter-op threads only compete for the cores.
+    `threads` bounds FAISS's OpenMP threads too."""
     import torch
 
     torch.set_num_threads(threads or usable_cores())
     with contextlib.suppress(RuntimeError):  # already set, or parallel work has started in this process
         torch.set_num_interop_threads(1)
+    if threads is not None:
+        import faiss
+
+        faiss.omp_set_num_threads(threads)
+
+
+def bound_threads(threads: int | None) -> None:
+    """`set_threads` where `threads` is given: what commands that search but do not encode (index, mine)
+    run, leaving torch and FAISS their own defaults otherwise."""
+    if threads is not None:
+        set_threads(threads)
 
 
 def encoder_spec(

@@ -10,12 +10,15 @@ from rich.table import Table
 from bitextmine.cli.app import (
     AttentionOption,
     DeviceOption,
+    ForceLangOption,
     JsonOption,
     LidOption,
     ModelOption,
     PrecisionOption,
+    ThreadsOption,
     WorkdirOption,
     app,
+    check_known_langs,
     checked_by,
     encoder_spec,
     fail,
@@ -129,6 +132,7 @@ def encode(
             rich_help_panel="TSV input and language identification",
         ),
     ] = None,
+    force_lang: ForceLangOption = False,
     lid_min_confidence: Annotated[
         float | None,
         typer.Option(
@@ -155,9 +159,7 @@ def encode(
     max_length: Annotated[
         int | None, typer.Option(help="Max tokens per sentence; longer ones are truncated.", min=2)
     ] = None,
-    threads: Annotated[
-        int | None, typer.Option(help="CPU threads for torch \\[default: all cores].", min=1)
-    ] = None,
+    threads: ThreadsOption = None,
     attention: AttentionOption = "auto",
     padded: Annotated[
         bool, typer.Option("--padded", help="Use the padded forward instead of packing.")
@@ -216,6 +218,7 @@ def encode(
     from bitextmine.steps.encode import EncodeOptions
     from bitextmine.steps.encode import encode as encode_files
 
+    check_known_langs([lang], force_lang, lid_lang)
     if lid == "off" and (lid_lang is not None or lid_min_confidence is not None):
         fail(
             BitextmineError(

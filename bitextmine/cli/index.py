@@ -8,8 +8,10 @@ import typer
 
 from bitextmine.cli.app import (
     JsonOption,
+    ThreadsOption,
     WorkdirOption,
     app,
+    bound_threads,
     checked_by,
     info,
     out,
@@ -96,6 +98,7 @@ def index(
             min=0.0,
         ),
     ] = None,
+    threads: ThreadsOption = None,
     json_path: JsonOption = None,
     cluster: LauncherFlags = NO_FLAGS,
 ) -> None:
@@ -117,6 +120,7 @@ def index(
     from bitextmine.steps.index import index as index_language
 
     workspace = Workspace(workdir)
+    bound_threads(threads)
     with user_errors():
         json_out = json_target(json_path, workspace=workspace)
         options = IndexOptions(

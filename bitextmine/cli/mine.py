@@ -17,9 +17,11 @@ from bitextmine.cli.app import (
     MarginOption,
     ModelOption,
     StrategyOption,
+    ThreadsOption,
     ThresholdsOption,
     WorkdirOption,
     app,
+    bound_threads,
     checked_by,
     out,
     user_errors,
@@ -102,6 +104,7 @@ def mine(
             help="tsv.zst, tsv.gz, tsv, jsonl or parquet \\[default: from --output's suffix, else tsv.zst].",
         ),
     ] = None,
+    threads: ThreadsOption = None,
     json_path: JsonOption = None,
     cluster: LauncherFlags = NO_FLAGS,
 ) -> None:
@@ -122,6 +125,7 @@ def mine(
     from bitextmine.steps.mine import mine as mine_pair
 
     workspace = Workspace(workdir)
+    bound_threads(threads)
     with user_errors():
         options = mine_options(context.params)
         json_out = json_target(json_path, inputs=[thresholds, options.output], workspace=workspace)
@@ -155,7 +159,7 @@ def pairs_output(output: Path | None) -> Path | None:
 def print_mine_summary(summary: MineSummary) -> None:
     """The best pairs, the filters' drops, the kept scores' histogram, the threshold (or that there was
     none) and the counts."""
-    out.print(preview_table(summary.pair, summary.written.preview))
+    out.print(preview_table(f"top pairs {summary.pair}", summary.written.preview))
     counts = summary.counts
     if counts["filtered"]:
         reached = counts["above_threshold"]
@@ -197,8 +201,7 @@ def no_threshold_note(summary: MineSummary) -> str:
     )
 
 
-def preview_table(pair: str, preview: list[tuple[float, str, str]]) -> Table:
+def preview_table(title: str, preview: list[tuple[float, str, str]]) -> Table:
+    """The first pairs written, titled by what they are (mine's are its top pairs)."""
     rows = [(f"{score:.4f}", src_text, tgt_text) for score, src_text, tgt_text in preview]
-    return results_table(
-        f"top pairs {pair}", ["score", "source", "target"], rows, text_columns=["source", "target"]
-    )
+    return results_table(title, ["score", "source", "target"], rows, text_columns=["source", "target"])

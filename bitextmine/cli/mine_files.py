@@ -10,6 +10,7 @@ import typer
 
 from bitextmine.cli.app import (
     DeviceOption,
+    ForceLangOption,
     JsonOption,
     KOption,
     LidOption,
@@ -17,11 +18,14 @@ from bitextmine.cli.app import (
     ModelOption,
     PrecisionOption,
     StrategyOption,
+    ThreadsOption,
     ThresholdsOption,
     app,
+    check_known_langs,
     encoder_spec,
     out,
     require_model,
+    set_threads,
     user_errors,
 )
 from bitextmine.cli.filter_options import FilterOption, MineFiltersOption
@@ -70,6 +74,8 @@ def mine_files(
     device: DeviceOption = "auto",
     precision: PrecisionOption = "auto",
     lid: LidOption = None,
+    force_lang: ForceLangOption = False,
+    threads: ThreadsOption = None,
     json_path: JsonOption = None,
 ) -> None:
     """Mine translation pairs between two text files in one command (LASER's mine_bitexts.py).
@@ -83,12 +89,14 @@ def mine_files(
     from bitextmine.steps.mine_files import default_workdir
     from bitextmine.steps.mine_files import mine_files as mine_both
 
+    check_known_langs([src, tgt], force_lang)
     with user_errors():
         options = mine_options(context.params)
         workspace = Workspace(workdir or default_workdir(options.output, output_format, f"{src}-{tgt}"))
         inputs = [src_file, tgt_file, thresholds, options.output]
         json_out = json_target(json_path, inputs=inputs, workspace=workspace)
         spec = encoder_spec(require_model(model), device, precision)
+        set_threads(threads)
         with ProgressDisplay() as progress:
             files, langs = (src_file, tgt_file), (src, tgt)
             encoding = EncodeOptions(lid=lid)

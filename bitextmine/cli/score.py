@@ -20,6 +20,7 @@ from bitextmine.cli.app import (
     WorkdirOption,
     app,
     checked_by,
+    given,
     load_encoder,
     out,
     require_model,
@@ -39,6 +40,7 @@ Neighbourhood = Literal["bitext", "workspace"]  # steps/score.py's NEIGHBOURHOOD
 
 @app.command()
 def score(
+    context: typer.Context,
     bitext: Annotated[
         list[Path], typer.Argument(help="Two line-aligned files (SRC then TGT), or one TAB-separated file.")
     ],
@@ -93,8 +95,9 @@ def score(
 ) -> None:
     """Margin-score an existing bitext, to filter a corpus you already have.
 
-    Encodes both sides (vectors cached in WORK/cache/embeddings), scores each pair as `mine` scores its
-    candidates and writes the pairs, in input order, in `mine`'s output format (ids: INPUT-PATH:LINE).
+    Encodes both sides (vectors cached in WORK/cache/embeddings where --workdir is given or WORK exists),
+    scores each pair as `mine` scores its candidates and writes the pairs, in input order, in `mine`'s
+    output format (ids: INPUT-PATH:LINE, the absolute path).
     Pairs with an empty side are left out and counted. --threshold and the pair filters keep only the
     pairs that reach the threshold and pass the filters.
     """
@@ -118,11 +121,12 @@ def score(
             filters=settings,
             format=output_format,
             thresholds=thresholds,
+            cache=_asked_for(context, workspace),
         )
         encoder = load_encoder(require_model(model), device, precision)
         with ProgressDisplay() as progress:
             summary = score_bitext(workspace, data, (src, tgt), encoder, output, options, progress)
-    out.print(preview_table(summary.pair, summary.written.preview))
+    out.print(preview_table(f"first pairs written {summary.pair}, in input order", summary.written.preview))
     if summary.filtered:
         out.print(
             filtered_table(
@@ -138,3 +142,9 @@ def score(
         highlight=False,
     )
     emit_json(json_out, summary.to_json())
+
+
+def _asked_for(context: typer.Context, workspace: Workspace) -> bool:
+    """Whether the vectors go to the workspace's cache: where --workdir (or $BITEXTMINE_WORKDIR) names
+    it or it exists, never into a ./bitextmine-work that a plain `score` would create unasked."""
+    return given(context, "workdir") or workspace.root.is_dir()

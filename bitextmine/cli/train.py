@@ -18,6 +18,7 @@ from bitextmine.cli.app import (
     app,
     checked_by,
     err,
+    given,
     info,
     out,
     positive,
@@ -26,8 +27,8 @@ from bitextmine.cli.app import (
     user_errors,
     warn,
 )
-from bitextmine.cli.output import emit_json, fields_table, json_target
-from bitextmine.progress import LOG_EVERY_SECONDS
+from bitextmine.cli.output import ProgressDisplay, emit_json, fields_table, json_target
+from bitextmine.progress import LOG_EVERY_SECONDS, Progress
 from bitextmine.train.objectives.names import OBJECTIVES, parse_objectives
 from bitextmine.train.recipes import RECIPES, recipe_named, with_recipe
 
@@ -53,8 +54,6 @@ class _LiveReporter:
         where = f"resuming at step {resumed_from}" if resumed_from else "starting"
         info(f"train: {where}; languages {', '.join(languages)}; objectives {config.objectives}")
         self.last_line = self.clock()
-        if self.live is not None:
-            self.live.start()
 
     def step(self, record: dict[str, Any]) -> None:
         self.record = record
@@ -73,6 +72,11 @@ class _LiveReporter:
     def warning(self, message: str) -> None:
         warn(message)
 
+    def progress(self) -> Progress:
+        """A display of work before the first step (the first hard-negative pool): the table, drawn from
+        the first step on, is the one live display a terminal has after that."""
+        return ProgressDisplay() if not self.record and not self.evaluation else Progress()
+
     def close(self) -> None:
         if self.live is not None:
             self.live.stop()
@@ -81,6 +85,8 @@ class _LiveReporter:
 
     def _draw(self, now: bool = False) -> None:
         if self.live is not None:
+            if not self.live.is_started:
+                self.live.start()
             self.live.update(fields_table("training", self._rows()), refresh=True)
         elif self.shown and (now or self.clock() - self.last_line >= LOG_EVERY_SECONDS):
             self.last_line = self.clock()
@@ -106,20 +112,13 @@ class _LiveReporter:
         return rows
 
 
-def _given(ctx: typer.Context, name: str) -> bool:
-    """Whether parameter `name` was given on the command line rather than left at its default.
-    Compared by name: typer vendors its own click, whose ParameterSource is not click's."""
-    source = ctx.get_parameter_source(name)
-    return source is not None and source.name != "DEFAULT"
-
-
 def _settings(ctx: typer.Context, recipe: str | None) -> dict[str, Any]:
     """The command's parameters, with the recipe's settings where the command line gave none."""
     if recipe is None:
         return dict(ctx.params)
-    given = {name for name in ctx.params if _given(ctx, name)}
-    settings = with_recipe(recipe, ctx.params, given)
-    chosen = {k: v for k, v in RECIPES[recipe].settings.items() if k not in given}
+    explicit = {name for name in ctx.params if given(ctx, name)}
+    settings = with_recipe(recipe, ctx.params, explicit)
+    chosen = {k: v for k, v in RECIPES[recipe].settings.items() if k not in explicit}
     info(f"train: recipe {recipe}: " + ", ".join(f"{k} {v}" for k, v in chosen.items()))
     return settings
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,7 +16,7 @@ from bitextmine.encoder.encoder import SentenceEncoder
 from bitextmine.encoder.foreign import ForeignEncoder, SupportsEncode, as_encoder
 from bitextmine.errors import BitextmineValueError
 from bitextmine.files import atomic_open
-from bitextmine.progress import Advance, progress_display
+from bitextmine.progress import Advance, with_bar
 
 if TYPE_CHECKING:
     from bitextmine.encoder.held import HeldVectors
@@ -54,7 +53,7 @@ class Embedded:
 def embed(
     encoder: str | os.PathLike[str] | SentenceEncoder | SupportsEncode,
     sentences: str | Sequence[str],
-    cache_dir: Path | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
     progress: Advance | None = None,
     *,
     batch_size: int | None = None,
@@ -72,22 +71,10 @@ def embed(
             raise TypeError(f"sentences[{row}] is a {type(text).__name__}, not a string")
     model = as_encoder(encoder)
     rates = isinstance(model, SentenceEncoder)  # an object with .encode does not count tokens
-    display = progress_display("encoding", len(texts), rates=rates) if show_progress_bar else nullcontext()
-    with display as shown:
-        callback = _both(progress, shown.advance if shown is not None else None)
-        vectors = embed_reusing(model, texts, cache_dir, callback, batch_size=batch_size).vectors
+    with with_bar(progress, show_progress_bar, len(texts), rates=rates) as callback:
+        folder = None if cache_dir is None else Path(cache_dir)
+        vectors = embed_reusing(model, texts, folder, callback, batch_size=batch_size).vectors
     return vectors[0] if isinstance(sentences, str) else vectors
-
-
-def _both(first: Advance | None, second: Advance | None) -> Advance | None:
-    if first is None or second is None:
-        return first or second
-
-    def both(sentences: int, tokens: int) -> None:
-        first(sentences, tokens)
-        second(sentences, tokens)
-
-    return both
 
 
 def embed_reusing(
@@ -104,14 +91,14 @@ def embed_reusing(
     cached = _cache_file(encoder, sentences, cache_dir)
     if cached is not None and cached.is_file():
         if progress:
-            progress(len(sentences), 0)  # done, none encoded
+            progress(len(sentences), reused=True)  # done, none encoded
         return Embedded(np.load(cached).astype(np.float32), VectorSources(cached=len(sentences)))
     found = held(sentences) if held is not None else None
     missing = np.arange(len(sentences))
     if found is not None:
         missing = np.setdiff1d(missing, found.positions)
         if progress:
-            progress(len(found.positions), 0)
+            progress(len(found.positions), reused=True)
     encoded = encoder.encode([sentences[i] for i in missing], progress, batch_size=batch_size).vectors
     vectors = np.empty((len(sentences), encoded.shape[1]), dtype=np.float16)
     vectors[missing] = encoded

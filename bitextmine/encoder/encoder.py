@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -27,8 +27,8 @@ from bitextmine.encoder.precision import (
 )
 from bitextmine.encoder.settings import EncoderSettings, resolve_settings
 from bitextmine.encoder.threads import thread_summary, usable_cores
-from bitextmine.errors import whole_number
-from bitextmine.progress import Advance
+from bitextmine.errors import BitextmineValueError, whole_number
+from bitextmine.progress import Advance, with_bar
 
 _log = logging.getLogger(__name__)
 
@@ -184,11 +184,34 @@ class SentenceEncoder:
         window: int = 4096,
         *,
         batch_size: int | None = None,
-    ) -> Encoded:
-        """Vectors for `sentences` in their order (a string is one sentence); windows of `window` sentences
-        bound the memory, and a forward takes at most `max_tokens` tokens and `batch_size` sentences."""
+        show_progress_bar: bool = False,
+        normalize_embeddings: bool = True,
+        convert_to_numpy: bool = True,
+        convert_to_tensor: bool = False,
+    ) -> Encoded | torch.Tensor | list[torch.Tensor]:
+        """Vectors for `sentences` in their order, [n, dim]; a string is one sentence and gives [dim];
+        windows of `window` sentences bound the memory, and a forward takes at most `max_tokens` tokens
+        and `batch_size` sentences. sentence-transformers' keywords mean what they mean there:
+        `convert_to_tensor` returns a tensor on the encoder's device, `convert_to_numpy=False` a list of
+        tensors, `show_progress_bar` a bar on stderr; the vectors are unit vectors, as
+        `normalize_embeddings=True` asks (False is refused: margin scores need them)."""
+        if not normalize_embeddings:
+            raise BitextmineValueError(
+                "normalize_embeddings=False: bitextmine's vectors are always unit vectors"
+            )
+        texts = [sentences] if isinstance(sentences, str) else sentences
+        with with_bar(progress, show_progress_bar, len(texts), rates=True) as advance:
+            encoded = self._encode(texts, advance, window, batch_size)
         if isinstance(sentences, str):
-            sentences = [sentences]
+            encoded = replace(encoded, vectors=encoded.vectors[0])
+        if convert_to_tensor or not convert_to_numpy:
+            tensor = torch.from_numpy(encoded.vectors).to(self.device)
+            return tensor if convert_to_tensor or tensor.dim() == 1 else list(tensor)
+        return encoded
+
+    def _encode(
+        self, sentences: Sequence[str], progress: Advance | None, window: int, batch_size: int | None
+    ) -> Encoded:
         if batch_size is not None:
             whole_number("batch_size", batch_size)
         vectors = np.empty((len(sentences), self.dim), dtype=np.float32)

@@ -18,6 +18,9 @@ from bitextmine.errors import BitextmineError
 
 _FINGERPRINT_FILES = ("config.json", "tokenizer.json", "sentencepiece.bpe.model", "spiece.model", "vocab.txt")
 _WEIGHT_PATTERNS = ("*.safetensors", "*.bin")
+# What a tokenizer is loaded from; with none of them, transformers builds an empty one that maps every word
+# to [UNK] without a word of warning.
+_TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "*.model", "source.spm")
 
 
 @dataclass
@@ -53,6 +56,10 @@ def load_model(name_or_path: str, device: torch.device) -> LoadedModel:
     model_dir = resolve_model_dir(name_or_path)
     if not (model_dir / "config.json").is_file():
         raise BitextmineError(f"{model_dir}: no config.json, not a Hugging Face model directory")
+    if not any(any(model_dir.glob(pattern)) for pattern in _TOKENIZER_FILES):
+        raise BitextmineError(
+            f"{model_dir}: no tokenizer (tokenizer.json, vocab.txt, vocab.json or a sentencepiece .model)"
+        )
     transformers_logging.set_verbosity_error()
     transformers_logging.disable_progress_bar()
     try:

@@ -9,12 +9,13 @@ recomputed from the stored vectors, never taken from a compressed index.
 from __future__ import annotations
 
 import tempfile
+import warnings
 from pathlib import Path
 
 import numpy.typing as npt
 
 from bitextmine.encoder.devices import pick_device
-from bitextmine.errors import BitextmineValueError
+from bitextmine.errors import BitextmineValueError, BitextmineWarning
 from bitextmine.mining.selection import Candidates, select_candidates
 from bitextmine.mining.settings import MiningSettings
 from bitextmine.search.gemm import GemmPlan, mutual_neighbours
@@ -47,6 +48,13 @@ def mine_arrays(
         raise BitextmineValueError(
             f"src vectors have {src.shape[1]} dimensions, tgt vectors {tgt.shape[1]}: mine vectors of "
             "one encoder"
+        )
+    if 0 < min(len(src), len(tgt)) <= k:  # no sentence, no pair: nothing to warn about
+        warnings.warn(
+            f"{len(src)} x {len(tgt)} sentences with k={k}: each neighbourhood is the whole other side, "
+            "so margin scores cannot tell translations from the rest; mine more sentences or lower k",
+            BitextmineWarning,
+            stacklevel=2,
         )
     fwd, bwd = mutual_neighbours(src, tgt, k, plan)
     with tempfile.TemporaryDirectory(prefix="bitextmine-selection-", dir=scratch) as folder:

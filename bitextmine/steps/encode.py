@@ -207,9 +207,9 @@ def _encode(
     launcher: LauncherConfig | None,
 ) -> EncodeSummary:
     started = time.perf_counter()
+    spec, encoder = loaded.spec, loaded.get()  # a missing model or tokenizer fails before the text shards
     corpus, rebuilt = prepare_corpus(paths, lang, workspace, options, warn_user, launcher)
     _log_corpus(corpus, rebuilt)
-    spec, encoder = loaded.spec, loaded.get()
     if encoder.precision_check is not None and not encoder.precision_check.cached:
         _log.info(encoder.precision_check.describe())
     _log.info(encoder.describe())

@@ -38,6 +38,7 @@ from bitextmine.search.knn import Neighbours
 from bitextmine.search.language_search import BaseSearch
 from bitextmine.text.bitext import Bitext
 from bitextmine.text.reader import Row, warn_user
+from bitextmine.workspace.corpus import SourceInfo
 from bitextmine.workspace.language import open_language
 from bitextmine.workspace.layout import Workspace, check_workspace
 from bitextmine.workspace.locks import workspace_locks
@@ -54,6 +55,7 @@ class ScoreOptions(MarginSettings):  # k, margin, then:
     format: str | None = None  # default: from the output's suffix
     nprobe: int | None = None  # workspace neighbourhoods: override the indexes' nprobe
     thresholds: Path | None = None  # the threshold store; default: the workspace's
+    cache: bool = True  # keep the vectors in the workspace for a rerun; False: write nothing there
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -102,9 +104,10 @@ def score_bitext(
     target = output_target(output, inputs=inputs, workspace=workspace)
     pair_filter = PairFilter(options.filters, *langs)
     threshold = _threshold(options, workspace, encoder, pair)
+    cache = workspace.embedding_cache_dir() if options.cache else None
     with progress.stage(f"encoding {pair}", 2 * len(bitext), rates=True):
-        src = embed(encoder, bitext.src, workspace.embedding_cache_dir(), progress.advance)
-        tgt = embed(encoder, bitext.tgt, workspace.embedding_cache_dir(), progress.advance)
+        src = embed(encoder, bitext.src, cache, progress.advance)
+        tgt = embed(encoder, bitext.tgt, cache, progress.advance)
     if options.neighbourhood == "workspace":
         reads = [f"{part}-{lang}" for part in ("lang", "index") for lang in langs]
         with workspace_locks(workspace, write=[], read=reads):
@@ -114,7 +117,7 @@ def score_bitext(
     cos = np.einsum("nd,nd->n", src, tgt).astype(np.float64)
     scores = margin_scores(cos, fwd, bwd, options.margin)
     keep = np.ones(len(scores), bool) if threshold is None else scores >= threshold.value
-    files = [bitext.src_file], [bitext.tgt_file]
+    files = [SourceInfo.of(bitext.src_file).path], [SourceInfo.of(bitext.tgt_file).path]  # ids as mine's
     span = (float(scores.min()), float(scores.max()))
     settings = mining_settings(
         encoder.loaded.name, encoder.fingerprint, options.margin, options.k, threshold, options.filters

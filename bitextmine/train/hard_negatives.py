@@ -21,7 +21,7 @@ from __future__ import annotations
 import itertools
 import time
 import unicodedata
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +50,17 @@ class HardNegativeSettings:
 
     def as_dict(self) -> dict[str, int]:
         return {"n": self.n, "refresh": self.refresh, "pool": self.pool}
+
+
+def pool_size(pool: int, epoch: Iterable[Pair]) -> int:
+    """`pool`, or the distinct pairs of `epoch` (one pass over the training data) where they are fewer: a
+    larger pool would hold the same pairs many times over, and encode them all before the first step."""
+    seen: set[tuple[str, str]] = set()
+    for pair in epoch:
+        seen.add((pair.src, pair.tgt))
+        if len(seen) == pool:
+            break
+    return len(seen)
 
 
 def duplicate_key(text: str) -> bytes:

@@ -23,8 +23,10 @@ def open_language(workspace: Workspace, lang: str) -> Language:
     store = EmbeddingStore(workspace.embedding_dir(lang), lang)
     corpus = load_manifest(workspace.corpus_dir(lang))
     if store.manifest is None or corpus is None or not store.manifest.shards:
+        encoded = ", ".join(workspace.encoded_languages()) or "none"
         raise BitextmineError(
-            f"no embeddings for '{lang}' in {workspace.root}: run `bitextmine encode FILE... --lang {lang}`"
+            f"no embeddings for '{lang}' in {workspace.root} (its languages: {encoded}): run "
+            f"`bitextmine encode FILE... --lang {lang}`"
         )
     _check_encodes(store, corpus, workspace.corpus_dir(lang), lang)
     return Language(lang, store.vectors(), corpus, workspace.corpus_dir(lang))

@@ -3,6 +3,7 @@ language the workspace lacks fail in one line before any text shard is built or 
 
 from __future__ import annotations
 
+import os
 import shutil
 
 import pytest
@@ -63,3 +64,17 @@ def test_mine_names_the_languages_the_workspace_has(workspace):
     work, _ = workspace
     code, output = run("mine", "deu", "eng", "-w", str(work))
     assert code == 1 and "no embeddings for 'deu'" in output and "(its languages: de, en)" in output, output
+
+
+def test_a_missing_input_fails_before_the_model_loads_and_a_pipe_is_not_read(tmp_path):
+    """No model named here exists: the missing file is reported, not the model; a FIFO given as input is
+    not opened by the check (its writer would lose what it sent)."""
+    from bitextmine.text.reader import check_readable
+
+    code, output = run("encode", str(tmp_path / "gone.txt"), "-l", "de", "-m", str(tmp_path / "no-model"))
+    assert code == 1 and output == f"error: {tmp_path / 'gone.txt'}: no such file\n", output
+    code, output = run("encode", str(tmp_path), "-l", "de", "-m", str(tmp_path / "no-model"))
+    assert code == 1 and "is a directory, not a corpus file" in output, output
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    check_readable(str(fifo))  # returns at once: opening a FIFO for reading would block with no writer

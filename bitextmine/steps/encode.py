@@ -29,7 +29,7 @@ from bitextmine.text.lid import (
     lid_code,
     model_id,
 )
-from bitextmine.text.reader import STDIN, Columns, CorpusCounts, warn_user
+from bitextmine.text.reader import STDIN, Columns, CorpusCounts, check_readable, warn_user
 from bitextmine.workspace.corpus import CorpusManifest, TextShard, load_manifest, read_text_shard
 from bitextmine.workspace.embeddings import EmbeddingShard, EmbeddingStore, ModelIdentity
 from bitextmine.workspace.external import VectorsFile, external_model, open_vectors
@@ -207,7 +207,9 @@ def _encode(
     launcher: LauncherConfig | None,
 ) -> EncodeSummary:
     started = time.perf_counter()
-    spec, encoder = loaded.spec, loaded.get()  # a missing model or tokenizer fails before the text shards
+    for path in paths:  # a missing input fails before the model loads, a missing model before the text shards
+        check_readable(path)
+    spec, encoder = loaded.spec, loaded.get()
     corpus, rebuilt = prepare_corpus(paths, lang, workspace, options, warn_user, launcher)
     _log_corpus(corpus, rebuilt)
     if encoder.precision_check is not None and not encoder.precision_check.cached:

@@ -16,6 +16,7 @@ import io
 import lzma
 import os
 import re
+import stat
 import sys
 import warnings
 import zlib
@@ -109,25 +110,42 @@ def open_binary(path: str) -> BinaryIO:
     return cast(BinaryIO, io.BufferedReader(_CheckedStream(fh, display_name(path), kind)))
 
 
+def check_readable(path: str) -> None:
+    """The one-line error `open_binary` would give for a missing file or a folder, before any expensive
+    work, without opening it (a pipe opened and closed here would lose what its writer sent)."""
+    if path == STDIN:
+        return
+    try:
+        is_dir = stat.S_ISDIR(os.stat(path).st_mode)
+    except OSError as exc:
+        raise _open_error(path, exc) from None
+    if is_dir:
+        raise _open_error(path, IsADirectoryError())
+
+
 def _open(path: str) -> tuple[BinaryIO, str]:
     """Return the decompressed stream and the compression kind: ``"plain"``, ``"gzip"`` or ``"zstd"``."""
     if path == STDIN:
         return _open_stream(sys.stdin.buffer, close=False)
     try:
         fh = open(path, "rb")  # noqa: SIM115 - owned and closed by the returned stream
-    except FileNotFoundError:
-        raise CorpusError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise CorpusError(f"{path}: is a directory, not a corpus file") from None
-    except PermissionError:
-        raise CorpusError(f"{path}: permission denied") from None
-    except OSError as e:
-        raise CorpusError(f"{path}: cannot open: {e.strerror or e}") from None
+    except OSError as exc:
+        raise _open_error(path, exc) from None
     try:
         return _open_stream(fh, close=True)
     except BaseException:
         fh.close()
         raise
+
+
+def _open_error(path: str, exc: OSError) -> CorpusError:
+    if isinstance(exc, FileNotFoundError):
+        return CorpusError(f"{path}: no such file")
+    if isinstance(exc, IsADirectoryError):
+        return CorpusError(f"{path}: is a directory, not a corpus file")
+    if isinstance(exc, PermissionError):
+        return CorpusError(f"{path}: permission denied")
+    return CorpusError(f"{path}: cannot open: {exc.strerror or exc}")
 
 
 def _open_stream(fh: Any, *, close: bool) -> tuple[BinaryIO, str]:

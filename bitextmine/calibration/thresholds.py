@@ -36,7 +36,7 @@ from contextlib import AbstractContextManager
 from dataclasses import MISSING, asdict, dataclass, fields
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bitextmine.calibration.bucc import BEST_F1, SweepResult
 from bitextmine.encoder.settings import BITEXTMINE_CONFIG
@@ -45,6 +45,9 @@ from bitextmine.files import WriteError, read_json, write_json
 from bitextmine.mining.selection import STRATEGIES
 from bitextmine.text.languages import parse_pair
 from bitextmine.workspace.locks import file_lock
+
+if TYPE_CHECKING:
+    from bitextmine.encoder.encoder import SentenceEncoder
 
 _OLD_DEFAULT = "default"
 OLD_K = 4  # the k of thresholds recorded without one (the store's first records, the model dir's)
@@ -222,6 +225,21 @@ def resolve_threshold(
         {r.key for r in records} | {ThresholdKey(fingerprint, margin, OLD_K, p) for p in legacy}
     )
     raise BitextmineError(_missing(store, wanted, calibrated, spec, calibrate_with))
+
+
+def encoder_threshold(
+    spec: float | str | None, store: Path, encoder: SentenceEncoder, *, margin: str, k: int, pair: str
+) -> ThresholdChoice | None:
+    """`resolve_threshold` for vectors the loaded `encoder` makes (its fingerprint, its model dir)."""
+    return resolve_threshold(
+        spec,
+        store=store,
+        fingerprint=encoder.fingerprint,
+        margin=margin,
+        k=k,
+        pair=pair,
+        model_dir=encoder.loaded.model_dir,
+    )
 
 
 def _missing(

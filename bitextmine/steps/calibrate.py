@@ -21,7 +21,7 @@ from bitextmine.calibration.split_mining import (
 from bitextmine.calibration.thresholds import (
     ThresholdChoice,
     ThresholdRecord,
-    resolve_threshold,
+    encoder_threshold,
     store_threshold,
 )
 from bitextmine.encoder.cache import VectorSources
@@ -241,14 +241,9 @@ def evaluate_bucc(
     pair_filter = PairFilter(options.filters, *parse_pair(split.pair))
     oracle = options.threshold == "oracle"
     if not oracle:  # before the encoding: a missing calibration is an error at once
-        choice = resolve_threshold(
-            options.threshold,
-            store=options.thresholds or workspace.thresholds_file(),
-            fingerprint=encoder.fingerprint,
-            margin=options.margin,
-            k=options.k,
-            pair=split.pair,
-            model_dir=encoder.loaded.model_dir,
+        store = options.thresholds or workspace.thresholds_file()
+        choice = encoder_threshold(
+            options.threshold, store, encoder, margin=options.margin, k=options.k, pair=split.pair
         )
     mined = _mine_split(workspace, split, encoder, options, progress, "eval-bucc")
     if oracle:

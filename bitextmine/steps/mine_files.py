@@ -9,8 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bitextmine.calibration.thresholds import parse_threshold, resolve_threshold
-from bitextmine.encoder.encoder import SentenceEncoder
+from bitextmine.calibration.thresholds import encoder_threshold, parse_threshold
 from bitextmine.encoder.spec import EncoderSpec
 from bitextmine.errors import BitextmineError
 from bitextmine.files import is_stream
@@ -75,7 +74,11 @@ def mine_files(
         parse_threshold(options.threshold)  # a mistyped one fails before the model loads
     options.output_target(workspace, src, tgt, inputs=files)
     shared = loaded_encoder(model)  # one load for both files
-    _calibrated_threshold(workspace, options, shared.get(), f"{src}-{tgt}")
+    store = options.thresholds or workspace.thresholds_file()
+    # "auto" without a calibration for this model fails now, not after the encoding and indexing
+    encoder_threshold(
+        options.threshold, store, shared.get(), margin=options.margin, k=options.k, pair=f"{src}-{tgt}"
+    )
     encoded = {
         lang: encode(workspace, [path], lang, shared, encode_options, progress)
         for path, lang in zip(files, langs, strict=True)
@@ -84,22 +87,6 @@ def mine_files(
     indexed = {lang: _index_unless_current(workspace, lang, progress) for lang in langs}
     mined = mine(workspace, src, tgt, options, progress)
     return MineFilesSummary(workspace.root, encoded, indexed, mined)
-
-
-def _calibrated_threshold(
-    workspace: Workspace, options: MineOptions, encoder: SentenceEncoder, pair: str
-) -> None:
-    """Resolve `options.threshold` for the encoder before anything is encoded: "auto" with no calibration
-    for this model, margin, k and pair fails at once, not after the encoding and indexing."""
-    resolve_threshold(
-        options.threshold,
-        store=options.thresholds or workspace.thresholds_file(),
-        fingerprint=encoder.fingerprint,
-        margin=options.margin,
-        k=options.k,
-        pair=pair,
-        model_dir=encoder.loaded.model_dir,
-    )
 
 
 def _index_unless_current(workspace: Workspace, lang: str, progress: Progress) -> IndexInfo | None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from bitextmine.calibration.thresholds import ThresholdChoice, resolve_threshold
+from bitextmine.calibration.thresholds import ThresholdChoice, encoder_threshold
 from bitextmine.encoder.cache import embed
 from bitextmine.encoder.encoder import SentenceEncoder
 from bitextmine.errors import BitextmineError
@@ -103,7 +103,10 @@ def score_bitext(
     inputs = [bitext.src_file, bitext.tgt_file, options.thresholds]
     target = output_target(output, inputs=inputs, workspace=workspace)
     pair_filter = PairFilter(options.filters, *langs)
-    threshold = _threshold(options, workspace, encoder, pair)
+    store = options.thresholds or workspace.thresholds_file()
+    threshold = encoder_threshold(
+        options.threshold, store, encoder, margin=options.margin, k=options.k, pair=pair
+    )
     cache = workspace.embedding_cache_dir() if options.cache else None
     with progress.stage(f"encoding {pair}", 2 * len(bitext), rates=True):
         src = embed(encoder, bitext.src, cache, progress.advance)
@@ -128,20 +131,6 @@ def score_bitext(
     above = int(np.count_nonzero(keep))
     return ScoreSummary(
         pair, len(bitext), bitext.empty, threshold, above, pair_filter.counts(), written, seconds
-    )
-
-
-def _threshold(
-    options: ScoreOptions, workspace: Workspace, encoder: SentenceEncoder, pair: str
-) -> ThresholdChoice | None:
-    return resolve_threshold(
-        options.threshold,
-        store=options.thresholds or workspace.thresholds_file(),
-        fingerprint=encoder.fingerprint,
-        margin=options.margin,
-        k=options.k,
-        pair=pair,
-        model_dir=encoder.loaded.model_dir,
     )
 
 

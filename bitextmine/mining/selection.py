@@ -3,8 +3,8 @@ candidate, then the greedy one-to-one pass by decreasing score (docs/design.md, 
 
 Neighbour lists arrive block by block (the saved lists of one neighbour job, or one in-memory block).
 What grows with the corpus lives in arrays memory-mapped under a scratch directory: both sides'
-neighbourhood means, the used-sentence flags, one sorted run of candidates per block and the selected
-pairs. The process itself holds one block, or a window of every run while the runs are merged.
+neighbourhood means, every query's decoy (mining/null_estimate.py), the used-sentence flags, one sorted
+run of candidates per block and the selected pairs. The process itself holds one block, or a window of every run while the runs are merged.
 """
 
 from __future__ import annotations

@@ -12,7 +12,6 @@ from bitextmine.mining.null_estimate import estimated_precision, runner_up_decoy
 from bitextmine.mining.selection import STRATEGIES, select_candidates
 from bitextmine.search.knn import Neighbours
 from tests.helpers import run
-from tests.test_mine import bitext
 
 NONE = -np.inf
 
@@ -61,7 +60,10 @@ def lists(queries: np.ndarray, base: np.ndarray, k: int) -> Neighbours:
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_the_selections_decoys_equal_the_reference(tmp_path, strategy):
-    src, tgt = bitext(70, 50, pairs=20, dim=16, seed=3)
+    rng = np.random.default_rng(3)
+    src = rng.normal(size=(70, 16))
+    tgt = np.concatenate([src[:20] + 0.4 * rng.normal(size=(20, 16)), rng.normal(size=(30, 16))])
+    src, tgt = (x / np.linalg.norm(x, axis=1, keepdims=True) for x in (src, tgt))
     fwd, bwd = lists(src, tgt, 5), lists(tgt, src, 5)
     selection = select_candidates(
         lambda: [(0, fwd)], lambda: [(0, bwd)], (70, 50), "ratio", strategy, tmp_path / strategy

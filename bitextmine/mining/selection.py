@@ -21,6 +21,7 @@ import numpy as np
 
 from bitextmine.errors import BitextmineError, BitextmineValueError, os_error_message
 from bitextmine.faults import crash_point
+from bitextmine.files import save_array
 from bitextmine.mining.margin import check_margin, margin_scores
 from bitextmine.search.knn import Neighbours
 
@@ -250,7 +251,8 @@ def _in_order(records: np.ndarray) -> np.ndarray:
 
 def _sorted_run(part: np.ndarray, path: Path) -> np.ndarray:
     try:
-        np.save(path, _in_order(part))
+        with open(path, "wb") as fh:
+            save_array(fh, _in_order(part))
     except OSError as exc:
         raise _no_room(path, part.nbytes, exc) from None
     crash_point("selection.run")

@@ -18,7 +18,7 @@ import numpy as np
 from bitextmine.calibration.thresholds import ThresholdChoice, check_threshold, resolve_threshold
 from bitextmine.encoder.devices import check_device
 from bitextmine.errors import BitextmineError, BitextmineValueError, whole_number
-from bitextmine.files import OutputTarget, atomic_open, output_target, write_json
+from bitextmine.files import OutputTarget, atomic_open, output_target, save_array, write_json
 from bitextmine.launch.config import LauncherConfig
 from bitextmine.launch.jobs import Job, run_jobs
 from bitextmine.mining.filters import FilterSettings, PairFilter, default_filters
@@ -374,7 +374,7 @@ def neighbours_job(task: NeighbourTask, indexes: IndexCache, progress: Advance |
     lists = np.empty(found.ids.shape, dtype=NEIGHBOUR_DTYPE)  # one .npy: byte-identical when rerun
     lists["id"], lists["cos"] = found.ids, found.sims
     with atomic_open(task.out, "wb") as fh:
-        np.save(fh, lists)
+        save_array(fh, lists)
     return task.queries
 
 

@@ -22,7 +22,14 @@ from typing import Any
 import numpy as np
 
 from bitextmine.errors import BitextmineError
-from bitextmine.files import atomic_open, json_record, read_json, remove_temporaries, write_json
+from bitextmine.files import (
+    atomic_open,
+    json_record,
+    read_json,
+    remove_temporaries,
+    save_array,
+    write_json,
+)
 
 MANIFEST = "manifest.json"
 _SHARD_NAME = re.compile(r"shard-\d+")  # names come from JSON and become file names
@@ -142,7 +149,7 @@ class EmbeddingStore:
                 f"shard {shard.name}: got {vectors.shape}, expected ({shard.rows}, {manifest.model.dim})"
             )
         with atomic_open(self.root / f"{shard.name}.npy", "wb") as fh:
-            np.save(fh, vectors.astype(np.float16))
+            save_array(fh, vectors.astype(np.float16))
         write_json(self.root / f"{shard.name}.json", asdict(shard))
         manifest.shards[shard.name] = shard
 

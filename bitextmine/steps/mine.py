@@ -39,6 +39,7 @@ from bitextmine.search.knn import Neighbours
 from bitextmine.search.language_search import BaseSearch
 from bitextmine.text.languages import check_lang
 from bitextmine.text.reader import warn_user
+from bitextmine.workspace.embeddings import check_same_dimension
 from bitextmine.workspace.external import is_external
 from bitextmine.workspace.language import Language, open_language
 from bitextmine.workspace.layout import Workspace
@@ -266,7 +267,8 @@ def _mine(
 
 
 def _check_same_model(src: Language, tgt: Language, force: bool) -> None:
-    """Vectors of two models are not comparable: refuse, or (forced) warn."""
+    """Vectors of two models are not comparable: refuse, or (forced) warn; two dimensions: refuse."""
+    check_same_dimension((src.lang, src.vectors.model), (tgt.lang, tgt.vectors.model))
     if src.vectors.model.fingerprint == tgt.vectors.model.fingerprint:
         return
     message = (

@@ -57,6 +57,18 @@ class ModelIdentity:
         return f"{self.name} (fingerprint {self.fingerprint}, dim {self.dim})"
 
 
+def check_same_dimension(first: tuple[str, ModelIdentity], second: tuple[str, ModelIdentity]) -> None:
+    """Vectors of two dimensions cannot be compared, whatever `--force` says: one line, before any work.
+    Imported vectors are named by the user (`--model-name`), so one name can cover two models."""
+    (lang, model), (other_lang, other) = first, second
+    if model.dim != other.dim:
+        raise BitextmineError(
+            f"'{lang}' has {model.dim}-dimensional vectors of {model.name} but '{other_lang}' "
+            f"{other.dim}-dimensional ones: vectors of two models; import each model's under its own "
+            "--model-name, and encode both languages with one model"
+        )
+
+
 @dataclass
 class EmbeddingManifest:
     lang: str

@@ -47,19 +47,25 @@ class BitextmineWarning(UserWarning):
     """Something the user should know that does not stop the run; the CLI prints it on one line."""
 
 
-_DISK_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+_RAN_OUT = {  # what a write ran out of, and what to do
+    errno.ENOSPC: "free some space and rerun",
+    errno.EDQUOT: "the disk quota is used up: free some space or raise the quota, and rerun",
+    errno.EFBIG: "past the largest file allowed (ulimit -f, or the file system's): raise the limit or "
+    "write elsewhere, and rerun",
+}
 
 
 def os_error_message(exc: OSError, path: str | os.PathLike[str] | None = None, action: str = "") -> str:
     """``FILE: [ACTION: ]REASON`` for an OSError about `path` (default: the file the error names).
 
-    A full disk gets a hint to free space and rerun (encode and train resume where they stopped).
+    A full disk, quota or file size limit says what ran out and what to do (encode and train resume
+    where they stopped).
     """
     where = path if path is not None else exc.filename
     reason = exc.strerror or str(exc) or type(exc).__name__
     message = f"{action}: {reason}" if action else reason
-    if exc.errno in _DISK_FULL:
-        message += "; free some space and rerun"
+    if exc.errno in _RAN_OUT:
+        message += f"; {_RAN_OUT[exc.errno]}"
     return message if where is None else f"{os.fsdecode(where)}: {message}"
 
 

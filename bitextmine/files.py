@@ -46,6 +46,26 @@ class WriteError(BitextmineError):
         super().__init__(os_error_message(exc, path, action))
 
 
+def save_array(fh: IO[bytes], array: Any) -> None:
+    """`np.save(fh, array)` with every byte written through `fh.write`, whose failure (a full disk,
+    `ulimit -f`) is an OSError with its errno. numpy writes a real file through a buffer of its own
+    (`tofile`): its failure names no errno (`19200 requested and 10176 written`), and one at its last
+    flush can pass unnoticed, leaving a cut file."""
+    import numpy as np  # here: `import bitextmine` loads no numpy
+
+    np.lib.format.write_array(_WriteOnly(fh), np.asanyarray(array), allow_pickle=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class _WriteOnly:
+    """A file that numpy does not recognise as one: it writes to it through `write`."""
+
+    fh: IO[bytes]
+
+    def write(self, data: bytes) -> int:
+        return self.fh.write(data)
+
+
 @contextmanager
 def atomic_path(path: Path) -> Iterator[Path]:
     """Yield a new, empty temporary file next to `path`; on success fsync it, rename it over `path` and

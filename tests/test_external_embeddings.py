@@ -190,6 +190,19 @@ def test_languages_of_different_models_mine_only_when_forced(tmp_path):
     _one_line_error(code, output, "--embeddings VECTORS_DIR --model-name model-a", "pass --threshold FLOAT")
 
 
+@pytest.mark.integration
+def test_two_dimensions_under_one_model_name_are_one_line_before_any_work(tmp_path):
+    work = _import_random(tmp_path, {"de": 8, "en": 12})
+    code, output = run("index", "en", "-w", str(work))  # measures recall with de's vectors
+    _one_line_error(code, output, "'de' has 8-dimensional vectors of m but 'en' 12-dimensional ones")
+    assert run("index", "de", "-w", str(work), "--queries-from", "self")[0] == 0
+    assert run("index", "en", "-w", str(work), "--queries-from", "self")[0] == 0
+    for force in ([], ["--force"]):
+        code, output = run("mine", "de", "en", "-w", str(work), *force)
+        _one_line_error(code, output, "'de' has 8-dimensional vectors of m but 'en' 12-dimensional ones")
+    assert not (work / "mined" / ".neighbours").exists()
+
+
 def _import_random(tmp_path: Path, dims: dict[str, int], name: str = "m") -> Path:
     """A workspace of CORPORA's languages imported from random vectors of `dims` dimensions."""
     rng = np.random.default_rng(0)

@@ -37,6 +37,7 @@ from tests.helpers import read_mined, sentences
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 EXAMPLES = int(os.environ.get("BITEXTMINE_FUZZ_EXAMPLES", "30"))
+FUZZ = dict(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None, print_blob=False)
 CORRUPTIBLE = {".json", ".npy", ".faiss", ".tsv"}
 NAME_KEYS = {"name", "file", "lang", "plan", "pair"}
 # A value a hand-edit may change without an error: the recorded input path, which the mined ids name.
@@ -339,11 +340,7 @@ def _judge(
 
 
 @settings(
-    max_examples=EXAMPLES,
-    derandomize=True,
-    deadline=None,
-    database=None,
-    print_blob=False,
+    **FUZZ,
     phases=[Phase.explicit, Phase.generate],  # no shrinking: a failing case is one small corruption already
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
@@ -517,14 +514,7 @@ def options_work(pristine, tmp_path_factory) -> Path:
     return work
 
 
-@settings(
-    max_examples=EXAMPLES,
-    derandomize=True,
-    deadline=None,
-    database=None,
-    print_blob=False,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+@settings(**FUZZ, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(drawn=mine_settings())
 def test_random_api_options_give_a_result_or_one_line_error_before_any_work(options_work, drawn):
     """`MineOptions(k=0)` wrote an empty output, `threshold=nan` kept 0 pairs, `score-max=nan` dropped

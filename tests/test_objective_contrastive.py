@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from bitextmine.train.model import EncodedSide
 from bitextmine.train.objectives.contrastive import Contrastive
 
 U = torch.tensor([[1.0, 0.0], [0.0, 2.0]])  # norms differ on purpose: the loss uses cosines
@@ -48,3 +49,19 @@ def test_projection_is_two_layers_down_to_a_smaller_space_and_learns():
         objective.loss(u, v)[0].backward()
         optimizer.step()
     assert objective.loss(u, v)[0].item() < before
+
+
+def _side(sentences: list[list[int]], pooled: torch.Tensor) -> EncodedSide:
+    ids = torch.tensor([i for s in sentences for i in s])
+    return EncodedSide(ids, [len(s) for s in sentences], torch.zeros(len(ids), 2), pooled, torch.zeros(2))
+
+
+def test_copies_of_a_rows_pair_are_not_its_negatives():
+    # pair 0 twice (same token ids), pair 1 once; cosines 1 within pair 0's copies, 0 across
+    u = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+    src, tgt = _side([[5, 6], [5, 6], [7]], u), _side([[8], [8], [9, 9]], u.clone())
+    terms = Contrastive(2, temperature=1.0)(src, tgt).terms
+    # rows and columns of the copies: [1, -inf, 0] (the copy left out); of pair 1: [0, 0, 1]
+    copy, other = math.log(1 + 1 / math.e), math.log(1 + 2 / math.e)
+    assert terms["contrastive"] == pytest.approx((2 * copy + other) / 3, rel=1e-5)
+    assert terms["in_batch_accuracy"] == 1.0

@@ -6,13 +6,19 @@ from __future__ import annotations
 
 import errno
 import os
+import resource
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from bitextmine.errors import BitextmineError
 from bitextmine.mining import selection
+from bitextmine.workspace.locks import file_lock
 from tests.helpers import TRAINING_TEXT, run
 
 
@@ -33,6 +39,56 @@ def test_a_full_disk_in_the_selection_is_one_line_naming_the_scratch_and_bytes(w
     scratch = next((work / "mined" / ".neighbours").glob("de-en-*")) / "selection"
     assert f"{scratch}: cannot store 328 bytes of scratch data" in message  # 25 float64 + the .npy header
     assert "fwd-mean.npy: No space left on device; free some space and rerun" in message
+
+
+def _under_file_size_limit(limit: int, *args: str) -> str:
+    """`bitextmine ARGS` in a process whose files may not grow past `limit` bytes (`ulimit -f`): its
+    one-line error."""
+
+    def lower_limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # as Python does: the write fails with EFBIG instead
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    done = subprocess.run(
+        [sys.executable, "-m", "bitextmine", *args], capture_output=True, text=True, preexec_fn=lower_limit
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 1 and "Traceback" not in output, output
+    return " ".join(output[output.index("error:") :].split())
+
+
+@pytest.mark.integration
+def test_a_file_size_limit_is_one_line_naming_the_file_and_the_limit(indexed_workspace, tmp_path):
+    work, _ = indexed_workspace
+    mine = ["mine", "de", "en", "-w", str(work), "--threshold", "0", "--filters", "none"]
+    ran_out = "cannot write: File too large; past the largest file allowed (ulimit -f"
+    # numpy's own writer cut a neighbour list silently here, which the selection then found damaged
+    message = _under_file_size_limit(300, *mine)
+    assert "/fwd-000000000000-000000000025.npy: " + ran_out in message
+    assert run(*mine)[0] == 0  # the neighbour lists, so that the output is what meets the limit
+    out = tmp_path / "x.tsv"
+    assert f"{out}: {ran_out}" in _under_file_size_limit(2000, *mine, "-o", str(out), "--format", "tsv")
+
+
+@pytest.mark.integration
+def test_an_embedding_shard_past_the_file_size_limit_says_so(tiny_model_dir, tmp_path):
+    corpus = tmp_path / "de.txt"  # short lines: the shard of their vectors is the largest file
+    corpus.write_text("".join(f"w{i}\n" for i in range(200)))
+    work = tmp_path / "w"
+    args = ["encode", str(corpus), "-l", "de", "-m", str(tiny_model_dir("bert")), "-w", str(work)]
+    message = _under_file_size_limit(8000, *args, "--lid", "off")
+    shard = work / "emb" / "de" / "shard-00000.npy"  # numpy's own writer said "N requested and M written"
+    assert f"{shard}: cannot write: File too large; past the largest file allowed (ulimit -f" in message
+
+
+def test_a_full_disk_when_a_lock_records_its_holder_names_the_lock_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(os, "pwrite", _no_space)
+    with pytest.raises(BitextmineError) as caught, file_lock(tmp_path / "x.lock", exclusive=True):
+        pass
+    assert str(caught.value) == (
+        f"{tmp_path / 'x.lock'}: cannot record this run as the lock's holder: No space left on device; "
+        "free some space and rerun"
+    )
 
 
 def test_scratch_arrays_are_allocated_not_sparse(tmp_path):

@@ -103,3 +103,18 @@ def test_an_encoder_decoder_is_refused_in_one_line(pairs, tmp_path):
     for extra in ([], ["--padded"]):
         message = one_line_error(*train(pairs, t5, tmp_path / "out", *extra))
         assert "not a 't5' encoder-decoder" in message
+
+
+@pytest.mark.parametrize(("lines", "refused"), [(["der Hund schläft"] * 3, True), (["a", "b", "c"], False)])
+def test_too_few_distinct_pairs_are_refused_or_warned_about(tiny_model_dir, tmp_path, lines, refused):
+    data = tmp_path / "toy.de"
+    data.write_text("\n".join(lines) + "\n")
+    data.with_suffix(".en").write_text("the dog sleeps\n" * 3)
+    code, output = train(data, tiny_model_dir("bert"), tmp_path / "out")
+    if refused:  # one pair three times: no pair has a negative
+        message = one_line_error(code, output)
+        assert f"{data}, {data.with_suffix('.en')}: 1 distinct pair (after --exclude)" in message
+        assert "needs at least 2" in message
+    else:
+        assert code == 0, output
+        assert "only 3 distinct pairs, fewer than one batch takes" in " ".join(output.split())

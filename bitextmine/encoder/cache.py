@@ -15,7 +15,7 @@ import numpy as np
 from bitextmine.encoder.encoder import SentenceEncoder
 from bitextmine.encoder.foreign import ForeignEncoder, SupportsEncode, as_encoder
 from bitextmine.errors import BitextmineValueError
-from bitextmine.files import atomic_open
+from bitextmine.files import atomic_open, save_array
 from bitextmine.progress import Advance, with_bar
 
 if TYPE_CHECKING:
@@ -106,7 +106,7 @@ def embed_reusing(
         vectors[found.positions] = found.vectors
     if cached is not None:
         with atomic_open(cached, "wb") as fh:
-            np.save(fh, vectors)
+            save_array(fh, vectors)
     sources = VectorSources(encoded=missing.size, reused=len(sentences) - missing.size)
     return Embedded(vectors.astype(np.float32), sources)
 

@@ -4,7 +4,8 @@ candidate, then the greedy one-to-one pass by decreasing score (docs/design.md, 
 Neighbour lists arrive block by block (the saved lists of one neighbour job, or one in-memory block).
 What grows with the corpus lives in arrays memory-mapped under a scratch directory: both sides'
 neighbourhood means, every query's decoy (mining/null_estimate.py), the used-sentence flags, one sorted
-run of candidates per block and the selected pairs. The process itself holds one block, or a window of every run while the runs are merged.
+run of candidates per block and the selected pairs. The process itself holds one block, or a window
+of every run while the runs are merged.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import numpy as np
 
 from bitextmine.errors import BitextmineError, BitextmineValueError, os_error_message
 from bitextmine.faults import crash_point
+from bitextmine.files import save_array
 from bitextmine.mining.margin import check_margin, margin_scores
 from bitextmine.mining.null_estimate import POOLED_DIRECTIONS, estimated_precision, runner_up_decoys
 from bitextmine.search.knn import Neighbours
@@ -279,7 +281,8 @@ def _in_order(records: np.ndarray) -> np.ndarray:
 
 def _sorted_run(part: np.ndarray, path: Path) -> np.ndarray:
     try:
-        np.save(path, _in_order(part))
+        with open(path, "wb") as fh:
+            save_array(fh, _in_order(part))
     except OSError as exc:
         raise _no_room(path, part.nbytes, exc) from None
     crash_point("selection.run")

@@ -26,7 +26,7 @@ from bitextmine.search.index_build import (
 from bitextmine.search.index_files import IndexInfo, save_index
 from bitextmine.search.sharded import plan_ranges, populate_shard
 from bitextmine.text.languages import check_lang
-from bitextmine.workspace.embeddings import EmbeddingStore, ShardedVectors
+from bitextmine.workspace.embeddings import EmbeddingStore, ShardedVectors, check_same_dimension
 from bitextmine.workspace.language import open_language
 from bitextmine.workspace.layout import Workspace
 from bitextmine.workspace.locks import workspace_locks
@@ -50,6 +50,7 @@ def recall_queries(
             return None
         source = same_model[0]
     other = open_language(workspace, source).vectors
+    check_same_dimension((source, other.model), (lang, indexed.model))
     if other.model.fingerprint != indexed.model.fingerprint:
         raise BitextmineError(
             f"cannot measure recall with '{source}': it was encoded with {other.model.describe()}, "

@@ -23,7 +23,7 @@ from bitextmine.calibration.thresholds import (
 )
 from bitextmine.encoder.devices import check_device
 from bitextmine.errors import BitextmineError, BitextmineValueError, whole_number
-from bitextmine.files import OutputTarget, atomic_open, output_target, write_json
+from bitextmine.files import OutputTarget, atomic_open, output_target, save_array, write_json
 from bitextmine.launch.config import LauncherConfig
 from bitextmine.launch.jobs import Job, run_jobs
 from bitextmine.mining.filters import FilterSettings, PairFilter, default_filters
@@ -44,6 +44,7 @@ from bitextmine.search.knn import Neighbours
 from bitextmine.search.language_search import BaseSearch
 from bitextmine.text.languages import check_lang
 from bitextmine.text.reader import warn_user
+from bitextmine.workspace.embeddings import check_same_dimension
 from bitextmine.workspace.external import is_external
 from bitextmine.workspace.language import Language, open_language
 from bitextmine.workspace.layout import Workspace
@@ -281,7 +282,8 @@ def _mine(
 
 
 def _check_same_model(src: Language, tgt: Language, force: bool) -> None:
-    """Vectors of two models are not comparable: refuse, or (forced) warn."""
+    """Vectors of two models are not comparable: refuse, or (forced) warn; two dimensions: refuse."""
+    check_same_dimension((src.lang, src.vectors.model), (tgt.lang, tgt.vectors.model))
     if src.vectors.model.fingerprint == tgt.vectors.model.fingerprint:
         return
     message = (
@@ -389,7 +391,7 @@ def neighbours_job(task: NeighbourTask, indexes: IndexCache, progress: Advance |
     lists = np.empty(found.ids.shape, dtype=NEIGHBOUR_DTYPE)  # one .npy: byte-identical when rerun
     lists["id"], lists["cos"] = found.ids, found.sims
     with atomic_open(task.out, "wb") as fh:
-        np.save(fh, lists)
+        save_array(fh, lists)
     return task.queries
 
 

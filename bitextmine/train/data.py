@@ -292,7 +292,7 @@ def pair_stream(
 
 
 def _no_pairs(sources: Sequence[PairSource], excluded: int) -> BitextmineError:
-    files = ", ".join(path for source in sources for path in source.paths)
+    files = data_files(sources)
     why = "they are empty or every line has an empty side"
     if excluded:
         why = f"they are empty or excluded ({excluded:,} pairs excluded by --exclude)"
@@ -318,6 +318,23 @@ def interleave(
                     on_excluded(pair)
             else:
                 yield pair
+
+
+def distinct_pairs(
+    sources: Sequence[PairSource], excluded: set[bytes] | None, limit: int, warn: Warn = warn_user
+) -> list[Pair]:
+    """The first `limit` distinct (source, English) pairs of one pass over `sources`, or all there are."""
+    seen: dict[tuple[str, str], Pair] = {}
+    for pair in interleave(sources, excluded, warn=warn):
+        seen.setdefault((pair.src, pair.tgt), pair)
+        if len(seen) >= limit:
+            break
+    return list(seen.values())
+
+
+def data_files(sources: Sequence[PairSource]) -> str:
+    """The sources' files, for a message."""
+    return ", ".join(path for source in sources for path in source.paths)
 
 
 def _shuffled(pairs: Iterable[Pair], size: int, rng: random.Random) -> Iterator[Pair]:

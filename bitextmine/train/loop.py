@@ -34,6 +34,8 @@ from bitextmine.train.checkpoint import (
 from bitextmine.train.data import (
     ENGLISH,
     PairBatch,
+    data_files,
+    distinct_pairs,
     find_sources,
     interleave,
     pair_stream,
@@ -61,6 +63,7 @@ from bitextmine.workspace.locks import file_lock
 LOG_FILE = "train_log.jsonl"
 LOCK_FILE = ".train.lock"  # held for the whole run: a second run into the same OUT is refused
 VOCABULARY_DIR = "vocabulary"  # --from-scratch: the SentencePiece model trained on the data
+MIN_DISTINCT_PAIRS = 2  # fewer, and no pair has a negative in its batch
 
 
 @dataclass
@@ -218,6 +221,7 @@ def _train(config: TrainConfig, reporter: Reporter) -> TrainSummary:
     resumed_from = _resume(run)
     reporter.started(config, resumed_from, run.languages)
     excluded = read_excluded(config.exclude, warn=reporter.warning)
+    _check_distinct_pairs(run, sources, excluded, reporter)
     skipped = [0]
     stream = pair_stream(
         sources,
@@ -289,6 +293,27 @@ def _build_run(config: TrainConfig, sources, reporter: Reporter) -> _Run:
         _tokenizer_fn(tokenizer, settings.prefix, config.max_length),
         teacher,
     )
+
+
+def _check_distinct_pairs(run: _Run, sources, excluded: set[bytes], reporter: Reporter) -> None:
+    """Refuse data of fewer than MIN_DISTINCT_PAIRS distinct pairs; warn when one batch could hold every
+    distinct pair, so that each batch repeats them (their copies are no negatives: objectives/contrastive)."""
+    config = run.config
+    # what the files have wrong, the pair stream reports
+    pairs = distinct_pairs(sources, excluded, config.max_pairs, warn=lambda _message: None)
+    if not pairs:
+        return  # the pair stream says that there are none, and why
+    if len(pairs) < MIN_DISTINCT_PAIRS:
+        raise BitextmineError(
+            f"{data_files(sources)}: {len(pairs)} distinct pair (after --exclude); train needs at least "
+            f"{MIN_DISTINCT_PAIRS}: a pair's negatives are the other pairs of its batch"
+        )
+    tokens = sum(map(len, run.tokenize([p.src for p in pairs] + [p.tgt for p in pairs])))
+    if len(pairs) < config.max_pairs and tokens <= config.max_tokens:
+        reporter.warning(
+            f"{data_files(sources)}: only {len(pairs)} distinct pairs, fewer than one batch takes "
+            f"(--max-pairs {config.max_pairs}, --max-tokens {config.max_tokens}): every batch repeats them"
+        )
 
 
 def _hard_negative_miner(

@@ -9,6 +9,7 @@ The padded path returns the same packed layout, so the packed and padded steps c
 from __future__ import annotations
 
 import inspect
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -50,6 +51,16 @@ def sentence_of_tokens(seqlens: Sequence[int], device: torch.device) -> torch.Te
 def pool(hidden: torch.Tensor, seqlens: Sequence[int], pooling: str) -> torch.Tensor:
     """Sentence vectors of packed token states, pooled as the encoder pools them (any of its modes)."""
     return pool_tokens(hidden, torch.as_tensor(list(seqlens), device=hidden.device), pooling)
+
+
+def same_sentences(side: EncodedSide) -> torch.Tensor:
+    """bool [sentences, sentences]: whether sentences i and j of `side` have the same token ids."""
+    cuts = torch.cumsum(torch.as_tensor([0, *side.seqlens]), 0).tolist()
+    ids = side.input_ids.tolist()
+    groups: dict[tuple[int, ...], int] = {}
+    group = [groups.setdefault(tuple(ids[a:b]), len(groups)) for a, b in itertools.pairwise(cuts)]
+    labels = torch.tensor(group, device=side.pooled.device)
+    return labels[:, None] == labels[None, :]
 
 
 def split_side(side: EncodedSide, n: int) -> tuple[EncodedSide, EncodedSide]:

@@ -22,7 +22,14 @@ from typing import Any
 import numpy as np
 
 from bitextmine.errors import BitextmineError
-from bitextmine.files import atomic_open, json_record, read_json, remove_temporaries, write_json
+from bitextmine.files import (
+    atomic_open,
+    json_record,
+    read_json,
+    remove_temporaries,
+    save_array,
+    write_json,
+)
 
 MANIFEST = "manifest.json"
 _SHARD_NAME = re.compile(r"shard-\d+")  # names come from JSON and become file names
@@ -48,6 +55,18 @@ class ModelIdentity:
 
     def describe(self) -> str:
         return f"{self.name} (fingerprint {self.fingerprint}, dim {self.dim})"
+
+
+def check_same_dimension(first: tuple[str, ModelIdentity], second: tuple[str, ModelIdentity]) -> None:
+    """Vectors of two dimensions cannot be compared, whatever `--force` says: one line, before any work.
+    Imported vectors are named by the user (`--model-name`), so one name can cover two models."""
+    (lang, model), (other_lang, other) = first, second
+    if model.dim != other.dim:
+        raise BitextmineError(
+            f"'{lang}' has {model.dim}-dimensional vectors of {model.name} but '{other_lang}' "
+            f"{other.dim}-dimensional ones: vectors of two models; import each model's under its own "
+            "--model-name, and encode both languages with one model"
+        )
 
 
 @dataclass
@@ -142,7 +161,7 @@ class EmbeddingStore:
                 f"shard {shard.name}: got {vectors.shape}, expected ({shard.rows}, {manifest.model.dim})"
             )
         with atomic_open(self.root / f"{shard.name}.npy", "wb") as fh:
-            np.save(fh, vectors.astype(np.float16))
+            save_array(fh, vectors.astype(np.float16))
         write_json(self.root / f"{shard.name}.json", asdict(shard))
         manifest.shards[shard.name] = shard
 

@@ -59,7 +59,7 @@ def file_lock(
         except BlockingIOError:
             raise BitextmineError(_busy_message(path, exclusive, what)) from None
         if exclusive:
-            _record_holder(fd)
+            _record_holder(fd, path)
         yield
     finally:
         os.close(fd)
@@ -86,12 +86,15 @@ def _not_a_lock_file(path: Path) -> BitextmineError:
     )
 
 
-def _record_holder(fd: int) -> None:
+def _record_holder(fd: int, path: Path) -> None:
     command = " ".join(["bitextmine", *sys.argv[1:]])[:300]
     note = f"pid {os.getpid()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}: {command}\n"
     note = note.encode(errors="surrogateescape")  # arguments that are not UTF-8 keep their own bytes
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, note, 0)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, note, 0)
+    except OSError as exc:  # a full disk: the error names no file
+        raise WriteError(path, exc, "cannot record this run as the lock's holder") from exc
 
 
 def _busy_message(path: Path, exclusive: bool, what: str) -> str:

@@ -10,7 +10,10 @@ d_cntrs = PROJECTION_DIM < d) before the cosine; without it h is the identity. `
 (mined pairs weighted by score) scale pair i's row and column terms: the loss is the batch mean of
 w_i (row_i + column_i) / 2. ``extra_negatives`` (hard negatives, train/hard_negatives.py) are M more
 English vectors appended to every row as columns; ``extra_allowed`` [B, M] leaves out, per row, those that
-may translate its source. The column terms stay over the in-batch non-English vectors.
+may translate its source. The column terms stay over the in-batch non-English vectors. A copy of a row's
+English sentence elsewhere in the batch (same token ids) is no negative of that row, nor a copy of a
+column's source of that column: a batch of small or repetitive data would otherwise push a pair away
+from itself.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bitextmine.train.model import EncodedSide, ObjectiveOutput, TrainContext
+from bitextmine.train.model import EncodedSide, ObjectiveOutput, TrainContext, same_sentences
 
 PROJECTION_DIM = 128
 
@@ -52,7 +55,14 @@ class Contrastive(nn.Module):
         extra_negatives: torch.Tensor | None = None,
         extra_allowed: torch.Tensor | None = None,
     ) -> ObjectiveOutput:
-        loss, accuracy = self.loss(src.pooled, tgt.pooled, pair_weights, extra_negatives, extra_allowed)
+        loss, accuracy = self.loss(
+            src.pooled,
+            tgt.pooled,
+            pair_weights,
+            extra_negatives,
+            extra_allowed,
+            copies=(same_sentences(src), same_sentences(tgt)),
+        )
         return ObjectiveOutput(loss, {"contrastive": loss.item(), "in_batch_accuracy": accuracy})
 
     def loss(
@@ -62,29 +72,38 @@ class Contrastive(nn.Module):
         pair_weights: torch.Tensor | None = None,
         extra_negatives: torch.Tensor | None = None,
         extra_allowed: torch.Tensor | None = None,
+        copies: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, float]:
         """(loss, share of rows and columns whose best match is their own pair). `extra_negatives` [M, dim]
-        are more columns of every row, where `extra_allowed` (bool [B, M]; None: everywhere) allows them."""
+        are more columns of every row, where `extra_allowed` (bool [B, M]; None: everywhere) allows them.
+        `copies` (bool [B, B] each: source i equals source j, target i equals target j) leaves out the
+        copies of a row's target from its negatives and of a column's source from the column's."""
         if self.projection is not None:
             u, v = self.projection(u), self.projection(v)
         sims = F.normalize(u.float(), dim=-1) @ F.normalize(v.float(), dim=-1).T
-        logits = (sims - self.margin * torch.eye(len(sims), device=sims.device)) / self.temperature
+        eye = torch.eye(len(sims), device=sims.device)
+        logits = (sims - self.margin * eye) / self.temperature
         target = torch.arange(len(sims), device=sims.device)
+        col_sims, col_logits = sims.T, logits.T
+        if copies is not None:
+            same_src, same_tgt = (same & ~eye.bool() for same in copies)
+            sims, logits = (m.masked_fill(same_tgt, -torch.inf) for m in (sims, logits))
+            col_sims, col_logits = (m.masked_fill(same_src, -torch.inf) for m in (col_sims, col_logits))
         row_sims, row_logits = sims, logits
         if extra_negatives is not None:
             extra = self._extra_sims(u, extra_negatives, extra_allowed)
             row_sims = torch.cat([sims, extra], 1)
             row_logits = torch.cat([logits, extra / self.temperature], 1)
         if pair_weights is None:
-            loss = (F.cross_entropy(row_logits, target) + F.cross_entropy(logits.T, target)) / 2
+            loss = (F.cross_entropy(row_logits, target) + F.cross_entropy(col_logits, target)) / 2
         else:
             per_pair = F.cross_entropy(row_logits, target, reduction="none") + F.cross_entropy(
-                logits.T, target, reduction="none"
+                col_logits, target, reduction="none"
             )
             loss = (pair_weights.float() * per_pair).mean() / 2
         with torch.no_grad():
             accuracy = (
-                (row_sims.argmax(1) == target).float().mean() + (sims.argmax(0) == target).float().mean()
+                (row_sims.argmax(1) == target).float().mean() + (col_sims.argmax(1) == target).float().mean()
             ) / 2
         return loss, float(accuracy)
 

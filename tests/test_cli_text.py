@@ -17,25 +17,11 @@ from bitextmine.cli import app
 from bitextmine.cli.app import out, user_errors
 from bitextmine.cli.output import ProgressDisplay, fields_table
 from bitextmine.errors import BitextmineError, BitextmineWarning
-from tests.helpers import run
+from tests.helpers import COMMANDS, run
 
 runner = CliRunner()
 
-COMMANDS = [
-    [],
-    ["encode"],
-    ["index"],
-    ["mine"],
-    ["score"],
-    ["calibrate"],
-    ["train"],
-    ["eval"],
-    ["eval", "bucc"],
-    ["eval", "tatoeba"],
-    ["eval", "xsim"],
-    ["eval", "words"],
-    ["eval", "tokens"],
-]
+HELPS = [[], ["eval"], *COMMANDS]  # the app and its groups, and every command
 
 
 def test_an_error_naming_a_file_with_brackets_names_it_whole(tmp_path):
@@ -106,7 +92,7 @@ def test_the_index_line_names_only_the_settings_an_index_has(indexed_workspace):
     assert ivf.stdout.rstrip().endswith(str(work / "index" / "en.faiss"))
 
 
-@pytest.mark.parametrize("command", COMMANDS, ids=lambda command: " ".join(command) or "bitextmine")
+@pytest.mark.parametrize("command", HELPS, ids=lambda command: " ".join(command) or "bitextmine")
 def test_help_at_80_columns_reflows_and_cuts_nothing(command):
     result = runner.invoke(app, [*command, "--help"], env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.output
@@ -119,6 +105,15 @@ def test_help_at_80_columns_reflows_and_cuts_nothing(command):
     description = [line.strip() for line in lines[usage + 1 : panel]]  # paragraphs between blank lines
     for line, after in itertools.pairwise(description):
         assert not line or not after or len(line) + 1 + len(after.split()[0]) > 78, (line, after)
+
+
+@pytest.mark.parametrize("command", HELPS, ids=lambda command: " ".join(command) or "bitextmine")
+def test_help_names_what_options_take_in_words(command):
+    """typer shows a parameter that has no metavar as its Python type: <bool>, <list[str]>, <int range>."""
+    result = runner.invoke(app, [*command, "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert re.findall(r"<[a-z][\w ,|\[\]]*>", result.output) == []
+    assert re.search(r"--help +Show this", result.output)  # a flag takes nothing
 
 
 def test_every_help_text_keeps_its_brackets():

@@ -24,8 +24,12 @@ runner = CliRunner()
 HELPS = [[], ["eval"], *COMMANDS]  # the app and its groups, and every command
 
 
-def test_an_error_naming_a_file_with_brackets_names_it_whole(tmp_path):
-    code, output = run("encode", str(tmp_path / "news[old].txt"), "-l", "de", "-m", "m", "-w", str(tmp_path))
+@pytest.mark.integration  # the model loads before the input is read: seconds
+def test_an_error_naming_a_file_with_brackets_names_it_whole(tmp_path, tiny_model_dir):
+    model = str(tiny_model_dir("bert"))  # a real one: a missing model is reported first, after a hub lookup
+    code, output = run(
+        "encode", str(tmp_path / "news[old].txt"), "-l", "de", "-m", model, "-w", str(tmp_path)
+    )
     assert code == 1 and output == f"error: {tmp_path / 'news[old].txt'}: no such file\n", output
 
 
@@ -45,6 +49,7 @@ def test_errors_warnings_tables_and_progress_keep_their_brackets(capsys):
     assert capsys.readouterr().err.startswith("encoding [de]: 1/1 (100%)")
 
 
+@pytest.mark.integration  # an encoded workspace: seconds
 def test_a_rerun_that_finds_the_work_done_prints_no_empty_progress(workspace, tiny_model_dir):
     work, _ = workspace  # encoded: a rerun finds every shard done
     args = [
@@ -62,6 +67,7 @@ def test_a_rerun_that_finds_the_work_done_prints_no_empty_progress(workspace, ti
     assert "encoding" not in rerun.stderr, rerun.stderr  # was `encoding: 0/0 (0%)`
 
 
+@pytest.mark.integration  # an encoded workspace: seconds
 def test_summaries_in_a_pipe_are_not_wrapped(indexed_workspace):
     work, shared = indexed_workspace  # CliRunner's stdout is not a terminal
     indexed = runner.invoke(app, ["index", "de", "-w", str(work)], env={"COLUMNS": "80"})
@@ -78,6 +84,7 @@ def test_summaries_in_a_pipe_are_not_wrapped(indexed_workspace):
     assert rows and one_line_a_pair, mined.stdout
 
 
+@pytest.mark.integration  # an encoded workspace: seconds
 def test_the_index_line_names_only_the_settings_an_index_has(indexed_workspace):
     work, _ = indexed_workspace
     exact = runner.invoke(app, ["index", "de", "-w", str(work)])

@@ -18,16 +18,22 @@ MODEL  ?= $(SHARED)/models/multilingual-e5-small-q4
 BUCC   ?= $(SHARED)/data/bucc-like
 WORK   ?= bitextmine-work/demo
 
-.PHONY: install test test-fast test-slurm demo bench bench-encode bench-mine bench-train bench-train-ablation bench-train-hard-negatives bench-train-margin bench-train-lr bench-train-weak-languages bench-analysis bench-lid bench-filters bench-thresholds bench-exact bench-scale-real-encode bench-scale-real gpu-check-data gpu-check-dry-run lint format clean
+.PHONY: install install-package test test-fast test-slurm demo bench bench-encode bench-mine bench-train bench-train-ablation bench-train-hard-negatives bench-train-margin bench-train-lr bench-train-weak-languages bench-analysis bench-lid bench-filters bench-thresholds bench-exact bench-scale-real-encode bench-scale-real gpu-check-data gpu-check-dry-run lint format clean
 
+# install: the package and the `dev` extra (tests, lint); install-package: the package alone, for the demo.
 install: $(VENV)/.installed
+install-package: $(VENV)/.package
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.package: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	@if [ -n '$(TORCH_INDEX)' ] && $(REACHABLE) '$(TORCH_INDEX)/' 2>/dev/null; then \
 	  echo "installing $(TORCH) from $(TORCH_INDEX)"; \
 	  $(BIN)/pip install --quiet --index-url '$(TORCH_INDEX)' '$(TORCH)' && exit 0; \
 	  fi; [ -z '$(TORCH_INDEX)' ] || echo "$(NO_TORCH_INDEX)" >&2; $(BIN)/pip install --quiet '$(TORCH)'
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed: $(VENV)/.package
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 
@@ -49,7 +55,7 @@ test-slurm: install
 # The main job: encode both sides of the BUCC-format de-en dev split as plain corpora, index them,
 # learn the threshold on that split (stored in $(WORK)/thresholds.json, never in the model dir),
 # mine with it, and score the mined pairs against the gold pairs.
-demo: install
+demo: install-package
 	mkdir -p $(WORK)/input
 	cut -f2 $(BUCC)/de-en/de-en.dev.de > $(WORK)/input/de.txt
 	cut -f2 $(BUCC)/de-en/de-en.dev.en > $(WORK)/input/en.txt

@@ -201,6 +201,23 @@ def max_length(model) -> int:
 
 
 # Outputs of a workspace compared between runs (fault, chaos and Slurm tests)
+# every command below the app, in --help's order; the `eval` group runs nothing itself
+COMMANDS = [
+    ["encode"],
+    ["index"],
+    ["mine"],
+    ["mine-files"],
+    ["score"],
+    ["calibrate"],
+    ["eval", "bucc"],
+    ["eval", "tatoeba"],
+    ["eval", "xsim"],
+    ["eval", "words"],
+    ["eval", "tokens"],
+    ["train"],
+]
+
+
 TIMINGS = {"build_seconds", "search_ms_per_1000", "exact_ms_per_1000", "seconds"}
 SKIPPED = {"locks", "logs"}  # lock files and job logs are not outputs
 

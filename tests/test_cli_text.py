@@ -17,29 +17,19 @@ from bitextmine.cli import app
 from bitextmine.cli.app import out, user_errors
 from bitextmine.cli.output import ProgressDisplay, fields_table
 from bitextmine.errors import BitextmineError, BitextmineWarning
-from tests.helpers import run
+from tests.helpers import COMMANDS, run
 
 runner = CliRunner()
 
-COMMANDS = [
-    [],
-    ["encode"],
-    ["index"],
-    ["mine"],
-    ["score"],
-    ["calibrate"],
-    ["train"],
-    ["eval"],
-    ["eval", "bucc"],
-    ["eval", "tatoeba"],
-    ["eval", "xsim"],
-    ["eval", "words"],
-    ["eval", "tokens"],
-]
+HELPS = [[], ["eval"], *COMMANDS]  # the app and its groups, and every command
 
 
-def test_an_error_naming_a_file_with_brackets_names_it_whole(tmp_path):
-    code, output = run("encode", str(tmp_path / "news[old].txt"), "-l", "de", "-m", "m", "-w", str(tmp_path))
+@pytest.mark.integration  # the model loads before the input is read: seconds
+def test_an_error_naming_a_file_with_brackets_names_it_whole(tmp_path, tiny_model_dir):
+    model = str(tiny_model_dir("bert"))  # a real one: a missing model is reported first, after a hub lookup
+    code, output = run(
+        "encode", str(tmp_path / "news[old].txt"), "-l", "de", "-m", model, "-w", str(tmp_path)
+    )
     assert code == 1 and output == f"error: {tmp_path / 'news[old].txt'}: no such file\n", output
 
 
@@ -59,6 +49,7 @@ def test_errors_warnings_tables_and_progress_keep_their_brackets(capsys):
     assert capsys.readouterr().err.startswith("encoding [de]: 1/1 (100%)")
 
 
+@pytest.mark.integration  # an encoded workspace: seconds
 def test_a_rerun_that_finds_the_work_done_prints_no_empty_progress(workspace, tiny_model_dir):
     work, _ = workspace  # encoded: a rerun finds every shard done
     args = [
@@ -76,6 +67,7 @@ def test_a_rerun_that_finds_the_work_done_prints_no_empty_progress(workspace, ti
     assert "encoding" not in rerun.stderr, rerun.stderr  # was `encoding: 0/0 (0%)`
 
 
+@pytest.mark.integration  # an encoded workspace: seconds
 def test_summaries_in_a_pipe_are_not_wrapped(indexed_workspace):
     work, shared = indexed_workspace  # CliRunner's stdout is not a terminal
     indexed = runner.invoke(app, ["index", "de", "-w", str(work)], env={"COLUMNS": "80"})
@@ -92,6 +84,7 @@ def test_summaries_in_a_pipe_are_not_wrapped(indexed_workspace):
     assert rows and one_line_a_pair, mined.stdout
 
 
+@pytest.mark.integration  # an encoded workspace: seconds
 def test_the_index_line_names_only_the_settings_an_index_has(indexed_workspace):
     work, _ = indexed_workspace
     exact = runner.invoke(app, ["index", "de", "-w", str(work)])
@@ -106,7 +99,7 @@ def test_the_index_line_names_only_the_settings_an_index_has(indexed_workspace):
     assert ivf.stdout.rstrip().endswith(str(work / "index" / "en.faiss"))
 
 
-@pytest.mark.parametrize("command", COMMANDS, ids=lambda command: " ".join(command) or "bitextmine")
+@pytest.mark.parametrize("command", HELPS, ids=lambda command: " ".join(command) or "bitextmine")
 def test_help_at_80_columns_reflows_and_cuts_nothing(command):
     result = runner.invoke(app, [*command, "--help"], env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.output
@@ -119,6 +112,15 @@ def test_help_at_80_columns_reflows_and_cuts_nothing(command):
     description = [line.strip() for line in lines[usage + 1 : panel]]  # paragraphs between blank lines
     for line, after in itertools.pairwise(description):
         assert not line or not after or len(line) + 1 + len(after.split()[0]) > 78, (line, after)
+
+
+@pytest.mark.parametrize("command", HELPS, ids=lambda command: " ".join(command) or "bitextmine")
+def test_help_names_what_options_take_in_words(command):
+    """typer shows a parameter that has no metavar as its Python type: <bool>, <list[str]>, <int range>."""
+    result = runner.invoke(app, [*command, "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert re.findall(r"<[a-z][\w ,|\[\]]*>", result.output) == []
+    assert re.search(r"--help +Show this", result.output)  # a flag takes nothing
 
 
 def test_every_help_text_keeps_its_brackets():

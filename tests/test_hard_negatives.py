@@ -159,6 +159,7 @@ def test_contrastive_loss_without_extra_negatives_is_unchanged():
     assert float(with_none) == pytest.approx(float(todays_loss(u, v, 0.05, 0.3)), rel=1e-6)
 
 
+@pytest.mark.integration  # training steps on a tiny model: seconds
 def test_batch_loss_encodes_the_negatives_with_the_targets_for_contrastive_only(tiny_model_dir):
     model_dir = tiny_model_dir("bert")
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -295,6 +296,7 @@ def test_hard_negatives_are_refused_without_contrastive_or_with_a_pool_under_a_b
     assert code == 1 and message in output and "Traceback" not in output, output
 
 
+@pytest.mark.integration  # training steps on a tiny model: seconds
 def test_a_resume_at_a_mining_step_continues_with_identical_losses(tiny_model_dir, toy_pairs, tmp_path):
     def config(out: Path) -> TrainConfig:
         return toy_config(

@@ -7,6 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from bitextmine.cli import app
+from tests.helpers import COMMANDS
 
 runner = CliRunner()
 
@@ -50,23 +51,10 @@ def test_an_unknown_flag_not_laser_s_keeps_click_s_guesses():
     assert "No such option: --sorc" in message and "--src" in message and "LASER" not in message
 
 
-COMPUTING = [  # every command that encodes, searches or trains
-    ["encode"],
-    ["index"],
-    ["mine"],
-    ["mine-files"],
-    ["score"],
-    ["calibrate"],
-    ["eval", "bucc"],
-    ["eval", "tatoeba"],
-    ["eval", "xsim"],
-    ["eval", "words"],
-    ["eval", "tokens"],
-    ["train"],
-]
+COMPUTING = COMMANDS  # each encodes, searches or trains
 
 
-@pytest.mark.parametrize("command", COMPUTING, ids=" ".join)
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)  # each one computes
 def test_every_command_that_computes_takes_threads(command):
     result = runner.invoke(app, [*command, "--help"])
     assert result.exit_code == 0 and "--threads" in result.stdout, result.output

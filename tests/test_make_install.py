@@ -1,5 +1,6 @@
 """`make install` takes torch's CPU wheel from PyTorch's index where no GPU is listed, and pip's own
-indexes, saying so, where that index cannot be reached (README, Install). A stub venv pip logs its calls."""
+indexes, saying so, where that index cannot be reached (README, Install); then the package, then its
+`dev` extra, which `make demo` goes without. A stub venv pip logs its calls."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import subprocess
 import sys
 import threading
+import tomllib
 
 import pytest
 
@@ -39,9 +41,9 @@ def make_install(tmp_path):
     stub.write_text(STUB_PYTHON.format(python=sys.executable))
     stub.chmod(0o755)
 
-    def run(*variables: str, **env: str) -> tuple[list[str], str]:
+    def run(*variables: str, target: str = "install", **env: str) -> tuple[list[str], str]:
         venv = tmp_path / f"venv{len(list(tmp_path.glob('venv*')))}"
-        command = ["make", "-s", "install", f"PYTHON={stub}", f"VENV={venv}", *variables]
+        command = ["make", "-s", target, f"PYTHON={stub}", f"VENV={venv}", *variables]
         result = subprocess.run(
             command, cwd=REPO, capture_output=True, text=True, env={**os.environ, **env}, timeout=60
         )
@@ -64,6 +66,7 @@ def test_torch_comes_from_the_index_that_answers(make_install, answering_url):
     calls, stderr = make_install(f"TORCH_INDEX={answering_url}")
     assert calls == [
         f"install --quiet --index-url {answering_url} torch==2.13.0",
+        "install --quiet -e .",
         "install --quiet -e .[dev]",
     ]
     assert "make install:" not in stderr
@@ -74,7 +77,7 @@ def test_an_index_that_cannot_be_reached_or_fails_falls_back_to_pips_own_saying_
 ):
     closed = "http://127.0.0.1:9"  # the discard port: nothing listens there
     calls, stderr = make_install(f"TORCH_INDEX={closed}")
-    assert calls == ["install --quiet torch==2.13.0", "install --quiet -e .[dev]"]
+    assert calls == ["install --quiet torch==2.13.0", "install --quiet -e .", "install --quiet -e .[dev]"]
     assert f"make install: no torch==2.13.0 from {closed} (unreachable, or none for this Python)" in stderr
     calls, stderr = make_install(f"TORCH_INDEX={answering_url}", PIP_INDEX_STATUS="1")
     assert calls[:2] == [
@@ -86,7 +89,16 @@ def test_an_index_that_cannot_be_reached_or_fails_falls_back_to_pips_own_saying_
 
 def test_an_empty_torch_index_is_pips_own_without_a_note(make_install):
     calls, stderr = make_install("TORCH_INDEX=", "TORCH=torch==2.12.1")
-    assert calls == ["install --quiet torch==2.12.1", "install --quiet -e .[dev]"] and stderr == ""
+    assert calls == ["install --quiet torch==2.12.1", "install --quiet -e .", "install --quiet -e .[dev]"]
+    assert stderr == ""
+
+
+def test_the_demo_installs_the_package_without_the_dev_extra(make_install, answering_url, tmp_path):
+    calls, _ = make_install(f"TORCH_INDEX={answering_url}", target="install-package")
+    assert calls == [f"install --quiet --index-url {answering_url} torch==2.13.0", "install --quiet -e ."]
+    dry_run = ["make", "-n", "demo", f"VENV={tmp_path / 'fresh'}"]
+    demo = subprocess.run(dry_run, cwd=REPO, capture_output=True, text=True, check=True)
+    assert " -e ." in demo.stdout and "[dev]" not in demo.stdout
 
 
 @pytest.mark.parametrize(("smi", "index"), [("exit 9", CPU_INDEX), ("echo 'GPU 0: NVIDIA H100'", "")])
@@ -101,6 +113,8 @@ def test_the_default_index_is_the_cpu_one_where_nvidia_smi_lists_no_gpu(tmp_path
     assert result.stdout == f"{index}\n"
 
 
-def test_the_readme_names_the_cpu_index_and_each_routes_size():
-    install = (REPO / "README.md").read_text().split("## Install")[1].split("\n## ")[0]
-    assert CPU_INDEX in install and "2.7 GB" in install and "0.19 GB" in install
+def test_the_readme_opens_with_the_cpu_index_and_each_routes_size_as_does_the_pypi_description():
+    opening = (REPO / "README.md").read_text().split("\n## ")[0]
+    assert CPU_INDEX in opening and "2.7 GB" in opening and "0.19 GB" in opening
+    description = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["description"]
+    assert CPU_INDEX in description

@@ -154,6 +154,7 @@ def reference_unmasking(obj, encoder, ctx, side, other_vectors, masked_ids, sele
     return F.cross_entropy(torch.cat(logits), torch.cat(targets))
 
 
+@pytest.mark.integration  # training steps on a tiny model: seconds
 @pytest.mark.parametrize("kind", ["bert", "xlm-roberta"])
 def test_unmasking_matches_padded_reference(tiny_model_dir, kind):
     tokenizer, encoder, ctx = setup(tiny_model_dir, kind)
@@ -232,6 +233,7 @@ def test_without_token_gradients_the_sentence_vectors_still_carry_the_unmasking(
 # --- training ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.integration  # training steps on a tiny model: seconds
 @pytest.mark.parametrize("alignment", ["mse", "contrastive"])
 def test_a_few_steps_lower_the_loss(tiny_model_dir, alignment):
     if (
@@ -257,6 +259,7 @@ def test_a_few_steps_lower_the_loss(tiny_model_dir, alignment):
     assert losses[-1] < 0.8 * losses[0]
 
 
+@pytest.mark.integration  # training steps on a tiny model: seconds
 def test_contrastive_alignment_term(tiny_model_dir):
     if importlib.util.find_spec("bitextmine.train.objectives.contrastive") is None:
         pytest.skip("bitextmine/train/objectives/contrastive.py (the §5.2 alignment) is not written yet")

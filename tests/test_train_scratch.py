@@ -90,12 +90,14 @@ def test_sample_is_seeded_and_capped():
     assert sample_sentences(iter(texts), 50, seed=1) != first
 
 
+@pytest.mark.integration  # a vocabulary or model built and run: seconds
 def test_vocabulary_is_deterministic(train_text, spm_path, tmp_path):
     again = train_sentencepiece(iter(train_text), tmp_path / "again", vocab_size=VOCAB, seed=0)
     assert spm_path.name == SPM_FILENAME
     assert again.read_bytes() == spm_path.read_bytes()
 
 
+@pytest.mark.integration  # a vocabulary or model built and run: seconds
 def test_sampled_vocabulary_depends_on_the_seed_only(train_text, tmp_path):
     def pieces(seed: int, name: str) -> list[str]:
         path = train_sentencepiece(train_text, tmp_path / name, vocab_size=400, seed=seed, max_sentences=300)
@@ -209,6 +211,7 @@ def test_scratch_dir_files(scratch_dir):
     assert {"tokenizer.json", "tokenizer_config.json", "config.json", SPM_FILENAME} <= names
 
 
+@pytest.mark.integration  # a vocabulary or model built and run: seconds
 def test_model_is_seeded_and_leaves_global_rng_alone(train_text, tmp_path):
     small = train_text[::4]  # a quicker vocabulary; the model init is what this test is about
     torch.manual_seed(123)
@@ -225,6 +228,7 @@ def test_model_is_seeded_and_leaves_global_rng_alone(train_text, tmp_path):
     assert tokenizer.model_max_length == 512
 
 
+@pytest.mark.integration  # a vocabulary or model built and run: seconds
 def test_round_trip_gives_identical_outputs(train_text, held_out, tmp_path):
     model, tokenizer = build_scratch_model(train_text[::2], tmp_path, vocab_size=500, seed=0, **TINY)
     model.save_pretrained(tmp_path)
@@ -245,6 +249,7 @@ def test_supports_packing(scratch_dir):
     assert supports_packing(AutoModel.from_pretrained(scratch_dir))
 
 
+@pytest.mark.integration  # a vocabulary or model built and run: seconds
 def test_sentence_encoder_packed_equals_padded(scratch_dir, held_out):
     sentences = held_out[:6] + EDGE_CASES[:2]
     packed = SentenceEncoder.load(str(scratch_dir), device="cpu")

@@ -28,6 +28,7 @@ from typer.core import TyperGroup
 
 from bitextmine import __version__
 from bitextmine.cli.laser_flags import NoSuchOption, with_laser_hint
+from bitextmine.cli.metavars import name_types
 from bitextmine.encoder.devices import DEVICE_NAME
 from bitextmine.encoder.threads import usable_cores
 from bitextmine.errors import BitextmineError, BitextmineWarning, is_out_of_memory, os_error_message
@@ -43,15 +44,18 @@ LOGGER = "bitextmine"  # the package's loggers, whose records the CLI prints
 
 class _Group(TyperGroup):
     """The app's command group: every command below it also takes -q/-v after its name, its help is
-    reflowed to the terminal's width, and Ctrl-C anywhere in a command ends it with `interrupted` and
-    status 130, not a traceback (typer's own handling of it has changed between versions)."""
+    reflowed to the terminal's width and names in words what each option takes, and Ctrl-C anywhere in
+    a command ends it with `interrupted` and status 130, not a traceback (typer's own handling of it has
+    changed between versions)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         output_options = [param for param in self.params if param.name in _OUTPUT_LEVELS]
+        name_types(self)
         for command in _commands_below(self):
             command.help = _reflowed(command.help)
             command.params += [_after_command_name(option) for option in output_options]
+            name_types(command)
 
     def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
         ctx.meta[_ARGS] = list(args)

@@ -398,16 +398,21 @@ def check_known_langs(langs: list[str], force: bool, lid_lang: str | None = None
     known, names for it), unless `force` (--force-lang)."""
     from bitextmine.text.lid import knows
 
-    if force or (lid_lang is not None and knows(lid_lang)):
+    if force:
         return
-    for lang in langs:
-        if not knows(lang):
-            fail(
-                BitextmineError(
-                    f"unknown language code {lang!r}: language identification knows ISO 639-1 and 639-3 "
-                    "codes (de, deu) and corpus codes (zho_simpl, deu_Latn); --force-lang takes it as it is"
-                )
+    try:
+        if lid_lang is not None and knows(lid_lang):
+            return
+        unknown = [lang for lang in langs if not knows(lang)]
+    except BitextmineError as exc:  # py3langid's model could not be loaded
+        fail(exc)
+    if unknown:
+        fail(
+            BitextmineError(
+                f"unknown language code {unknown[0]!r}: language identification knows ISO 639-1 and 639-3 "
+                "codes (de, deu) and corpus codes (zho_simpl, deu_Latn); --force-lang takes it as it is"
             )
+        )
 
 
 T = TypeVar("T")

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import regex
 
-from bitextmine.errors import BitextmineError
+from bitextmine.errors import BitextmineError, os_error_message
 
 DEFAULT_MIN_CONFIDENCE = 0.2
 DEFAULT_OTHER_CONFIDENCE = 0.5  # is_other_language's default
@@ -106,7 +106,12 @@ _BY_SCRIPT = {
 def _identifier() -> Any:
     from py3langid.langid import MODEL_FILE, LanguageIdentifier
 
-    return LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+    try:
+        return LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+    except OSError as exc:  # py3langid unpacks its model into a temporary file first
+        raise BitextmineError(
+            f"py3langid cannot unpack its model into a temporary file: {os_error_message(exc)}"
+        ) from None
 
 
 def model_id() -> str:

@@ -37,6 +37,7 @@ def indexed(workspace):
     return work
 
 
+@pytest.mark.integration  # an encoded workspace or a training run: seconds
 def test_quiet_prints_nothing_and_verbose_adds_files_and_job_plans(indexed):
     work = indexed
     default = invoke("mine", "de", "en", "-w", work)
@@ -53,6 +54,7 @@ def test_quiet_prints_nothing_and_verbose_adds_files_and_job_plans(indexed):
     assert "debug: mine: 2 job(s), 2 done by an earlier run, 0 to run with launcher local" in verbose.stderr
 
 
+@pytest.mark.integration  # an encoded workspace or a training run: seconds
 def test_quiet_and_verbose_after_the_command_name_mean_what_they_mean_before_it(indexed):
     work = indexed
     after = invoke("mine", "de", "en", "-w", work, "-q")
@@ -74,6 +76,7 @@ def test_quiet_and_verbose_together_are_a_usage_error():
     assert result.exit_code == 2 and "--quiet and --verbose exclude each other" in result.output
 
 
+@pytest.mark.integration  # an encoded workspace or a training run: seconds
 def test_a_run_leaves_logging_and_the_consoles_as_it_found_them(indexed):
     logger = logging.getLogger("bitextmine")
     before = logger.level, logger.propagate, list(logger.handlers)
@@ -83,6 +86,7 @@ def test_a_run_leaves_logging_and_the_consoles_as_it_found_them(indexed):
     assert not out.stderr  # `--json -` sent the summary to stderr for that command only
 
 
+@pytest.mark.integration  # an encoded workspace or a training run: seconds
 def test_json_on_stdout_holds_the_summary_alone_for_every_command(indexed, tmp_path, tiny_model_dir):
     work, model = indexed, str(tiny_model_dir("bert"))
     mined = invoke("mine", "de", "en", "-w", work, "--json", "-")
@@ -134,6 +138,7 @@ def test_json_on_stdout_of_eval_and_of_imported_embeddings(tmp_path):
     assert json.loads(imported.stdout)["rows"] == 8 and "rows kept" in imported.stderr
 
 
+@pytest.mark.integration  # an encoded workspace or a training run: seconds
 def test_train_json_on_stdout(tmp_path, tiny_model_dir):
     (tmp_path / "toy.de").write_text("ein Hund\nzwei Katzen\ndrei Mäuse\n")
     (tmp_path / "toy.en").write_text("a dog\ntwo cats\nthree mice\n")
@@ -156,6 +161,7 @@ def test_exit_status_of_a_user_error_and_a_usage_error(tmp_path):
     assert usage.exit_code == 2 and "No such option" in usage.stderr
 
 
+@pytest.mark.integration  # an encoded workspace or a training run: seconds
 def test_an_interrupt_in_a_command_is_status_130_and_one_line(indexed, monkeypatch):
     def interrupted(*_args, **_kwargs):
         raise KeyboardInterrupt

@@ -143,6 +143,7 @@ def test_encoded_sentences_are_a_float32_array(tiny_encoder):
     assert isinstance(vectors, np.ndarray) and vectors.dtype == np.float32 and vectors.shape == array.shape
 
 
+@pytest.mark.integration  # a model loaded and run: seconds
 def test_embed_loads_a_model_given_by_its_path(tiny_model_dir):
     model = tiny_model_dir("bert")
     want = bitextmine.embed(bitextmine.load_encoder(str(model)), TRAINING_TEXT[:3])
@@ -150,6 +151,7 @@ def test_embed_loads_a_model_given_by_its_path(tiny_model_dir):
     np.testing.assert_allclose(bitextmine.embed(str(model), TRAINING_TEXT[:3]), want, atol=1e-3)
 
 
+@pytest.mark.integration  # a model loaded and run: seconds
 def test_embed_by_path_loads_a_model_saved_again_there(tmp_path):
     model = build_tiny_model("bert", tmp_path / "model", seed=0)
     first = bitextmine.embed(model, TRAINING_TEXT[:3])
@@ -250,6 +252,7 @@ print(bitextmine.embed(Encoder(), ["a"]).shape, "sentence_transformers" in sys.m
     assert result.stdout.strip() == "(1, 2) False"
 
 
+@pytest.mark.integration  # a model loaded and run: seconds
 def test_encode_takes_one_corpus_file_given_as_a_string(tmp_path, tiny_model_dir, capsys):
     corpus = tmp_path / "de.txt"
     corpus.write_text("".join(f"{line}\n" for line in TRAINING_TEXT))
@@ -300,6 +303,7 @@ def test_the_python_examples_in_the_api_docs_run(tmp_path, monkeypatch, tiny_mod
     assert (tmp_path / "bitextmine-work" / "mined" / "de-en.tsv.zst").is_file()
 
 
+@pytest.mark.integration  # a model loaded and run: seconds
 def test_mine_sentences_gives_the_pairs_with_their_sentences_and_scores(tiny_encoder, tiny_model_dir):
     german = TRAINING_TEXT[1::2] + sentences(4, seed=1)
     english = sentences(3, seed=2) + TRAINING_TEXT[1::2]  # the German sentences again: perfect pairs
@@ -315,6 +319,7 @@ def test_mine_sentences_gives_the_pairs_with_their_sentences_and_scores(tiny_enc
     assert table.iloc[0]["src"] == src and table.iloc[0]["tgt_index"] == j
 
 
+@pytest.mark.integration  # a model loaded and run: seconds
 def test_encode_takes_the_keywords_and_shapes_of_sentence_transformers(tiny_encoder, capsys):
     import torch
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ from bitextmine.search.cost import ExactCost, measure_exact_cost
 from bitextmine.search.factory import EXACT
 from bitextmine.search.factory_choice import auto_nprobe, choose_factory
 from bitextmine.search.gemm import ArrayVectors, GemmPlan
-from tests.helpers import random_unit, run
+from tests.helpers import clustered_unit, random_unit, run
 
 
 def test_the_cost_scales_the_measured_rate_to_both_directions():
@@ -91,3 +92,61 @@ def test_index_help_states_the_defaults_the_code_uses():
     assert f"[default: {EXACT_BUDGET_SECONDS:g}]" in text
     assert f"[default: {DEFAULT_LIST_SIZE:,} up to 4M vectors" in text
     assert f"[default: {AUTO_NPROBE} for the default IVF-Flat, or 1 list in {PROBED_SHARE}" in text
+
+
+def _exact_workspace(work: Path, tmp_path: Path, vectors: dict[str, np.ndarray]) -> None:
+    """A workspace of imported vectors (unit, float32), both languages indexed exactly."""
+    for lang, rows in vectors.items():
+        np.save(tmp_path / f"{lang}.npy", rows)
+        text = tmp_path / f"{lang}.txt"
+        text.write_text("".join(f"{lang} {i}\n" for i in range(len(rows))))
+        args = ("-l", lang, "-w", str(work), "--embeddings", str(tmp_path / f"{lang}.npy"))
+        code, output = run("encode", "--lid", "off", str(text), *args, "--model-name", "m")
+        assert code == 0, output
+        code, output = run("index", lang, "-w", str(work), "--factory", "Flat")
+        assert code == 0, output
+
+
+def _mined_lists(work: Path, *extra: str) -> tuple[np.ndarray, np.ndarray, bytes]:
+    """`mine de en` with `extra`: its forward and backward neighbour lists (joined over its jobs), and
+    the mined file."""
+    code, output = run("mine", "de", "en", "-w", str(work), "--filters", "none", *extra)
+    assert code == 0, output
+    (plan,) = (work / "mined" / ".neighbours").iterdir()
+    lists = [
+        np.concatenate([np.load(path) for path in sorted(plan.glob(f"{direction}-*.npy"))])
+        for direction in ("fwd", "bwd")
+    ]
+    return lists[0], lists[1], (work / "mined" / "de-en.tsv.zst").read_bytes()
+
+
+@pytest.mark.parametrize("shape", ["random", "clustered with duplicates"])
+def test_exact_mining_searches_both_ways_at_once_and_finds_the_brute_force_neighbours(
+    tmp_path, shape, monkeypatch
+):
+    from bitextmine.search import gemm
+
+    passes = []  # of the products, both directions at once
+    shared_pass = gemm._mutual_best
+    monkeypatch.setattr(gemm, "_mutual_best", lambda *a: passes.append(a) or shared_pass(*a))
+    if shape == "random":
+        de, en = random_unit(600, 48, seed=31), random_unit(450, 48, seed=32)
+    else:
+        de, en = clustered_unit(600, 48, clusters=6, seed=33), clustered_unit(450, 48, clusters=6, seed=34)
+        en[[5, 200, 449]] = en[100]  # ties: rows with one cosine, broken by the smaller row
+        de[[0, 300]] = en[100]
+    de, en = (rows.astype(np.float16).astype(np.float32) for rows in (de, en))  # as the shards hold them
+    work = tmp_path / "work"
+    _exact_workspace(work, tmp_path, {"de": de, "en": en})
+    fwd, bwd, mined = _mined_lists(work)  # one job: both directions from one product per block
+    assert len(passes) == 1 and len(list((work / "mined" / ".neighbours").glob("*/*.npy"))) == 2
+    for lists, queries, base in ((fwd, de, en), (bwd, en, de)):
+        cos = queries.astype(np.float64) @ base.astype(np.float64).T
+        rows = np.broadcast_to(np.arange(len(base)), cos.shape)
+        want = np.lexsort((rows, -cos), axis=1)[:, :4]
+        np.testing.assert_array_equal(lists["id"], want)
+        np.testing.assert_allclose(lists["cos"], np.take_along_axis(cos, want, 1), atol=1e-6)
+    one_way = _mined_lists(work, "--job-rows", "256")  # jobs of 256 queries, one direction at a time
+    np.testing.assert_array_equal(one_way[0], fwd)
+    np.testing.assert_array_equal(one_way[1], bwd)
+    assert one_way[2] == mined and len(passes) == 1

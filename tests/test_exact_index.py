@@ -1,19 +1,26 @@
-"""Exact or IVF by the measured cost of exact mining (search/cost.py), and exact indexes without files."""
+"""Exact or IVF by the measured cost of exact mining (search/cost.py), exact indexes without files, and
+exact mining of both directions at once."""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from bitextmine.faults import FAULT_ENV
 from bitextmine.search.cost import ExactCost, measure_exact_cost
 from bitextmine.search.factory import EXACT
 from bitextmine.search.factory_choice import auto_nprobe, choose_factory
 from bitextmine.search.gemm import ArrayVectors, GemmPlan
-from tests.helpers import clustered_unit, random_unit, run
+from tests.helpers import clustered_unit, outputs, random_unit, run
 
 
 def test_the_cost_scales_the_measured_rate_to_both_directions():
@@ -150,3 +157,40 @@ def test_exact_mining_searches_both_ways_at_once_and_finds_the_brute_force_neigh
     np.testing.assert_array_equal(one_way[0], fwd)
     np.testing.assert_array_equal(one_way[1], bwd)
     assert one_way[2] == mined and len(passes) == 1
+
+
+@pytest.mark.integration
+def test_exact_mining_killed_between_its_two_lists_resumes_to_identical_outputs(tmp_path):
+    indexed = tmp_path / "indexed"
+    _exact_workspace(
+        indexed, tmp_path, {"de": random_unit(300, 16, seed=35), "en": random_unit(200, 16, seed=36)}
+    )
+    runs = {}
+    for name, fault in (("straight", None), ("killed", "after-rename@1")):  # after the forward lists
+        work = tmp_path / name
+        shutil.copytree(indexed, work)
+        env = {key: value for key, value in os.environ.items() if key != FAULT_ENV} | (
+            {FAULT_ENV: fault} if fault else {}
+        )
+        command = [
+            sys.executable,
+            "-m",
+            "bitextmine",
+            "mine",
+            "de",
+            "en",
+            "-w",
+            str(work),
+            "--filters",
+            "none",
+        ]
+        run_once = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+        if fault:
+            assert run_once.returncode == -signal.SIGKILL, run_once.stderr
+            assert len(list((work / "mined" / ".neighbours").glob("*/fwd-*.npy"))) == 1
+            assert not list((work / "mined" / ".neighbours").glob("*/bwd-*.npy"))
+            env.pop(FAULT_ENV)
+            run_once = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+        assert run_once.returncode == 0, run_once.stderr
+        runs[name] = outputs(work)
+    assert runs["killed"] == runs["straight"]

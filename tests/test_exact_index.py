@@ -1,18 +1,26 @@
-"""Exact or IVF by the measured cost of exact mining (search/cost.py), and exact indexes without files."""
+"""Exact or IVF by the measured cost of exact mining (search/cost.py), exact indexes without files, and
+exact mining of both directions at once."""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from bitextmine.faults import FAULT_ENV
 from bitextmine.search.cost import ExactCost, measure_exact_cost
 from bitextmine.search.factory import EXACT
 from bitextmine.search.factory_choice import auto_nprobe, choose_factory
 from bitextmine.search.gemm import ArrayVectors, GemmPlan
-from tests.helpers import random_unit, run
+from tests.helpers import clustered_unit, outputs, random_unit, run
 
 
 def test_the_cost_scales_the_measured_rate_to_both_directions():
@@ -53,8 +61,8 @@ def test_index_writes_no_faiss_file_for_exact_search_and_ivf_above_the_budget(in
     code, output = run("index", "de", "-w", str(work), "--exact-budget", "0")
     assert code == 0, output
     info = json.loads((work / "index" / "de.json").read_text())
-    if info["factory"] == EXACT:  # IVF was built, searched slower than exact search and was dropped
-        assert "slower than exact search" in info["note"] and not (work / "index" / "de.faiss").exists()
+    if info["factory"] == EXACT:  # IVF was built, fell short of exact search and was dropped
+        assert "built Flat instead" in info["note"] and not (work / "index" / "de.faiss").exists()
     else:
         assert info["factory"].startswith("IVF") and (work / "index" / "de.faiss").exists()
         assert info["nprobe"] == auto_nprobe(info["factory"])  # not tuned by recall
@@ -91,3 +99,98 @@ def test_index_help_states_the_defaults_the_code_uses():
     assert f"[default: {EXACT_BUDGET_SECONDS:g}]" in text
     assert f"[default: {DEFAULT_LIST_SIZE:,} up to 4M vectors" in text
     assert f"[default: {AUTO_NPROBE} for the default IVF-Flat, or 1 list in {PROBED_SHARE}" in text
+
+
+def _exact_workspace(work: Path, tmp_path: Path, vectors: dict[str, np.ndarray]) -> None:
+    """A workspace of imported vectors (unit, float32), both languages indexed exactly."""
+    for lang, rows in vectors.items():
+        np.save(tmp_path / f"{lang}.npy", rows)
+        text = tmp_path / f"{lang}.txt"
+        text.write_text("".join(f"{lang} {i}\n" for i in range(len(rows))))
+        args = ("-l", lang, "-w", str(work), "--embeddings", str(tmp_path / f"{lang}.npy"))
+        code, output = run("encode", "--lid", "off", str(text), *args, "--model-name", "m")
+        assert code == 0, output
+        code, output = run("index", lang, "-w", str(work), "--factory", "Flat")
+        assert code == 0, output
+
+
+def _mined_lists(work: Path, *extra: str) -> tuple[np.ndarray, np.ndarray, bytes]:
+    """`mine de en` with `extra`: its forward and backward neighbour lists (joined over its jobs), and
+    the mined file."""
+    code, output = run("mine", "de", "en", "-w", str(work), "--filters", "none", *extra)
+    assert code == 0, output
+    (plan,) = (work / "mined" / ".neighbours").iterdir()
+    lists = [
+        np.concatenate([np.load(path) for path in sorted(plan.glob(f"{direction}-*.npy"))])
+        for direction in ("fwd", "bwd")
+    ]
+    return lists[0], lists[1], (work / "mined" / "de-en.tsv.zst").read_bytes()
+
+
+@pytest.mark.parametrize("shape", ["random", "clustered with duplicates"])
+def test_exact_mining_searches_both_ways_at_once_and_finds_the_brute_force_neighbours(
+    tmp_path, shape, monkeypatch
+):
+    from bitextmine.search import gemm
+
+    passes = []  # of the products, both directions at once
+    shared_pass = gemm._mutual_best
+    monkeypatch.setattr(gemm, "_mutual_best", lambda *a: passes.append(a) or shared_pass(*a))
+    if shape == "random":
+        de, en = random_unit(600, 48, seed=31), random_unit(450, 48, seed=32)
+    else:
+        de, en = clustered_unit(600, 48, clusters=6, seed=33), clustered_unit(450, 48, clusters=6, seed=34)
+        en[[5, 200, 449]] = en[100]  # ties: rows with one cosine, broken by the smaller row
+        de[[0, 300]] = en[100]
+    de, en = (rows.astype(np.float16).astype(np.float32) for rows in (de, en))  # as the shards hold them
+    work = tmp_path / "work"
+    _exact_workspace(work, tmp_path, {"de": de, "en": en})
+    fwd, bwd, mined = _mined_lists(work)  # one job: both directions from one product per block
+    assert len(passes) == 1 and len(list((work / "mined" / ".neighbours").glob("*/*.npy"))) == 2
+    for lists, queries, base in ((fwd, de, en), (bwd, en, de)):
+        cos = queries.astype(np.float64) @ base.astype(np.float64).T
+        rows = np.broadcast_to(np.arange(len(base)), cos.shape)
+        want = np.lexsort((rows, -cos), axis=1)[:, :4]
+        np.testing.assert_array_equal(lists["id"], want)
+        np.testing.assert_allclose(lists["cos"], np.take_along_axis(cos, want, 1), atol=1e-6)
+    one_way = _mined_lists(work, "--job-rows", "256")  # jobs of 256 queries, one direction at a time
+    np.testing.assert_array_equal(one_way[0], fwd)
+    np.testing.assert_array_equal(one_way[1], bwd)
+    assert one_way[2] == mined and len(passes) == 1
+
+
+@pytest.mark.integration
+def test_exact_mining_killed_between_its_two_lists_resumes_to_identical_outputs(tmp_path):
+    indexed = tmp_path / "indexed"
+    _exact_workspace(
+        indexed, tmp_path, {"de": random_unit(300, 16, seed=35), "en": random_unit(200, 16, seed=36)}
+    )
+    runs = {}
+    for name, fault in (("straight", None), ("killed", "after-rename@1")):  # after the forward lists
+        work = tmp_path / name
+        shutil.copytree(indexed, work)
+        env = {key: value for key, value in os.environ.items() if key != FAULT_ENV} | (
+            {FAULT_ENV: fault} if fault else {}
+        )
+        command = [
+            sys.executable,
+            "-m",
+            "bitextmine",
+            "mine",
+            "de",
+            "en",
+            "-w",
+            str(work),
+            "--filters",
+            "none",
+        ]
+        run_once = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+        if fault:
+            assert run_once.returncode == -signal.SIGKILL, run_once.stderr
+            assert len(list((work / "mined" / ".neighbours").glob("*/fwd-*.npy"))) == 1
+            assert not list((work / "mined" / ".neighbours").glob("*/bwd-*.npy"))
+            env.pop(FAULT_ENV)
+            run_once = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+        assert run_once.returncode == 0, run_once.stderr
+        runs[name] = outputs(work)
+    assert runs["killed"] == runs["straight"]

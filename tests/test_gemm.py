@@ -128,6 +128,16 @@ def test_mutual_neighbours_are_the_reference_both_ways(precision, k, torch_threa
         assert_reference(bwd, y, x, k)
 
 
+def test_mutual_neighbours_stream_sets_too_large_to_keep_and_count_both_sides():
+    for x, y in random_and_clustered(500, 350, seed=31):
+        counted: list[int] = []
+        streamed = replace(plan("bf16"), resident_bytes=0)  # every block converted as it is used
+        fwd, bwd = mutual_neighbours(ArrayVectors(x), ArrayVectors(y), 4, streamed, counted.append)
+        assert_reference(fwd, x, y, 4)
+        assert_reference(bwd, y, x, 4)
+        assert sum(counted) == len(x) + len(y)
+
+
 def test_mutual_neighbours_break_ties_by_the_smaller_row_both_ways():
     x, y = as_stored(random_unit(300, 32, seed=25)), as_stored(random_unit(500, 32, seed=26))
     y[[7, 130, 260, 499]] = y[260]  # four identical rows of y in four blocks

@@ -402,6 +402,40 @@ def test_automatic_ivf_flat_gives_way_to_flat_only_when_slower_than_exact(ivf, o
     assert info.factory == "IVF512,Flat" and info.note == ""  # an explicit factory is kept
 
 
+@pytest.mark.parametrize("exact_rate", [1e3, 1e15])  # exact search far slower, or far faster
+def test_automatic_ivf_flat_on_unstructured_vectors_probes_more_or_gives_way_to_exact(
+    tmp_path, monkeypatch, exact_rate
+):
+    from bitextmine.search import factory_choice
+    from bitextmine.search.cost import ExactCost
+    from bitextmine.search.recall_tuning import RECALL_FLOOR
+
+    monkeypatch.setattr(factory_choice, "FLAT_MAX", 1000)
+    vectors = store_vectors(tmp_path / "emb", random_unit(5000, 64, seed=41))
+    queries = random_unit(500, 64, seed=42)
+    cost = ExactCost(exact_rate, len(vectors), 5000, "bf16", shared=True)
+    # as `index` builds its own choice: probing one list of five, too few for random vectors
+    index, info = build_index(vectors, "de", queries=("en", queries), nprobe=1, exact_cost=cost)
+    exact_ids = brute_force(queries, vectors.take(np.arange(len(vectors))), 4)[1]
+    if exact_rate < 1e6:
+        assert info.factory == "IVF5,Flat" and info.nprobe > 1 and info.note == ""
+        assert recall(search(index, queries, 4)[1], exact_ids) >= info.recall >= RECALL_FLOOR
+        set_nprobe(index, info.nprobe // 2)
+        assert recall(search(index, queries, 4)[1], exact_ids) < RECALL_FLOOR  # the fewest probes doubled
+    else:
+        assert info.factory == "Flat" and isinstance(index, faiss.IndexFlat) and info.recall == 1.0
+        assert "recall@4" in info.note and "built Flat instead" in info.note
+
+
+def test_the_cost_of_exact_search_counts_one_product_where_both_directions_share_it():
+    from bitextmine.search.cost import ExactCost
+
+    one_way, shared = (ExactCost(1e9, 10**6, 5 * 10**5, "bf16", shared=s) for s in (False, True))
+    assert shared.mining_seconds == one_way.mining_seconds / 2 == 10**6 * 5 * 10**5 / 1e9
+    assert shared.query_seconds(1000) == one_way.query_seconds(1000) / 2 == 1000 * 10**6 / 1e9 / 2
+    assert shared.ms_per_1000_queries == 1000 * shared.query_seconds(1000)
+
+
 @pytest.mark.integration
 def test_pq_indexes_fetch_more_and_rerank_exactly(tmp_path):
     vectors = store_vectors(tmp_path / "emb", clustered_unit(4000, 16))

@@ -1,10 +1,12 @@
 """What exact mining would cost: measured, so that `index` chooses exact search or IVF by time, not size.
 
 Exact search (search/gemm.py) costs the same for every pair of vectors: the time of `queries` against a
-sample of the base, scaled to both directions of the whole mining (each language's sentences against
-the other's), is its cost on this machine and device. Up to `EXACT_BUDGET_SECONDS` of search, exact is
-chosen: it needs no training and loses no pair; above it, IVF, which on real de-en text kept 99.7% and
-99.1% of exact mining's pairs at 100k and 300k a side in a third and a seventh of its time
+sample of the base, scaled to the whole mining (each language's sentences against the other's), is its
+cost on this machine and device. On a CPU, `mine` searches both directions from one product per pair of
+blocks (`mutual_neighbours`, where one job holds both sides: up to 1M a side by default), so the
+mining costs one product per pair of sentences; elsewhere two. Up to `EXACT_BUDGET_SECONDS` of search,
+exact is chosen: it needs no training and loses no pair; above it, IVF, which on real de-en text kept
+99.7% and 99.1% of exact mining's pairs at 100k and 300k a side in a third and a seventh of its time
 (examples/benchmarks/results/bench_scale_real.md).
 """
 
@@ -32,16 +34,22 @@ class ExactCost:
     rows: int
     other_rows: int
     plan: str
+    shared: bool = False  # both directions from one product (`mutual_neighbours`: on a CPU)
 
     @property
     def mining_seconds(self) -> float:
         """Both directions: each side's sentences searched against the other's."""
-        return 2 * self.rows * self.other_rows / self.products_per_second
+        return (1 if self.shared else 2) * self.rows * self.other_rows / self.products_per_second
+
+    def query_seconds(self, queries: int) -> float:
+        """Mining's exact search of `queries` of the other language against this one: a product with
+        each row, or half of one where each product serves both directions."""
+        return queries * self.rows / self.products_per_second / (2 if self.shared else 1)
 
     @property
     def ms_per_1000_queries(self) -> float:
-        """Searching 1000 queries against this language's `rows`."""
-        return round(1e6 * self.rows / self.products_per_second, 1)
+        """Mining's exact search of 1000 queries against this language's `rows` (`query_seconds`)."""
+        return round(1000 * self.query_seconds(1000), 1)
 
     def describe(self) -> str:
         return (
@@ -64,7 +72,8 @@ def measure_exact_cost(
     gemm_neighbours(lambda: [(0, queries)], len(queries), sample, 4, plan)
     seconds = max(time.perf_counter() - started, 1e-9)
     rate = len(queries) * len(sample) / seconds
-    return ExactCost(rate, len(base), len(base) if other_rows is None else other_rows, plan.describe())
+    other_rows = len(base) if other_rows is None else other_rows
+    return ExactCost(rate, len(base), other_rows, plan.describe(), shared=not plan.grouped_top)
 
 
 class _Head:

@@ -244,58 +244,94 @@ def _certified(
 
 
 def mutual_neighbours(
-    x: np.ndarray, y: np.ndarray, k: int, plan: GemmPlan | None = None
+    x: np.ndarray | VectorSource,
+    y: np.ndarray | VectorSource,
+    k: int,
+    plan: GemmPlan | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> tuple[Neighbours, Neighbours]:
-    """`exact_neighbours(x, y, k)` and `exact_neighbours(y, x, k)` from one product per pair of blocks:
-    the product of x's row i and y's row j is a candidate for both, so it is computed once (two one-way
-    searches compute every product twice). On a CPU, with both sets resident (`RESIDENT_BYTES`); else two
-    searches: with CUDA's grouped top-k the column side costs more than the shared product saves (on an
-    H100, 1M x 1M in 22.6 s against 19.7 s: docs/design.md)."""
+    """The exact k nearest y rows of every x row and x rows of every y row (as `gemm_neighbours`, padded
+    to k) from one product per pair of blocks: the product of x's row i and y's row j is a candidate for
+    both, so it is computed once (two one-way searches compute every product twice). Either set may be
+    an array or a `VectorSource` (a workspace language), kept whole in the compute precision where it
+    fits `resident_bytes`, else converted block by block. On a CPU; with CUDA's grouped top-k, two
+    one-way searches: there the column side costs more than the shared product saves (docs/design.md).
+    `progress` counts the rows of both sets, as the products pass x's blocks."""
     plan = plan or GemmPlan.for_device("cpu")
-    if plan.grouped_top or not (_fits(x, plan) and _fits(y, plan)) or min(len(x), len(y), k) == 0:
-        return exact_neighbours(x, y, k, plan), exact_neighbours(y, x, k, plan)
-    to_y, to_x = _BaseProducts(ArrayVectors(y), plan), _BaseProducts(ArrayVectors(x), plan)
+    x, y = _source(x), _source(y)
+    if plan.grouped_top or min(len(x), len(y), k) == 0:
+        return _one_way(x, y, k, plan, progress), _one_way(y, x, k, plan, progress)
+    to_y, to_x = _BaseProducts(y, plan), _BaseProducts(x, plan)
     fetch_y, fetch_x = min(k + plan.extra, len(y)), min(k + plan.extra, len(x))
-    rows, columns = _mutual_best(to_x.resident, to_y, fetch_y + 1, fetch_x + 1, plan)
+    rows, columns = _mutual_best(to_x, to_y, fetch_y + 1, fetch_x + 1, plan, progress)
     if torch.get_num_threads() == 1:
         return _certify_all(x, rows, to_y, k, plan), _certify_all(y, columns, to_x, k, plan)
-    # Certifying is mostly single-threaded work (gathers, small sorts): the two sides run side by side,
-    # 7.8 s -> 6.4 s at 100k a side on 2 cores.
+    # Certifying is mostly single-threaded work (gathers, small sorts): the two sides run side by side.
     with ThreadPoolExecutor(1) as pool:
         forward = pool.submit(_certify_all, x, rows, to_y, k, plan)
         backward = _certify_all(y, columns, to_x, k, plan)
         return forward.result(), backward
 
 
-def _fits(vectors: np.ndarray, plan: GemmPlan) -> bool:
-    return vectors.size * torch.finfo(plan.dtype).bits // 8 <= plan.resident_bytes
+def _source(vectors: np.ndarray | VectorSource) -> VectorSource:
+    return ArrayVectors(vectors) if isinstance(vectors, np.ndarray) else vectors
+
+
+def _one_way(
+    queries: VectorSource,
+    base: VectorSource,
+    k: int,
+    plan: GemmPlan,
+    progress: Callable[[int], None] | None,
+) -> Neighbours:
+    return gemm_neighbours(lambda: queries.blocks(plan.query_rows), len(queries), base, k, plan, progress)
 
 
 def _mutual_best(
-    xs: torch.Tensor, to_y: _BaseProducts, keep_y: int, keep_x: int, plan: GemmPlan
+    to_x: _BaseProducts,
+    to_y: _BaseProducts,
+    keep_y: int,
+    keep_x: int,
+    plan: GemmPlan,
+    progress: Callable[[int], None] | None,
 ) -> tuple[_Best, _Best]:
     """The best `keep_y` products of each x row with y's rows and `keep_x` of each y row with x's, by
     blocks of `plan.query_rows` x rows and `plan.base_rows` y rows (one product matrix at a time)."""
-    ys = to_y.resident
-    rows, columns = _Best(len(xs), keep_y, xs.device), _Best(len(ys), keep_x, ys.device)
+    rows = _Best(len(to_x.base), keep_y, plan.device)
+    columns = _Best(len(to_y.base), keep_x, plan.device)
+    counted = _Counter(len(to_x.base) + len(to_y.base), len(to_x.base), progress)
     with _full_precision_sums():
-        for a in range(0, len(xs), plan.query_rows):
-            for b in range(0, len(ys), plan.base_rows):
-                products = to_y._products(xs[a : a + plan.query_rows], ys[b : b + plan.base_rows])
+        for a, xs in to_x.blocks(plan.query_rows):
+            for b, ys in to_y.blocks(plan.base_rows):
+                products = to_y._products(xs, ys)
                 rows.add(a, products, b, plan)
                 columns.add(b, products.T, a, plan)
+            counted.reached(a + len(xs))
     return rows, columns
 
 
+class _Counter:
+    """Reports `total` units of work as a pass over `steps` rows advances (one bar for both sides)."""
+
+    def __init__(self, total: int, steps: int, progress: Callable[[int], None] | None) -> None:
+        self.total, self.steps, self.progress, self.reported = total, steps, progress, 0
+
+    def reached(self, step: int) -> None:
+        due = self.total * step // self.steps
+        if self.progress and due > self.reported:
+            self.progress(due - self.reported)
+        self.reported = max(self.reported, due)
+
+
 def _certify_all(
-    queries: np.ndarray, best: _Best, products: _BaseProducts, k: int, plan: GemmPlan
+    queries: VectorSource, best: _Best, products: _BaseProducts, k: int, plan: GemmPlan
 ) -> Neighbours:
     """`_certified` over `best`'s owners (the queries), `plan.query_rows` at a time."""
     fetch = min(k + plan.extra, len(products.base))
     found = Neighbours(np.empty((len(queries), k), np.float32), np.empty((len(queries), k), np.int64))
-    for a in range(0, len(queries), plan.query_rows):
-        rows = slice(a, a + plan.query_rows)
-        q = torch.from_numpy(np.ascontiguousarray(queries[rows], dtype=np.float32)).to(plan.device)
+    for a, block in queries.blocks(plan.query_rows):
+        rows = slice(a, a + len(block))
+        q = torch.from_numpy(np.ascontiguousarray(block, dtype=np.float32)).to(plan.device)
         found.sims[rows], found.ids[rows] = _certified(q, *best.candidates(fetch, rows), products, k)
     return found
 
@@ -326,10 +362,10 @@ class _BaseProducts:
         size = len(base) * _dim(base) * torch.finfo(plan.dtype).bits // 8
         self.resident: torch.Tensor | None = None
         if size <= plan.resident_bytes:
-            self.resident = torch.cat([block for _, block in self._converted()])
+            self.resident = torch.cat([block for _, block in self._converted(plan.base_rows)])
 
-    def _converted(self) -> Iterator[tuple[int, torch.Tensor]]:
-        for start, block in self.base.blocks(self.plan.base_rows):
+    def _converted(self, rows: int) -> Iterator[tuple[int, torch.Tensor]]:
+        for start, block in self.base.blocks(rows):
             tensor = torch.from_numpy(np.ascontiguousarray(block, dtype=np.float32)).to(self.plan.device)
             converted = tensor.to(self.plan.dtype)
             self.max_norm = max(self.max_norm, float(torch.linalg.vector_norm(tensor, dim=1).max()))
@@ -337,11 +373,11 @@ class _BaseProducts:
             self.max_error = max(self.max_error, float(moved))
             yield start, converted
 
-    def _blocks(self) -> Iterable[tuple[int, torch.Tensor]]:
+    def blocks(self, rows: int) -> Iterable[tuple[int, torch.Tensor]]:
+        """(first row, rows in the compute precision) for consecutive blocks of at most `rows` rows."""
         if self.resident is not None:
-            rows = self.plan.base_rows
             return ((a, self.resident[a : a + rows]) for a in range(0, len(self.resident), rows))
-        return self._converted()
+        return self._converted(rows)
 
     def top(self, q32: torch.Tensor, fetch: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Per query: the best discarded product (-inf if none), and the `fetch` best products (float32)
@@ -349,7 +385,7 @@ class _BaseProducts:
         q = q32.to(self.plan.dtype)
         best = _Best(len(q), fetch + 1, q.device)
         with _full_precision_sums():
-            for start, block in self._blocks():
+            for start, block in self.blocks(self.plan.base_rows):
                 best.add(0, self._products(q, block), start, self.plan)
         return best.candidates(fetch)
 

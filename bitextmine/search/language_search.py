@@ -1,10 +1,11 @@
 """k-NN search against one language of a workspace, whatever its index: the neighbours `mine` and
-`score` look up."""
+`score` look up; and exact search of two languages against each other, both ways at once."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,6 +18,9 @@ from bitextmine.search.knn import Neighbours, QueryBlocks, SearchShard, find_nei
 from bitextmine.search.sharded import ShardedIndex
 from bitextmine.workspace.language import open_language
 from bitextmine.workspace.layout import Workspace
+
+if TYPE_CHECKING:
+    from bitextmine.search.gemm import GemmPlan
 
 
 @dataclass(frozen=True)
@@ -42,12 +46,9 @@ class BaseSearch:
         FAISS index is read through `indexes` where given (see `load_index`)."""
         base = open_language(workspace, self.base_lang).vectors
         if load_index_info(workspace.index_dir(), self.base_lang, base).factory == EXACT:
-            # torch, imported here only: IVF and other FAISS searches run without it
-            from bitextmine.encoder.devices import pick_device
-            from bitextmine.search.gemm import GemmPlan, gemm_neighbours
+            from bitextmine.search.gemm import gemm_neighbours  # torch: see `_exact_plan`
 
-            plan = GemmPlan.for_device(str(pick_device(self.device)))
-            return gemm_neighbours(blocks, queries, base, self.k, plan, progress)
+            return gemm_neighbours(blocks, queries, base, self.k, _exact_plan(self.device), progress)
         index, info = load_index(
             workspace.index_dir(),
             self.base_lang,
@@ -67,3 +68,29 @@ class BaseSearch:
                 base.drop_pages()  # rows gathered for re-ranking
 
         return find_neighbours(base_blocks, queries, shards, base.take, self.k, progress, info.fetch)
+
+
+def exact_both_ways(
+    workspace: Workspace,
+    src_lang: str,
+    tgt_lang: str,
+    k: int,
+    device: str = "auto",
+    progress: Advance | None = None,
+) -> tuple[Neighbours, Neighbours]:
+    """The exact k nearest `tgt_lang` rows of every `src_lang` row and back, from one matrix product per
+    pair of blocks (search/gemm.py's `mutual_neighbours`: each product serves both directions, where
+    two one-way searches compute it twice); `progress` counts the rows of both languages."""
+    from bitextmine.search.gemm import mutual_neighbours  # torch: see `_exact_plan`
+
+    src, tgt = (open_language(workspace, lang).vectors for lang in (src_lang, tgt_lang))
+    return mutual_neighbours(src, tgt, k, _exact_plan(device), progress)
+
+
+def _exact_plan(device: str) -> GemmPlan:
+    """How exact search runs on `device` (auto, cpu, cuda, cuda:N). torch is imported here only: IVF and
+    other FAISS searches run without it."""
+    from bitextmine.encoder.devices import pick_device
+    from bitextmine.search.gemm import GemmPlan
+
+    return GemmPlan.for_device(str(pick_device(device)))

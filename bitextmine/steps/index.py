@@ -128,7 +128,11 @@ def index(
         if nprobe is None and auto and options.target_recall is None:
             nprobe = auto_nprobe(chosen)
         tuning = dict(
-            nprobe=nprobe, fetch=options.fetch, queries=queries, target_recall=options.target_recall
+            nprobe=nprobe,
+            fetch=options.fetch,
+            queries=queries,
+            target_recall=options.target_recall,
+            exact_cost=cost,
         )
         sharded = len(ranges) > 1 or (launcher is not None and launcher.launcher != "local")
         with progress.stage(f"indexing {lang}", len(vectors)):
@@ -159,7 +163,7 @@ def index(
                 run_jobs(populate_jobs(build), launcher, "index", progress.advance)
                 finish = finish_sharded_build if sharded else finish_merged_build
                 index, info = finish(build, **tuning)
-        if info.factory == EXACT:  # an IVF-Flat slower than exact search (`_finish`): no file needed
+        if info.factory == EXACT:  # an IVF-Flat short of exact search (`_finish`): no file needed
             cost = cost or _exact_cost(workspace, vectors, queries, options)
             exact = exact_index_info(vectors, lang, queries[0] if queries else "self", cost)
             index, info = None, replace(exact, note=f"{info.note}; {exact.note}")

@@ -37,11 +37,12 @@ from bitextmine.mining.mined_file import (
 from bitextmine.mining.selection import NeighbourBlocks, select_candidates
 from bitextmine.mining.settings import MiningSettings
 from bitextmine.progress import Advance, Progress
+from bitextmine.search.factory import EXACT
 from bitextmine.search.index_files import IndexInfo, load_index_info
 from bitextmine.search.index_io import IndexCache
 from bitextmine.search.ivf_scan import query_block_rows
 from bitextmine.search.knn import Neighbours
-from bitextmine.search.language_search import BaseSearch
+from bitextmine.search.language_search import BaseSearch, exact_both_ways
 from bitextmine.text.languages import check_lang
 from bitextmine.text.reader import warn_user
 from bitextmine.workspace.embeddings import check_same_dimension
@@ -227,15 +228,18 @@ def _mine(
     infos = [load_index_info(workspace.index_dir(), lang.lang, lang.vectors) for lang in (src, tgt)]
     work = _neighbour_dir(workspace, pair, options, *infos)
     indexes = IndexCache()  # the index searched last stays loaded for the next job run in this process
-    jobs = [
-        *_neighbour_jobs(
-            workspace, work, "fwd", src, tgt, options, search_block_rows(options, infos[1]), indexes
-        ),
-        *_neighbour_jobs(
-            workspace, work, "bwd", tgt, src, options, search_block_rows(options, infos[0]), indexes
-        ),
-    ]
     sizes = (len(src.vectors), len(tgt.vectors))
+    if _exact_both_ways(infos, sizes, options.job_rows):
+        jobs = [_both_ways_job(workspace, work, src.lang, tgt.lang, options, sizes)]
+    else:
+        jobs = [
+            *_neighbour_jobs(
+                workspace, work, "fwd", src, tgt, options, search_block_rows(options, infos[1]), indexes
+            ),
+            *_neighbour_jobs(
+                workspace, work, "bwd", tgt, src, options, search_block_rows(options, infos[0]), indexes
+            ),
+        ]
     with indexes, progress.stage(f"mining {pair}", sum(sizes)):
         run_jobs(jobs, launcher, "mine", progress.advance)
     scratch = work / SELECTION_DIR
@@ -337,7 +341,7 @@ def _neighbour_jobs(
             options.max_codes,
             options.device,
             block_rows,
-            out=work / f"{direction}-{a:012d}-{b:012d}.npy",
+            out=_lists_file(work, direction, a, b),
         )
         for a, b in ranges
     ]
@@ -387,12 +391,59 @@ def neighbours_job(task: NeighbourTask, indexes: IndexCache, progress: Advance |
             queries.drop_pages()
 
     search = BaseSearch(task.base_lang, task.k, task.nprobe, task.max_codes, task.device)
-    found = search.neighbours(workspace, blocks, task.queries, progress, indexes)
+    _save_lists(task.out, search.neighbours(workspace, blocks, task.queries, progress, indexes))
+    return task.queries
+
+
+def _lists_file(work: Path, direction: str, start: int, stop: int) -> Path:
+    """The neighbour lists of one direction's query rows [start, stop)."""
+    return work / f"{direction}-{start:012d}-{stop:012d}.npy"
+
+
+def _save_lists(path: Path, found: Neighbours) -> None:
     lists = np.empty(found.ids.shape, dtype=NEIGHBOUR_DTYPE)  # one .npy: byte-identical when rerun
     lists["id"], lists["cos"] = found.ids, found.sims
-    with atomic_open(task.out, "wb") as fh:
+    with atomic_open(path, "wb") as fh:
         save_array(fh, lists)
-    return task.queries
+
+
+def _exact_both_ways(infos: Sequence[IndexInfo], sizes: tuple[int, int], job_rows: int) -> bool:
+    """Whether both directions are searched by one job, from one product per block: both indexes exact
+    and each side within one job's rows (larger sides are searched one direction at a time, in jobs that
+    a rerun after a kill keeps), neither empty."""
+    return all(info.factory == EXACT for info in infos) and 0 < min(sizes) <= max(sizes) <= job_rows
+
+
+@dataclass(frozen=True)
+class BothWaysTask:
+    """The exact search of SRC's rows against TGT's and back, written to the files the two one-way jobs
+    would write (`fwd`, `bwd`): the same lists, since exact search has one answer."""
+
+    root: Path
+    src_lang: str
+    tgt_lang: str
+    k: int
+    device: str
+    fwd: Path
+    bwd: Path
+
+
+def _both_ways_job(
+    workspace: Workspace, work: Path, src: str, tgt: str, options: MineOptions, sizes: tuple[int, int]
+) -> Job:
+    fwd, bwd = _lists_file(work, "fwd", 0, sizes[0]), _lists_file(work, "bwd", 0, sizes[1])
+    task = BothWaysTask(workspace.root, src, tgt, options.k, options.device, fwd, bwd)
+    return Job(f"mine {src}<->{tgt} exact", both_ways_job, (task,), outputs=(fwd, bwd), work=sum(sizes))
+
+
+def both_ways_job(task: BothWaysTask, progress: Advance | None = None) -> int:
+    """Job: the task's neighbour lists of both directions, saved to `task.fwd` and `task.bwd`."""
+    fwd, bwd = exact_both_ways(
+        Workspace(task.root), task.src_lang, task.tgt_lang, task.k, task.device, progress
+    )
+    _save_lists(task.fwd, fwd)
+    _save_lists(task.bwd, bwd)
+    return len(fwd.ids) + len(bwd.ids)
 
 
 def _neighbour_blocks(work: Path, direction: str, sizes: tuple[int, int]) -> NeighbourBlocks:

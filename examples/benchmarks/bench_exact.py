@@ -1,21 +1,27 @@
-"""Exact mining of one pair of vector sets, whole process against whole process: bitextmine's matrix-product
+"""Mining one pair of vector sets, whole process against whole process: bitextmine's matrix-product
 search (search/gemm.py) against the logic of LASER's `source/mine_bitexts.py --mode mine` (FAISS
 `IndexFlatIP` k-NN both ways in float32, ratio margin, k = 4, the `max` retrieval with its one-to-one pass).
 
     python bench_exact.py vectors --size 100000 --out DIR   # DIR/{src,tgt}.npy: the scale set's first rows
+    python bench_exact.py vectors --synthetic --size N --out DIR  # unstructured: random, 10% translations
     python bench_exact.py laser DIR OUT.tsv                 # one process: load, search, score, select, write
     python bench_exact.py bitextmine DIR OUT.tsv            # the same through bitextmine.mine_arrays
+    python bench_exact.py workspace DIR OUT.tsv             # `index de`, `index en`, `mine` with defaults
     python bench_exact.py compare A.tsv B.tsv [--threshold T]  # identical pairs (at or above T)?
-    python bench_exact.py time DIR --runs 2 --threshold T   # both miners in turn; results/bench_exact.*
+    python bench_exact.py time DIR --runs 2 --threshold T [--miners bitextmine,workspace]
+                                                            # each miner and LASER's in turn; results/
 
-Each run writes `score<TAB>src row<TAB>tgt row` for every one-to-one pair, best first. The two mining
-commands are timed as whole processes, alternating (see the results' `command` field).
+Each run writes `score<TAB>src row<TAB>tgt row` for every one-to-one pair, best first. The mining
+commands are timed as whole processes, alternating. The `workspace` miner mines DIR/work, into which
+`time` imports the vectors first, untimed (`encode --embeddings`, one text line a row: its number), as
+the other miners' vectors lie ready in DIR; it times the default pipeline, the index chosen by `index`.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -73,6 +79,35 @@ def bitextmine_mine(x: np.ndarray, y: np.ndarray) -> list[tuple[float, int, int]
     return list(zip(mined.score.tolist(), mined.src.tolist(), mined.tgt.tolist(), strict=True))
 
 
+def workspace_mine(vectors: Path) -> list[tuple[float, int, int]]:
+    """`index de`, `index en` and `mine de en` with their defaults (no threshold, no filters: every
+    one-to-one pair) over DIR/work, as separate processes, from no index."""
+    work = vectors / "work"
+    for stale in ("index", "mined"):
+        shutil.rmtree(work / stale, ignore_errors=True)
+    mine = ["mine", "de", "en", "--filters", "none", "--format", "tsv", "--output", str(work / "pairs.tsv")]
+    for command in (["index", "de"], ["index", "en"], mine):
+        _bitextmine(*command, "-w", str(work))
+    with open(work / "pairs.tsv") as fh:
+        rows = [line.split("\t")[:3] for line in fh]
+    return [(float(score), int(src), int(tgt)) for score, src, tgt in rows]
+
+
+def import_workspace(vectors: Path) -> None:
+    """DIR/work: DIR's vectors imported as de (src) and en (tgt), a text line a row holding its number."""
+    work = vectors / "work"
+    for side, lang in (("src", "de"), ("tgt", "en")):
+        rows = len(np.load(vectors / f"{side}.npy", mmap_mode="r"))
+        text = vectors / f"{lang}.txt"
+        text.write_text("".join(f"{i}\n" for i in range(rows)))
+        imported = ["--embeddings", str(vectors / f"{side}.npy"), "--model-name", "bench"]
+        _bitextmine("encode", str(text), "-l", lang, "--lid", "off", "-w", str(work), *imported)
+
+
+def _bitextmine(*args: str) -> None:
+    subprocess.run([sys.executable, "-m", "bitextmine", "-q", *args], check=True)
+
+
 def write_pairs(pairs: list[tuple[float, int, int]], path: Path) -> None:
     with open(path, "w") as fh:
         fh.writelines(f"{score!r}\t{src}\t{tgt}\n" for score, src, tgt in pairs)
@@ -91,6 +126,7 @@ def agreement(a: Path, b: Path, threshold: float = -np.inf) -> dict:
     return {
         "pairs": [len(first), len(second)],
         "in_one_only": len(set(first) ^ set(second)),
+        "share_of_first": round(len(set(first) & set(second)) / max(len(first), 1), 6),
         "score_diff": worst,
     }
 
@@ -104,12 +140,18 @@ def compare(a: Path, b: Path, threshold: float) -> int:
     return 0 if not found["in_one_only"] and found["score_diff"] <= 1e-6 else 1
 
 
-def time_both(vectors: Path, runs: int, threshold: float) -> None:
-    """Each miner as its own process, in turn, `runs` times: wall and CPU seconds, peak RSS; then how
-    their pairs agree, in all and at or above `threshold` (calibrate's, for the model that made them)."""
+MINERS = {"bitextmine": "mine_arrays", "workspace": "index + mine, defaults"}
+
+
+def time_both(vectors: Path, runs: int, threshold: float, miners: list[str]) -> None:
+    """LASER's logic and each of `miners` as its own process, in turn, `runs` times: wall and CPU seconds,
+    peak RSS; then how their pairs agree, in all and at or above `threshold` (calibrate's, for the model
+    that made them), and the share of LASER's pairs each miner finds."""
     from benchlib import RESULTS, load_rows, save_results, stamped
 
-    figures: dict[str, list[dict]] = {"laser": [], "bitextmine": []}
+    if "workspace" in miners and not (vectors / "work").is_dir():
+        import_workspace(vectors)
+    figures: dict[str, list[dict]] = {name: [] for name in ["laser", *miners]}
     for _ in range(runs):
         for name, rows in figures.items():
             rows.append(_timed([sys.executable, __file__, name, str(vectors), str(vectors / f"{name}.tsv")]))
@@ -117,20 +159,29 @@ def time_both(vectors: Path, runs: int, threshold: float) -> None:
         name: {key: float(np.median([r[key] for r in rows])) for key in rows[0]}
         for name, rows in figures.items()
     }
+    kind = (vectors / "kind").read_text().strip() if (vectors / "kind").is_file() else "scale set"
     size = len(np.load(vectors / "src.npy", mmap_mode="r"))
-    pairs = (vectors / "laser.tsv", vectors / "bitextmine.tsv")
-    row = {
-        "size": size,
-        "runs": runs,
-        "median": median,
-        "speedup_wall": round(median["laser"]["wall_s"] / median["bitextmine"]["wall_s"], 3),
-        "all_pairs": agreement(*pairs),
-        "threshold": threshold,
-        "pairs_above_threshold": agreement(*pairs, threshold),
-    }
     path = RESULTS / "bench_exact.json"
-    rows = [r for r in load_rows(path) if r["size"] != size] + [stamped(row)]
+    rows = load_rows(path)
+    for miner in miners:
+        pairs = (vectors / "laser.tsv", vectors / f"{miner}.tsv")
+        row = {
+            "vectors": kind,
+            "size": size,
+            "miner": MINERS[miner],
+            "runs": runs,
+            "median": {"laser": median["laser"], "bitextmine": median[miner]},
+            "speedup_wall": round(median["laser"]["wall_s"] / median[miner]["wall_s"], 3),
+            "all_pairs": agreement(*pairs),
+            "threshold": threshold,
+            "pairs_above_threshold": agreement(*pairs, threshold),
+        }
+        rows = [r for r in rows if _key(r) != _key(row)] + [stamped(row)]
     save_results(path, rows, _report(rows))
+
+
+def _key(row: dict) -> tuple:
+    return row.get("vectors", "scale set"), row["size"], row.get("miner", MINERS["bitextmine"])
 
 
 def _timed(command: list[str]) -> dict:
@@ -149,24 +200,29 @@ def _timed(command: list[str]) -> dict:
 
 def _report(rows: list[dict]) -> str:
     lines = [
-        "# Exact mining: bitextmine against LASER's mine_bitexts.py logic",
+        "# Mining: bitextmine against LASER's mine_bitexts.py logic",
         "",
         "Produced by `bench_exact.py time` (`make bench-exact`): the same vectors (the first N of each "
-        "side of the real scale set), each miner a whole process, k = 4, ratio margin, max retrieval.",
+        "side of the real scale set, or unstructured synthetic ones: random, a tenth of the targets noisy "
+        "copies of sources), each miner a whole process (`index + mine`: `index de`, `index en` and `mine` "
+        "over a workspace the vectors were imported into beforehand), k = 4, ratio margin, max retrieval. "
+        "LASER's pairs kept: the share of its pairs at or above the threshold that the miner finds.",
         "",
-        "| vectors a side | LASER logic, wall s | bitextmine, wall s | speedup | peak RSS MB (LASER / "
-        "bitextmine) | pairs in one only: all / at or above the threshold | run |",
-        "|---:|---:|---:|---:|---:|---:|---|",
+        "| vectors | a side | miner | LASER logic, wall s | bitextmine, wall s | speedup | peak RSS MB "
+        "(LASER / bitextmine) | pairs in one only: all / at or above the threshold | LASER's pairs kept "
+        "| run |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---|",
     ]
-    for r in rows:
+    for r in sorted(rows, key=_key):
         m, every, kept = r["median"], r["all_pairs"], r["pairs_above_threshold"]
+        share = kept.get("share_of_first")
         lines.append(
-            f"| {r['size']:,} | {m['laser']['wall_s']:.1f} | {m['bitextmine']['wall_s']:.1f} "
-            f"| {r['speedup_wall']:.2f}x "
+            f"| {r.get('vectors', 'scale set')} | {r['size']:,} | {r.get('miner', MINERS['bitextmine'])} "
+            f"| {m['laser']['wall_s']:.1f} | {m['bitextmine']['wall_s']:.1f} | {r['speedup_wall']:.2f}x "
             f"| {m['laser']['peak_rss_mb']:.0f} / {m['bitextmine']['peak_rss_mb']:.0f} "
             f"| {every['in_one_only']} of {every['pairs'][0]:,} "
-            f"/ {kept['in_one_only']} of {kept['pairs'][0]:,} "
-            f"(>= {r['threshold']:.4f}) | {r['date']}, {r['machine']}, {r['commit']} |"
+            f"/ {kept['in_one_only']} of {kept['pairs'][0]:,} (>= {r['threshold']:.4f}) "
+            f"| {'' if share is None else f'{share:.2%}'} | {r['date']}, {r['machine']}, {r['commit']} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -185,13 +241,27 @@ def save_vectors(size: int, out: Path) -> None:
         np.save(out / f"{side}.npy", rows)
 
 
+def save_synthetic(size: int, out: Path, dim: int = 384, seed: int = 0) -> None:
+    """Unstructured unit vectors: random directions, the first tenth of the targets noisy copies of the
+    sources they translate (cosine about 0.8), so that mining has pairs to find among no clusters."""
+    rng = np.random.default_rng(seed)
+    src, tgt = (rng.standard_normal((size, dim), dtype=np.float32) for _ in range(2))
+    planted = size // 10
+    tgt[:planted] = src[:planted] / np.sqrt(dim) + 0.75 * tgt[:planted] / np.sqrt(dim)
+    out.mkdir(parents=True, exist_ok=True)
+    for side, rows in (("src", src), ("tgt", tgt)):
+        np.save(out / f"{side}.npy", rows / np.linalg.norm(rows, axis=1, keepdims=True))
+    (out / "kind").write_text("synthetic\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     vectors = sub.add_parser("vectors")
     vectors.add_argument("--size", type=int, default=100_000)
     vectors.add_argument("--out", type=Path, required=True)
-    for name in ("laser", "bitextmine"):
+    vectors.add_argument("--synthetic", action="store_true", help="unstructured random vectors")
+    for name in ("laser", "bitextmine", "workspace"):
         miner = sub.add_parser(name)
         miner.add_argument("vectors", type=Path)
         miner.add_argument("out", type=Path)
@@ -203,13 +273,16 @@ def main() -> None:
     timing.add_argument("vectors", type=Path)
     timing.add_argument("--runs", type=int, default=2)
     timing.add_argument("--threshold", type=float, default=-np.inf)
+    timing.add_argument("--miners", default="bitextmine", help="comma-separated: bitextmine, workspace")
     args = parser.parse_args()
     if args.command == "vectors":
-        save_vectors(args.size, args.out)
+        (save_synthetic if args.synthetic else save_vectors)(args.size, args.out)
     elif args.command == "compare":
         sys.exit(compare(args.a, args.b, args.threshold))
     elif args.command == "time":
-        time_both(args.vectors, args.runs, args.threshold)
+        time_both(args.vectors, args.runs, args.threshold, args.miners.split(","))
+    elif args.command == "workspace":
+        write_pairs(workspace_mine(args.vectors), args.out)
     else:
         x, y = (np.load(args.vectors / f"{side}.npy") for side in ("src", "tgt"))
         mine = laser_mine if args.command == "laser" else bitextmine_mine

@@ -186,6 +186,7 @@ def test_a_job_out_of_memory_is_not_retried_and_names_the_option(workspace, monk
         raise MemoryError()
 
     monkeypatch.setattr("bitextmine.steps.mine.neighbours_job", exhausted)
+    monkeypatch.setattr("bitextmine.steps.mine.both_ways_job", exhausted)  # two exact indexes: one job
     code, output = run("mine", "de", "en", "-w", str(work), "--retries", "2")
     message = " ".join(output.split())
     assert code == 1 and "error: out of memory (MemoryError); lower --job-rows" in message, output

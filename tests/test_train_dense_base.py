@@ -16,7 +16,9 @@ def test_a_dense_layer_in_the_base_is_warned_about_once_and_left_out(tmp_path):
     (tmp_path / "toy.en").write_text("a dog\ntwo cats\nthree mice\n")
     out = tmp_path / "out"
     args = ["train", "--data", str(tmp_path / "toy.de"), "--base", str(base), "--out", str(out)]
-    result = CliRunner().invoke(app, [*args, "--max-steps", "1", "--bf16", "off", "--device", "cpu"])
+    result = CliRunner().invoke(
+        app, [*args, "--max-steps", "1", "--bf16", "off", "--device", "cpu", "--max-pairs", "2"]
+    )
     assert result.exit_code == 0, result.output
     warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
     assert warnings == [

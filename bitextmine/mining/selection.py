@@ -241,6 +241,8 @@ def _block_scores(hits: Neighbours, first: int, means: _Means, margin: str, *, f
     """The margin score of every neighbour of a block's queries; -inf where none was found."""
     rows = slice(first, first + len(hits.ids))
     found = hits.ids >= 0
+    if not found.any():  # e.g. an empty other side: no means to look up
+        return np.full(hits.ids.shape, -np.inf)
     other = np.where(found, hits.ids, 0)
     cos = hits.sims.astype(np.float64)
     if forward:

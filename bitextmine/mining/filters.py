@@ -88,8 +88,8 @@ WEB = FilterSettings(
     length_ratio=2.5, letters=True, copies=0.9, language=DEFAULT_OTHER_CONFIDENCE, dedup=True
 )
 PRESETS = {"none": NO_FILTERS, "web": WEB}
-# `mine`'s preset when none is given: on clean dev splits it costs at most 0.27 F1 points, on web-like
-# noise (after encode's default LID) it gains 0.4 to 4.2 (bench_filters)
+# `mine`'s preset when none is given: it costs little on clean dev splits and wins back F1 on web-like
+# noise after encode's default LID (examples/benchmarks/results/bench_filters.md)
 DEFAULT_PRESET = "web"
 
 # --filter NAME[=VALUE]: the settings field, how to read VALUE, and the value without one

@@ -19,11 +19,9 @@ from bitextmine.search.training import MIN_TRAIN_PER_LIST, POINTS_PER_LIST, samp
 FLAT_MAX = 200_000
 IVF_FLAT_MAX = 4_000_000
 # The default IVF-Flat: lists of 1,000 vectors, probed 16 at a time, or one list in PROBED_SHARE where
-# that is more (above 512 lists). On real de-en text (examples/benchmarks/results/bench_scale_real.md), 16
-# probes kept 99.69% and 99.09% of exact mining's pairs at 100k and 300k a side, in 35% and 14% of its
-# mining time, but 98.42% at 1M (1,051 lists); 32 probes kept 99.46% there, in 9% (8 probes: 98.47% at
-# 100k). Beyond 1M the share is an extrapolation. Fixed lists keep a list's scan the same length at
-# every N.
+# that is more (above 512 lists): on real de-en text 16 probes kept 99% of exact mining's pairs at 100k
+# and 300k a side but not at 1M, where 32 did (examples/benchmarks/results/bench_scale_real.md). Beyond 1M
+# the share is an extrapolation. Fixed lists keep a list's scan the same length at every N.
 DEFAULT_LIST_SIZE = 1000
 AUTO_NPROBE = 16
 PROBED_SHARE = 32

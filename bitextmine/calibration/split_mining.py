@@ -17,6 +17,7 @@ from bitextmine.calibration.bucc import (
     score_pairs,
     sweep_threshold,
 )
+from bitextmine.calibration.planted import CalibrationPairs
 from bitextmine.encoder.cache import VectorSources, embed_reusing
 from bitextmine.encoder.encoder import SentenceEncoder
 from bitextmine.encoder.held import held_vectors
@@ -38,6 +39,7 @@ class SplitCandidates:
     split: BuccSplit
     candidates: Candidates  # rows index split.src / split.tgt
     is_gold: np.ndarray
+    gold_pairs: CalibrationPairs  # the vectors of the split's gold pairs, for `mine` to plant
     sources: VectorSources | None = None  # where the vectors came from (None: given to mine_vectors)
 
 
@@ -79,7 +81,14 @@ def mine_vectors(
         ],
         dtype=bool,
     )
-    return SplitCandidates(split, candidates, is_gold)
+    return SplitCandidates(split, candidates, is_gold, _gold_pairs(split, src, tgt))
+
+
+def _gold_pairs(split: BuccSplit, src: np.ndarray, tgt: np.ndarray) -> CalibrationPairs:
+    src_row = {sentence_id: row for row, sentence_id in enumerate(split.src.ids)}
+    tgt_row = {sentence_id: row for row, sentence_id in enumerate(split.tgt.ids)}
+    rows = np.array(sorted((src_row[s], tgt_row[t]) for s, t in split.gold or ()), np.int64).reshape(-1, 2)
+    return CalibrationPairs(src[rows[:, 0]], tgt[rows[:, 1]])
 
 
 def split_vectors_files(directory: Path, pair: str, split: str) -> tuple[Path, Path]:

@@ -9,7 +9,6 @@ import typer
 
 from bitextmine.calibration.bucc import plateau_rule, target_rule
 from bitextmine.cli.app import (
-    BuccDir,
     DeviceOption,
     JsonOption,
     KOption,
@@ -40,8 +39,19 @@ from bitextmine.workspace.layout import DEFAULT_WORKDIR, Workspace
 @app.command()
 def calibrate(
     context: typer.Context,
-    bucc: BuccDir,
     pair: PairOption,
+    bucc: Annotated[
+        Path | None,
+        typer.Option("--bucc", help="Folder with PAIR.SPLIT.{x,en,gold} (BUCC 2018 format)."),
+    ] = None,
+    pairs: Annotated[
+        tuple[Path, Path] | None,
+        typer.Option(
+            metavar="SRC TGT",
+            help="Calibrate on two line-aligned files instead of a BUCC split: line i of TGT translates "
+            "line i of SRC (FLORES dev, Tatoeba, your own pairs).",
+        ),
+    ] = None,
     split: Annotated[str, typer.Option(help="Split to learn the threshold on.")] = "dev",
     model: ModelOption = None,
     workdir: WorkdirOption = DEFAULT_WORKDIR,
@@ -95,20 +105,23 @@ def calibrate(
         ),
     ] = None,
 ) -> None:
-    """Learn the margin threshold on a BUCC-format split and store it in the threshold store.
+    """Learn the margin threshold on a BUCC-format split or two line-aligned files and store it.
 
-    Reads BUCC/PAIR.SPLIT.{x,en,gold}, encodes both sides (cached in WORK/cache/embeddings; a sentence
-    that `encode` already stored in WORK with the same model and precision is not encoded again), mines
-    one-to-one candidates exactly and tries a threshold at every midpoint between consecutive candidate
-    scores. Keeps the best F1, or for a model bitextmine trained the middle of the thresholds within 1
-    F1 point of the best (which carried better to other splits), or what --target-precision or
-    --plateau asks, and
-    records it, with its P/R/F1, split and rule, under the model's fingerprint, the margin and the
-    pair in WORK/thresholds.json (or --thresholds FILE), where `mine --threshold auto` and `eval bucc`
-    find it. Nothing is written into the model dir. Prints the curve as a text plot; --json PATH|-
-    writes the settings, the chosen point and every threshold's P/R/F1, and --plot FILE.png draws them.
-    With --embeddings DIR and --model-name NAME, the split's vectors come from DIR instead of a model.
+    Reads BUCC/PAIR.SPLIT.{x,en,gold} (or --pairs SRC TGT, of which every second line's target is left
+    out so that half the sources have no translation), encodes both sides (cached in
+    WORK/cache/embeddings; a sentence that `encode` already stored in WORK with the same model and
+    precision is not encoded again), mines one-to-one candidates exactly and tries a threshold at every
+    midpoint between consecutive candidate scores. Keeps the best F1, or for a model bitextmine trained
+    the middle of the thresholds within 1 F1 point of the best (which carried better to other splits),
+    or what --target-precision or --plateau asks, and records it, with its P/R/F1, split and rule, under
+    the model's fingerprint, the margin and the pair in WORK/thresholds.json (or --thresholds FILE),
+    where `mine --threshold auto` and `eval bucc` find it. The split's gold pairs are kept beside it:
+    `mine --threshold auto` plants them in the corpus it mines and learns the threshold there. Nothing
+    is written into the model dir. Prints the curve as a text plot; --json PATH|- writes the settings,
+    the chosen point and every threshold's P/R/F1, and --plot FILE.png draws them. With --embeddings DIR
+    and --model-name NAME, the split's vectors come from DIR instead of a model.
     """
+    from bitextmine.calibration.aligned_pairs import read_aligned
     from bitextmine.calibration.bucc import read_bucc
     from bitextmine.calibration.split_mining import split_vectors_files
     from bitextmine.steps.calibrate import CalibrateOptions, calibrate_embeddings
@@ -127,12 +140,13 @@ def calibrate(
         )
         model_given = context.get_parameter_source("model").name == "COMMANDLINE"  # not BITEXTMINE_MODEL
         _check_vector_options(embeddings, model_name, model_given, device, precision, threads)
-        inputs = [*bucc_files(bucc, pair, split), store]
+        _check_source(bucc, pairs, embeddings)
+        inputs = [*(pairs or bucc_files(bucc, pair, split)), store]
         if embeddings is not None:
             inputs += split_vectors_files(embeddings, pair, split)
         json_out = json_target(json_path, inputs=[*inputs, plot], workspace=workspace)
         plot_out = None if plot is None else output_target(plot, inputs=inputs, workspace=workspace)
-        data = read_bucc(bucc, pair, split)
+        data = read_aligned(*pairs, pair) if pairs else read_bucc(bucc, pair, split)
         if embeddings is not None:
             calibration = calibrate_embeddings(workspace, data, embeddings, model_name or "", options)
         else:
@@ -141,7 +155,7 @@ def calibrate(
             with ProgressDisplay() as progress:
                 calibration = calibrate_split(workspace, data, encoder, options, progress)
         report = calibration.to_json()
-        title = f"calibrate {pair} {split} ({margin} margin, {strategy})"
+        title = f"calibrate {pair} {data.split} ({margin} margin, {strategy})"
         if plot_out is not None:
             save_calibration_plot(plot_out, report["curve"], report["chosen"], title)
     result = calibration.result
@@ -165,6 +179,16 @@ def calibrate(
     if plot is not None:
         out.print(f"plot written to {plot}", highlight=False, soft_wrap=True)
     emit_json(json_out, report)
+
+
+def _check_source(bucc: Path | None, pairs: tuple[Path, Path] | None, embeddings: Path | None) -> None:
+    """One calibration set: a BUCC split or two line-aligned files (encoded here)."""
+    if (bucc is None) == (pairs is None):
+        raise BitextmineError(
+            "calibrate: give --bucc DIR (a BUCC split) or --pairs SRC TGT (line-aligned files)"
+        )
+    if pairs is not None and embeddings is not None:
+        raise BitextmineError("--embeddings reads a BUCC split's vectors: use it with --bucc, not --pairs")
 
 
 def _check_vector_options(

@@ -92,13 +92,17 @@ class Candidates:
 
 
 class Selection(NamedTuple):
-    """What `select_candidates` gives: the one-to-one candidates (CANDIDATE_DTYPE records, best first) and
+    """What `select_candidates` gives: the one-to-one candidates (CANDIDATE_DTYPE records, best first),
     each query's decoy (null_estimate.runner_up_decoys; source queries, then target queries; NaN for a
-    direction the strategy does not pool), with the number of directions pooled."""
+    direction the strategy does not pool), the number of directions pooled, and the neighbourhood means
+    the scores divide by (each source row's to its target neighbours, each target row's to its source
+    neighbours)."""
 
     records: np.ndarray
     decoys: np.ndarray
     directions: int
+    fwd_means: np.ndarray
+    bwd_means: np.ndarray
 
     def estimated_precision(self, threshold: float) -> float | None:
         """The estimated share of translations among the candidates scoring >= `threshold`."""
@@ -146,7 +150,7 @@ def select_candidates(
     pool = _pool(fwd, bwd, means, margin, strategy, sizes, scratch, decoys)
     runs = [_sorted_run(part, scratch / f"run-{number}.npy") for number, part in enumerate(pool) if len(part)]
     records = _one_to_one(_merged(runs, merge_rows), sizes, scratch)
-    return Selection(records, decoys, POOLED_DIRECTIONS[strategy])
+    return Selection(records, decoys, POOLED_DIRECTIONS[strategy], means.fwd, means.bwd)
 
 
 def _scratch_array(path: Path, dtype: type, rows: int) -> np.ndarray:

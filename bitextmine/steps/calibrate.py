@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from bitextmine.calibration.bucc import BuccSplit, Scores, SweepResult, check_rule
+from bitextmine.calibration.pairs_store import pairs_file, save_pairs
 from bitextmine.calibration.split_mining import (
     SplitCandidates,
     calibrate_threshold,
@@ -222,6 +223,7 @@ def _store_calibration(
         sentences=split.sentences,
     )
     store_threshold(store, record)
+    save_pairs(pairs_file(store, model[1], split.pair), mined.gold_pairs)
     return Calibration(split.pair, split.split, options, result, record, store, mined.sources)
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from bitextmine.calibration.planted import CalibrationPairs
 from bitextmine.calibration.thresholds import (
     ThresholdChoice,
     check_threshold,
@@ -43,6 +44,7 @@ from bitextmine.search.index_io import IndexCache
 from bitextmine.search.ivf_scan import query_block_rows
 from bitextmine.search.knn import Neighbours
 from bitextmine.search.language_search import BaseSearch, exact_both_ways
+from bitextmine.steps.corpus_threshold import InCorpus, calibration_pairs, in_corpus
 from bitextmine.text.languages import check_lang
 from bitextmine.text.reader import warn_user
 from bitextmine.workspace.embeddings import check_same_dimension
@@ -224,6 +226,7 @@ def _mine(
     src, tgt = open_language(workspace, src_lang), open_language(workspace, tgt_lang)
     _check_same_model(src, tgt, options.force)
     threshold = resolve_mine_threshold(options, workspace, src, pair)
+    pairs = _pairs_to_plant(options, workspace, src, threshold, pair)
     pair_filter = PairFilter(options.filters, src_lang, tgt_lang)
     infos = [load_index_info(workspace.index_dir(), lang.lang, lang.vectors) for lang in (src, tgt)]
     work = _neighbour_dir(workspace, pair, options, *infos)
@@ -246,6 +249,15 @@ def _mine(
     shutil.rmtree(scratch, ignore_errors=True)  # left by a killed run
     fwd, bwd = _neighbour_blocks(work, "fwd", sizes), _neighbour_blocks(work, "bwd", sizes[::-1])
     selection = select_candidates(fwd, bwd, sizes, options.margin, options.strategy, scratch)
+    planting = None
+    if pairs is not None and threshold is not None:
+        searches = tuple(
+            BaseSearch(lang, options.k, options.nprobe, options.max_codes, options.device)
+            for lang in (src_lang, tgt_lang)
+        )
+        learn = options.threshold == "auto"
+        planting = in_corpus(pairs, threshold, learn, selection, searches, workspace, options)
+        threshold = planting.threshold
     candidates = selection.records
     above = len(candidates) if threshold is None else _count_at_least(candidates["score"], threshold.value)
     precision = None if threshold is None else selection.estimated_precision(threshold.value)
@@ -262,6 +274,7 @@ def _mine(
         "filtered": pair_filter.counts(),
         "kept": written.kept,
         "estimated_precision": None if precision is None else round(100 * precision, 2),
+        **(InCorpus.counts_absent() if planting is None else planting.counts()),
     }
     histogram = score_histogram(candidates["score"])
     del candidates, selection
@@ -283,6 +296,17 @@ def _mine(
     if summary.note is not None:
         warn_user(f"mine {pair}: {summary.note}")
     return summary
+
+
+def _pairs_to_plant(
+    options: MineOptions, workspace: Workspace, src: Language, threshold: ThresholdChoice | None, pair: str
+) -> CalibrationPairs | None:
+    """The calibration pairs to plant in the corpus (steps/corpus_threshold.py): this pair's, kept for the
+    model that made the vectors, wherever a threshold is used but another pair's ("auto:PAIR")."""
+    if threshold is None or threshold.pair != pair:
+        return None
+    store = options.thresholds or workspace.thresholds_file()
+    return calibration_pairs(store, src.vectors.model.fingerprint, pair, src.vectors.model.dim)
 
 
 def _check_same_model(src: Language, tgt: Language, force: bool) -> None:

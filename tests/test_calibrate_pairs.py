@@ -1,0 +1,90 @@
+"""Calibration from any parallel set: `calibrate --pairs SRC TGT` on two line-aligned files, and `mine
+--threshold auto` learning the threshold inside the corpus from the pairs it keeps (planted, never in
+the output)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bitextmine.calibration.aligned_pairs import MIN_PAIRS, read_aligned
+from bitextmine.calibration.bucc import BuccError
+from bitextmine.calibration.pairs_store import pairs_file
+from tests.helpers import read_mined, run, sentences
+
+
+def write_aligned(directory: Path, src: list[str], tgt: list[str]) -> tuple[Path, Path]:
+    paths = directory / "flores.de", directory / "flores.en"
+    for path, lines in zip(paths, (src, tgt), strict=True):
+        path.write_text("".join(line + "\n" for line in lines))
+    return paths
+
+
+def test_every_second_line_keeps_its_target_and_blank_lines_are_left_out(tmp_path):
+    src = [f"Satz {i}" for i in range(50)]
+    tgt = [f"sentence {i}" for i in range(50)]
+    src[3] = "  "
+    warnings = []
+    split = read_aligned(*write_aligned(tmp_path, src, tgt), "de-en", warnings.append)
+    kept = [i for i in range(50) if i != 3]
+    assert split.src.sentences == [src[i] for i in kept]
+    assert split.tgt.sentences == [tgt[i] for i in kept[::2]]
+    assert split.gold == {(str(i + 1), str(i + 1)) for i in kept[::2]}
+    assert split.split == "flores.de" and split.pair == "de-en"
+    assert len(warnings) == 1 and "1 lines blank" in warnings[0]
+
+
+def test_files_of_different_lengths_or_too_few_pairs_are_one_line_errors(tmp_path):
+    src, tgt = write_aligned(tmp_path, ["a"] * 50, ["b"] * 49)
+    with pytest.raises(BuccError, match=r"flores.de and .*flores.en have 50 and 49 lines"):
+        read_aligned(src, tgt, "de-en")
+    src, tgt = write_aligned(tmp_path, ["a"] * (2 * MIN_PAIRS - 2), ["b"] * (2 * MIN_PAIRS - 2))
+    with pytest.raises(BuccError, match="calibration needs 40 or more"):
+        read_aligned(src, tgt, "de-en")
+
+
+def test_calibrate_takes_a_bucc_split_or_line_aligned_files(tmp_path):
+    src, tgt = write_aligned(tmp_path, ["a"] * 50, ["b"] * 50)
+    code, output = run("calibrate", "--pair", "de-en", "-w", str(tmp_path / "w"))
+    assert code == 1 and "give --bucc DIR (a BUCC split) or --pairs SRC TGT" in output, output
+    code, output = run("calibrate", "--pair", "de-en", "--bucc", str(tmp_path), "--pairs", str(src), str(tgt))
+    assert code == 1 and "give --bucc DIR (a BUCC split) or --pairs SRC TGT" in output, output
+
+
+@pytest.mark.integration
+def test_mine_auto_learns_the_threshold_inside_the_corpus_from_the_calibration_pairs(
+    tmp_path, indexed_workspace, tiny_model_dir
+):
+    work, _ = indexed_workspace
+    model = str(tiny_model_dir("bert"))
+    aligned = sentences(60, seed=9)  # identical sentences stand for translations under the tiny model
+    src, tgt = write_aligned(tmp_path, aligned, aligned)
+    code, output = run(
+        "calibrate", "--pairs", str(src), str(tgt), "--pair", "de-en", "-m", model, "-w", str(work)
+    )
+    assert code == 0, output
+    [record] = json.loads((work / "thresholds.json").read_text())["thresholds"]
+    assert record["split"] == "flores.de"
+    kept = np.load(pairs_file(work / "thresholds.json", record["fingerprint"], "de-en"))
+    assert kept.shape[:2] == (2, 30)
+
+    code, output = run("mine", "de", "en", "-w", str(work), "--threshold", "auto", "--filters", "none")
+    assert code == 0, output
+    stats = json.loads((work / "mined" / "de-en.stats.json").read_text())
+    assert stats["threshold"]["source"].startswith(
+        "learned inside this corpus from 30 planted calibration pairs"
+    )
+    assert stats["counts"]["planted_pairs"] == 30 and stats["counts"]["planted_recall"] > 50
+    assert stats["counts"]["estimated_recall"] is not None
+    mined = read_mined(work / "mined" / "de-en.tsv.zst")
+    assert not {s for row in mined for s in row[1:3]} & set(aligned)  # planted sentences never mined
+
+    learned = stats["threshold"]["value"]
+    code, output = run("mine", "de", "en", "-w", str(work), "--threshold", repr(learned), "--filters", "none")
+    assert code == 0, output
+    assert read_mined(work / "mined" / "de-en.tsv.zst") == mined  # the corpus's pairs, as without planting
+    given = json.loads((work / "mined" / "de-en.stats.json").read_text())
+    assert given["counts"]["estimated_recall"] == stats["counts"]["estimated_recall"]

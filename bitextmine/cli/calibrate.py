@@ -169,6 +169,12 @@ def calibrate(
         highlight=False,
         soft_wrap=True,
     )
+    out.print(
+        f"its {calibration.result.scores.gold:,} gold pairs kept in {calibration.pairs_in}, for `mine "
+        "--threshold auto` to plant in the corpus it mines",
+        highlight=False,
+        soft_wrap=True,
+    )
     if calibration.rule_note:
         out.print(f"rule: {record.rule}, {calibration.rule_note}", highlight=False, soft_wrap=True)
     if calibration.sources is not None:

@@ -176,6 +176,15 @@ def print_mine_summary(summary: MineSummary) -> None:
                 f"{counts['estimated_precision']:.1f}% (from each sentence's runner-up scores; it errs low)",
                 highlight=False,
             )
+        if counts["estimated_recall"] is not None:
+            planted = (
+                f"{counts['planted_recall']:.1f}% of {counts['planted_pairs']:,} planted calibration pairs"
+            )
+            out.print(
+                f"estimated recall: {counts['estimated_recall']:.1f}% of about "
+                f"{counts['estimated_translations']:,} translations in the corpus ({planted} found)",
+                highlight=False,
+            )
     else:
         out.print(no_threshold_note(summary), highlight=False, markup=False, soft_wrap=True)
     kept = f"{summary.kept:,} pairs" + (

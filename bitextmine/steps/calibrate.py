@@ -71,6 +71,7 @@ class Calibration:
     result: SweepResult  # the threshold, the P/R/F1 it gives on the split, the whole curve, the rule
     record: ThresholdRecord  # what was stored: the threshold with its model, split, scores and rule
     stored_in: Path  # the threshold store
+    pairs_in: Path  # the split's gold pairs, which `mine --threshold auto` plants (calibration/planted.py)
     sources: VectorSources | None  # how many sentence vectors were encoded, reused, read from the cache
     # (None: the vectors were made elsewhere, `calibrate_embeddings`)
     rule_note: str | None = None  # why the rule, where the options gave none
@@ -95,6 +96,7 @@ class Calibration:
             "candidates": result.candidates,
             "gold": result.scores.gold,
             "stored_in": str(self.stored_in),
+            "pairs_in": str(self.pairs_in),
             "vectors": None if self.sources is None else asdict(self.sources),
             "chosen": chosen,
             "curve": result.curve.rows(),
@@ -223,8 +225,9 @@ def _store_calibration(
         sentences=split.sentences,
     )
     store_threshold(store, record)
-    save_pairs(pairs_file(store, model[1], split.pair), mined.gold_pairs)
-    return Calibration(split.pair, split.split, options, result, record, store, mined.sources)
+    pairs = pairs_file(store, model[1], split.pair)
+    save_pairs(pairs, mined.gold_pairs)
+    return Calibration(split.pair, split.split, options, result, record, store, pairs, mined.sources)
 
 
 def evaluate_bucc(

@@ -2,6 +2,7 @@
 
     python bench_scale.py encode                  # tier-ordered text, then `bitextmine encode` of both sides
     python bench_scale.py run --sizes 100000,... --densities set,0.01  # per subsample and index setting
+    python bench_scale.py auto                    # `mine --threshold auto` again in recorded workspaces
     python bench_scale.py report                  # results/bench_scale_real.md from its JSON
 
 Encoding is the long stage (hours on 2 cores) and resumes where it stopped: both sides are encoded once,
@@ -43,6 +44,7 @@ from scale_set import LANGS, density_rows, gold_sources, write_tier_files
 WORK = Path(os.environ.get("SCALE_WORK", REPO / "bitextmine-work" / "scale"))
 ENCODED = WORK / "enc"
 SCALE = SHARED / "data" / "scale" / "de-en"
+DEV_SPLIT = SHARED / "data" / "bucc-like" / "de-en"
 SIZES = [100_000, 300_000, 1_050_592]
 RESULT = RESULTS / "bench_scale_real.json"
 # Index settings: (label, workspace suffix, `index` options). Exact first: the others are compared with it.
@@ -135,7 +137,7 @@ def dev_threshold() -> float:
             [
                 "calibrate",
                 "--bucc",
-                str(SHARED / "data" / "bucc-like" / "de-en"),
+                str(DEV_SPLIT),
                 "--pair",
                 "de-en",
                 "--split",
@@ -164,7 +166,11 @@ class Subsample:
 
     @property
     def name(self) -> str:
-        return f"size-{self.size}" + ("" if self.density is None else f"-d{self.density:g}")
+        return self.name_of(self.size, self.density)
+
+    @staticmethod
+    def name_of(size: int, density: float | None) -> str:
+        return f"size-{size}" + ("" if density is None else f"-d{density:g}")
 
 
 def subsample(size: int, density: float | None) -> Subsample:
@@ -285,26 +291,35 @@ def mine_in(workspace: Path, index_args: list[str], resumable: bool) -> dict:
     return figures
 
 
-def estimated_precision(workspace: Path, threshold: float) -> float | None:
-    """`mine`'s estimate of the precision at `threshold` (its stats): a second run, which reuses the
-    neighbour lists and only selects again."""
-    out = workspace.parent / "at-threshold.tsv"  # WORK/mined holds only the pair's own files
-    run_command(
-        [
-            "mine",
-            "de",
-            "en",
-            "--threshold",
-            repr(threshold),
-            "--filters",
-            "none",
-            "--workdir",
-            str(workspace),
-            "-o",
-            str(out),
-        ]
-    )
-    return json.loads((workspace / "mined" / "de-en.stats.json").read_text())["counts"]["estimated_precision"]
+def dev_vectors() -> Path:
+    """WORK/dev-vectors: the shared de-en dev split's sentence vectors, encoded once as the scale set's
+    are (bf16), in the files `calibrate --embeddings DIR` reads."""
+    out = WORK / "dev-vectors"
+    if not (out / "de-en.dev.en.npy").exists():
+        from bitextmine.calibration.bucc import read_bucc
+        from bitextmine.encoder.encoder import SentenceEncoder
+
+        encoder = SentenceEncoder.load(str(MODEL), precision="bf16")
+        split = read_bucc(DEV_SPLIT, "de-en", "dev")
+        out.mkdir(parents=True, exist_ok=True)
+        for side in (split.src, split.tgt):
+            np.save(out / f"de-en.dev.{side.lang}.npy", encoder.encode(side.sentences).vectors)
+    return out
+
+
+def mine_auto(workspace: Path) -> dict:
+    """`mine --threshold auto` after `calibrate` on the dev split's vectors: the threshold it learns inside
+    the corpus and its estimates (its stats). A second run of `mine`, which reuses the neighbour lists."""
+    calibrate = ["calibrate", "--bucc", str(DEV_SPLIT), "--pair", "de-en", "--workdir", str(workspace)]
+    run_command([*calibrate, "--embeddings", str(dev_vectors()), "--model-name", "e5-small-q4"])
+    out = workspace.parent / "at-auto.tsv"  # WORK/mined holds only the pair's own files
+    mine = ["mine", "de", "en", "--threshold", "auto", "--filters", "none", "--workdir", str(workspace)]
+    figures = run_command([*mine, "-o", str(out)])
+    stats = json.loads((workspace / "mined" / "de-en.stats.json").read_text())
+    counts = {
+        key: stats["counts"][key] for key in ("estimated_precision", "estimated_recall", "planted_recall")
+    }
+    return {**stats["threshold"], **counts, "seconds": figures["seconds"]}
 
 
 def mined_file(workspace: Path) -> Path:
@@ -355,12 +370,35 @@ def run(sizes: list[int], densities: list[float | None], names: list[str]) -> No
                 row["load_average"] = round(os.getloadavg()[0], 1)  # other work on the machine slows stages
                 row |= {"import": imported, **figures, "quality": quality(mined, sample.hidden, threshold)}
                 row |= {key: row["quality"]["all"][key] for key in ("gold", "precision", "recall", "f1")}
-                row["estimated_precision"] = estimated_precision(workspace, threshold)
+                row["auto"] = auto_figures(workspace, mined, sample)
                 row["mined"] = len(pairs)
                 row["share_of_exact_pairs"] = round(len(pairs & exact_pairs) / max(len(exact_pairs), 1), 4)
                 key = (size, density, label)
                 rows = [r for r in rows if _row_key(r) != key] + [stamped(row)]
                 save_results(RESULT, rows, report(rows))
+
+
+def auto_figures(workspace: Path, mined: Mined, sample: Subsample) -> dict:
+    """`mine_auto`'s figures, with the quality at its threshold and their own stamp."""
+    auto = mine_auto(workspace)
+    return stamped(auto | {"quality": quality(mined, sample.hidden, auto["value"])})
+
+
+def add_auto(rows: list[dict]) -> list[dict]:
+    """The recorded rows whose workspaces are still there, with `mine --threshold auto` run again over
+    their saved neighbour lists (no search), for a change of the threshold rule alone."""
+    updated = []
+    for row in rows:
+        workspace = WORK / f"{Subsample.name_of(row['size'], row.get('density'))}-{_suffix(row)}" / "ws"
+        if mined_file(workspace).exists():
+            sample = subsample(row["size"], row.get("density"))
+            row = row | {"auto": auto_figures(workspace, mined_candidates(mined_file(workspace)), sample)}
+        updated.append(row)
+    return updated
+
+
+def _suffix(row: dict) -> str:
+    return next(suffix for label, suffix, _ in SETTINGS if label == row["setting"])
 
 
 def _row_key(row: dict) -> tuple:
@@ -410,6 +448,7 @@ def report(rows: list[dict]) -> str:
         "rrllrrrrrrrrl",
         body,
     )
+    lines += _auto_section(ordered)
     lines += [
         "",
         "## Per source of the hidden pairs",
@@ -435,6 +474,41 @@ def report(rows: list[dict]) -> str:
         body,
     )
     return "\n".join(lines) + "\n"
+
+
+def _auto_section(rows: list[dict]) -> list[str]:
+    """The rows' `mine --threshold auto` runs: the threshold learned inside the corpus, its true and its
+    estimated P/R/F1, per source."""
+    lines = [
+        "",
+        "## The threshold learned inside the corpus (`mine --threshold auto`)",
+        "",
+        "After `calibrate` on the dev split's vectors, `mine --threshold auto` plants the split's gold "
+        "pairs in the corpus and takes the threshold with the best estimated F1 (calibration/planted.py). "
+        "True P / R / F1 at that threshold against the hidden pairs, per source; what `mine` estimated "
+        "without them; the planted pairs' recall; the oracle, the best F1 any threshold reaches.",
+        "",
+    ]
+    body = [
+        f"{r['size']:,} | {_density(r)} | {r['setting']} | {subset} | {a['value']:.4f} | "
+        f"{q['precision']} / {q['recall']} / {q['f1']} | "
+        + (
+            f"{a['estimated_precision']} / {a['estimated_recall']} | {a['planted_recall']}"
+            if subset == "all"
+            else " | "
+        )
+        + f" | {q['oracle_f1']} | {r['date']}, {r['commit']}"
+        for r in rows
+        if "auto" in r
+        for subset, q in ((subset, r["auto"]["quality"][subset]) for subset in SUBSETS)
+        for a in (r["auto"],)
+    ]
+    return lines + table(
+        "sentences a side | density | setting | source | threshold | P / R / F1 | estimated P / R "
+        "| planted pairs' R | oracle F1 | run",
+        "rrllrrrrrl",
+        body,
+    )
 
 
 def _report_order(row: dict) -> tuple:
@@ -483,6 +557,7 @@ def main() -> None:
         help="default, ivf, ivf8, ivf32 (comma-separated; exact runs first unless its pairs are recorded, "
         "or when named)",
     )
+    sub.add_parser("auto", help="rerun `mine --threshold auto` in the recorded rows' workspaces")
     sub.add_parser("report")
     args = parser.parse_args()
     if args.command == "encode":
@@ -492,6 +567,7 @@ def main() -> None:
         run([int(s) for s in args.sizes.split(",")], densities, [s for s in args.settings.split(",") if s])
     else:
         rows = load_rows(RESULT)
+        rows = add_auto(rows) if args.command == "auto" else rows
         save_results(RESULT, rows, report(rows))
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -16,6 +16,7 @@ from bitextmine.calibration.planted import (
     CorpusCounts,
     CorpusEstimate,
     CorpusMeans,
+    Search,
     estimate_at,
     learn_threshold,
     plant,
@@ -23,10 +24,12 @@ from bitextmine.calibration.planted import (
 from bitextmine.calibration.thresholds import ThresholdChoice
 from bitextmine.errors import BitextmineError
 from bitextmine.mining.selection import Selection
-from bitextmine.mining.settings import MiningSettings
 from bitextmine.search.knn import Neighbours
 from bitextmine.search.language_search import BaseSearch
 from bitextmine.workspace.layout import Workspace
+
+if TYPE_CHECKING:
+    from bitextmine.steps.mine import MineOptions
 
 PLANTING_COUNTS = (
     "planted_pairs",
@@ -79,19 +82,20 @@ def calibration_pairs(store: Path, fingerprint: str, pair: str, dim: int) -> Cal
 def in_corpus(
     pairs: CalibrationPairs,
     threshold: ThresholdChoice,
-    learn: bool,
     selection: Selection,
-    searches: tuple[BaseSearch, BaseSearch],
     workspace: Workspace,
-    settings: MiningSettings,
+    langs: tuple[str, str],
+    options: MineOptions,
 ) -> InCorpus:
-    """Plant `pairs` in the corpus that `searches` search (its source side, then its target side) and
-    whose candidates `selection` holds; where `learn`, the threshold is the one learned there (unless too
-    few pairs are found: then `threshold` stays, the calibrated one), else the estimate is taken at
-    `threshold`."""
-    src_search, tgt_search = searches
+    """Plant `pairs` in the corpus of `langs` (source, target) whose candidates `selection` holds, searched
+    as `options` searches it; for `options.threshold` "auto", the threshold is the one learned there
+    (unless too few pairs are found: then `threshold` stays, the calibrated one), else the estimate is
+    taken at `threshold`."""
+    learn = options.threshold == "auto"
 
-    def search_with(base: BaseSearch) -> Any:
+    def search_with(lang: str) -> Search:
+        base = BaseSearch(lang, options.k, options.nprobe, options.max_codes, options.device)
+
         def search(queries: np.ndarray, k: int) -> Neighbours:
             return replace(base, k=k).neighbours(workspace, lambda: [(0, queries)], len(queries))
 
@@ -100,12 +104,12 @@ def in_corpus(
     means = CorpusMeans(np.asarray(selection.fwd_means), np.asarray(selection.bwd_means))
     planted = plant(
         pairs,
-        search_with(src_search),
-        search_with(tgt_search),
+        search_with(langs[0]),
+        search_with(langs[1]),
         means,
-        k=settings.k,
-        margin=settings.margin,
-        strategy=settings.strategy,
+        k=options.k,
+        margin=options.margin,
+        strategy=options.strategy,
     )
     counts = CorpusCounts(selection.records["score"], selection.decoys, selection.directions)
     estimate = learn_threshold(planted, counts) if learn else estimate_at(planted, counts, threshold.value)

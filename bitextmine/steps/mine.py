@@ -251,12 +251,7 @@ def _mine(
     selection = select_candidates(fwd, bwd, sizes, options.margin, options.strategy, scratch)
     planting = None
     if pairs is not None and threshold is not None:
-        searches = tuple(
-            BaseSearch(lang, options.k, options.nprobe, options.max_codes, options.device)
-            for lang in (src_lang, tgt_lang)
-        )
-        learn = options.threshold == "auto"
-        planting = in_corpus(pairs, threshold, learn, selection, searches, workspace, options)
+        planting = in_corpus(pairs, threshold, selection, workspace, (src_lang, tgt_lang), options)
         threshold = planting.threshold
     candidates = selection.records
     above = len(candidates) if threshold is None else _count_at_least(candidates["score"], threshold.value)

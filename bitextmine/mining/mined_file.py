@@ -30,11 +30,11 @@ from typing import Any, BinaryIO, Protocol
 import numpy as np
 import zstandard
 
-from bitextmine.errors import BitextmineError
+from bitextmine.errors import BitextmineError, Warn
 from bitextmine.faults import crash_point
 from bitextmine.files import OutputTarget
 from bitextmine.mining.filters import FilterSettings, PairFilter
-from bitextmine.text.reader import Row, Warn, read_lines
+from bitextmine.text.reader import Row, read_lines
 from bitextmine.version import __version__
 from bitextmine.workspace.corpus import RowReader
 from bitextmine.workspace.language import Language

@@ -26,7 +26,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from bitextmine.version import __version__ as __version__  # re-exported: bitextmine.__version__
 
 _EXPORTS = {
     "Workspace": "bitextmine.workspace.layout",

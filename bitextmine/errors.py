@@ -7,6 +7,8 @@ import math
 import numbers
 import os
 import sys
+import warnings
+from collections.abc import Callable
 
 
 class BitextmineError(Exception):
@@ -45,6 +47,14 @@ def real_number(name: str, value: object, low: float | None = None, high: float 
 
 class BitextmineWarning(UserWarning):
     """Something the user should know that does not stop the run; the CLI prints it on one line."""
+
+
+Warn = Callable[[str], None]  # a sink for what the user should know: `warn_user`, a list in tests
+
+
+def warn_user(message: str) -> None:
+    """The default `Warn`: a BitextmineWarning (the CLI prints it on one line)."""
+    warnings.warn(message, BitextmineWarning, stacklevel=3)
 
 
 _RAN_OUT = {  # what a write ran out of, and what to do

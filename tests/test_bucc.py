@@ -65,7 +65,7 @@ def test_gold_optional(tmp_path: Path) -> None:
 
 
 def test_an_empty_gold_file_is_an_error_naming_it_unless_gold_is_optional(tmp_path: Path) -> None:
-    """Issue 30: the error (from the sweep, after the encoding) did not name the file."""
+    """The error (from the sweep, after the encoding) did not name the file."""
     write_split(tmp_path, gold=b"")
     with pytest.raises(BuccError) as excinfo:
         read_bucc(tmp_path, "de-en", "dev")
@@ -78,7 +78,7 @@ BOM = b"\xef\xbb\xbf"
 
 @pytest.mark.parametrize("where", ["de", "en", "gold"])
 def test_a_byte_order_mark_at_the_start_of_a_file_is_dropped(tmp_path: Path, where: str) -> None:
-    """Issue 30: a UTF-8 BOM became part of the first id ("unknown de id")."""
+    """A UTF-8 BOM became part of the first id ("unknown de id")."""
     files = {"de": DE, "en": EN, "gold": GOLD}
     files[where] = BOM + files[where]
     split = read_bucc(write_split(tmp_path, **files), "de-en", "dev")
@@ -95,7 +95,7 @@ COMPRESSORS = {
 
 @pytest.mark.parametrize("suffix", sorted(COMPRESSORS))
 def test_compressed_split_files_are_read(tmp_path: Path, suffix: str) -> None:
-    """Issue 29: the scale set is de-en.scale.{de,en,gold}.zst."""
+    """The scale set is de-en.scale.{de,en,gold}.zst."""
     for name, data in (("de", DE), ("en", EN), ("gold", GOLD)):
         (tmp_path / f"de-en.scale.{name}{suffix}").write_bytes(COMPRESSORS[suffix](data))
     split = read_bucc(tmp_path, "de-en", "scale")
@@ -223,7 +223,7 @@ TRUE_PAIRS = [(1.5, "Der Hund schläft.", "The dog sleeps."), (1.4, "Preise stie
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_a_mined_file_of_every_format_mine_writes_is_scored(tmp_path: Path, fmt: str) -> None:
-    """Issue 30: `eval bucc --mined` refused the .jsonl that `mine` wrote."""
+    """`eval bucc --mined` refused the .jsonl that `mine` wrote."""
     split = read_bucc(write_split(tmp_path), "de-en", "dev")
     mined = write_mined_file(tmp_path / f"de-en.{fmt}", TRUE_PAIRS)
     scores = score_mined_file(mined, split)
@@ -231,7 +231,7 @@ def test_a_mined_file_of_every_format_mine_writes_is_scored(tmp_path: Path, fmt:
 
 
 def test_a_mined_file_of_another_corpus_is_refused_and_foreign_pairs_are_warned_about(tmp_path: Path) -> None:
-    """Issue 30: another corpus's mined file scored F1 0 without a word."""
+    """Another corpus's mined file scored F1 0 without a word."""
     split = read_bucc(write_split(tmp_path), "de-en", "dev")
     other = write_mined_file(tmp_path / "other.jsonl", [(1.5, "Ein Satz.", "A sentence."), (1.2, "B.", "C.")])
     with pytest.raises(BuccError) as excinfo:

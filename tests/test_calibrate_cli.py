@@ -101,7 +101,7 @@ def test_a_named_store_json_on_stdout_and_a_target_precision(tmp_path, bucc, tin
 
 
 def test_a_calibration_of_another_k_is_stored_apart_and_never_used(tmp_path, bucc, tiny_model_dir):
-    """Issue 30: `calibrate --k K` replaced the k=4 threshold, and `--k 16 --threshold auto` used it."""
+    """`calibrate --k K` replaced the k=4 threshold, and `--k 16 --threshold auto` used it."""
     model, work = tiny_model_dir("bert"), tmp_path / "w"
     assert calibrate(bucc, model, work)[0] == 0
     code, output = calibrate(bucc, model, work, "--k", "2", "--strategy", "intersect")
@@ -118,7 +118,7 @@ def test_a_calibration_of_another_k_is_stored_apart_and_never_used(tmp_path, buc
 def test_calibrate_and_eval_read_compressed_split_files_and_a_jsonl_mined_file(
     tmp_path, bucc, tiny_model_dir
 ):
-    """Issue 29: the scale set's files are .zst; issue 30: `eval bucc --mined` refused mine's .jsonl."""
+    """The scale set's files are .zst; `eval bucc --mined` refused mine's .jsonl."""
     model, work = tiny_model_dir("bert"), tmp_path / "w"
     zst, gz = zstandard.ZstdCompressor().compress, lambda data: gzip.compress(data, mtime=0)
     for name, suffix, compress in [("de", ".zst", zst), ("en", ".gz", gz), ("gold", ".zst", zst)]:

@@ -1,4 +1,4 @@
-"""Issue 31: `calibrate --embeddings DIR --model-name NAME` learns a threshold on a BUCC-format split from
+"""`calibrate --embeddings DIR --model-name NAME` learns a threshold on a BUCC-format split from
 vectors made elsewhere (DIR/PAIR.SPLIT.LANG.npy, row i for line i), stored where `mine --threshold auto`
 finds it for languages imported under NAME; bad vectors are one-line errors naming the file."""
 

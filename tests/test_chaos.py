@@ -1,4 +1,4 @@
-"""Chaos test (issue 22): the pipeline encode, index, mine run again and again while SIGKILL lands at
+"""Chaos test: the pipeline encode, index, mine run again and again while SIGKILL lands at
 random moments, not only at the named crash points of test_faults.py; every step is rerun until it
 completes, and each step's outputs must then be byte-identical to an uninterrupted run's (JSON without
 timings), with no temporary file left behind.

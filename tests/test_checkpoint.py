@@ -22,7 +22,7 @@ class _Planted:
 
 
 def test_a_checkpoint_that_would_run_code_is_refused_not_executed(tmp_path):
-    """Issue 22: torch.load(weights_only=False) on resume ran whatever a checkpoint in OUT held."""
+    """`torch.load(weights_only=False)` on resume ran whatever a checkpoint in OUT held."""
     marker, path = tmp_path / "executed", tmp_path / "step-00000001.pt"
     torch.save({"step": 1, "payload": _Planted(marker)}, path)
     with pytest.raises(

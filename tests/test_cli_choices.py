@@ -143,10 +143,10 @@ def test_the_cli_poolings_are_the_encoders():
 
 
 def test_version_is_written_once_in_the_package():
-    """pyproject.toml takes the package's version from bitextmine.__version__, which --version prints."""
+    """pyproject.toml takes the package's version from bitextmine/version.py, which --version prints."""
     project = tomllib.loads((REPO / "pyproject.toml").read_text())
     assert "version" not in project["project"] and project["project"]["dynamic"] == ["version"]
-    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "bitextmine.__version__"}
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "bitextmine.version.__version__"}
     result = runner.invoke(app, ["--version"])
     assert result.exit_code == 0 and result.output == f"bitextmine {bitextmine.__version__}\n"
 

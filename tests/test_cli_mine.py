@@ -106,7 +106,7 @@ def test_missing_steps_and_mismatches_are_one_line_errors(workspace, tiny_model_
 
 
 def test_mining_a_language_against_itself_is_refused(indexed_workspace):
-    """Issue 30: `mine de de` wrote every sentence paired with itself, without a word."""
+    """`mine de de` wrote every sentence paired with itself, without a word."""
     work, _ = indexed_workspace
     code, output = run("mine", "de", "de", "-w", str(work))
     assert code == 1 and "error: mine de de: the source and the target are one corpus" in output, output
@@ -149,7 +149,7 @@ def test_calibrate_stores_a_threshold_that_mine_and_eval_use(tmp_path, tiny_mode
         assert run("index", side, "-w", work)[0] == 0
     code, output = run("mine", "de", "en", "-w", work, "--k", "16", "--threshold", "auto")
     assert code == 1 and "no calibrated threshold for de-en (ratio margin, k=16)" in output, output
-    for fmt in ("tsv.zst", "jsonl", "parquet"):  # issue 31: every format mine writes, translation column too
+    for fmt in ("tsv.zst", "jsonl", "parquet"):  # every format mine writes, translation column too
         code, output = run(
             "mine", "de", "en", "-w", work, "--threshold", "auto", "--format", fmt, "--filters", "none"
         )
@@ -293,7 +293,7 @@ def _one_error_line(output: str) -> str:
 def test_a_truncated_workspace_file_is_a_one_line_error_and_encode_or_index_mends_it(
     workspace, tiny_model_dir, tmp_path, damaged, expected
 ):
-    """Issue 22: truncating a manifest or a shard record made `mine` print a traceback."""
+    """Truncating a manifest or a shard record made `mine` print a traceback."""
     work, _ = workspace
     for lang in ("de", "en"):
         assert run("index", lang, "-w", str(work))[0] == 0
@@ -318,7 +318,7 @@ def test_a_truncated_workspace_file_is_a_one_line_error_and_encode_or_index_mend
 
 
 def test_reencoding_a_same_size_corpus_rebuilds_a_sharded_index(tmp_path, tiny_model_dir):
-    """Issue 22: the sharded plan id covered the model, not the vectors, so after re-encoding a corpus of
+    """The sharded plan id covered the model, not the vectors, so after re-encoding a corpus of
     the same size `index --max-memory` kept the old shard files and `mine` searched the old vectors."""
     model = str(tiny_model_dir("bert"))
     first, second, en = sentences(20, seed=21), sentences(20, seed=22), sentences(20, seed=23)
@@ -384,7 +384,7 @@ def test_eval_bucc_applies_the_pair_filters(tmp_path, tiny_model_dir):
 
 
 def test_without_a_threshold_the_summary_says_nothing_was_thresholded_and_how_to_calibrate(indexed_workspace):
-    """Issue 31: `mine` without --threshold kept every candidate and its summary said nothing of it."""
+    """`mine` without --threshold kept every candidate and its summary said nothing of it."""
     work, _ = indexed_workspace
     code, output = run("mine", "de", "en", "-w", str(work))
     assert code == 0, output

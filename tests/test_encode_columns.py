@@ -22,7 +22,6 @@ from bitextmine.workspace.corpus import (
     CorpusManifest,
     RowReader,
     load_manifest,
-    lookup_rows,
     read_shard_rows,
     read_text_shard,
     write_text_shards,
@@ -132,9 +131,9 @@ def test_shards_carry_meta_only_with_a_meta_column(tmp_path: Path) -> None:
     assert (
         texts == ["Erster Satz.", "Zweiter Satz."] and lines.tolist() == [1, 2] and sources.tolist() == [0, 0]
     )
-    found = lookup_rows(tmp_path / "a", with_meta, np.array([1, 0, 1]))
+    found = RowReader(tmp_path / "a", with_meta).rows(np.array([1, 0, 1]))
     assert [(r.line, r.meta) for r in found] == [(2, "u2"), (1, "u1"), (2, "u2")]
-    assert [r.meta for r in lookup_rows(tmp_path / "c", whole, np.array([0]))] == [None]
+    assert [r.meta for r in RowReader(tmp_path / "c", whole).rows(np.array([0]))] == [None]
     assert text_only.rows == whole.rows == 2
 
 

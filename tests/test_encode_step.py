@@ -18,7 +18,7 @@ from tests.helpers import sentences
 
 @pytest.mark.integration
 def test_a_job_at_another_precision_than_the_shards_is_refused(tmp_path, tiny_model_dir):
-    """Issue 22: a job resolved `--precision auto` on its own node and only the fingerprint was checked,
+    """A job resolved `--precision auto` on its own node and only the fingerprint was checked,
     so one language could hold bf16 and fp32 shards recorded as one."""
     model = str(tiny_model_dir("bert"))
     source = tmp_path / "de.txt"

@@ -140,7 +140,7 @@ def test_unavailable_device_and_unreachable_hub_id_are_clear_errors(monkeypatch)
 
 
 def test_hub_failures_are_one_line_errors_and_other_failures_are_not_disguised(monkeypatch):
-    """Issue 22: `except Exception` turned every failure, bugs included, into 'not loadable from the hub'."""
+    """`except Exception` turned every failure, bugs included, into 'not loadable from the hub'."""
     import huggingface_hub
     from huggingface_hub.errors import LocalEntryNotFoundError
 

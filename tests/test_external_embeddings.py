@@ -272,7 +272,7 @@ def _bucc_slice(split: Path, out: Path, gold_pairs: int = 100, others: int = 200
 
 
 def test_sentence_transformers_vectors_mine_the_pairs_encode_mines(tmp_path, e5_dir):
-    """Issue 20's check: e5 vectors from sentence-transformers (the same "query: " prefix and mean pooling
+    """e5 vectors from sentence-transformers (the same "query: " prefix and mean pooling
     as bitextmine's encoder) imported with --embeddings mine the pairs that encoding with the model does."""
     from sentence_transformers import SentenceTransformer
 

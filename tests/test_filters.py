@@ -9,16 +9,17 @@ import pytest
 
 from bitextmine.cli.filter_options import mine_filter_settings
 from bitextmine.errors import BitextmineError, BitextmineWarning
+from bitextmine.mining.builtin_filters import is_copy, length_ratio_ok, visible_length
+from bitextmine.mining.filter_base import FilterRule, Setting, settings_type
 from bitextmine.mining.filters import (
+    FILTERS,
     NO_FILTERS,
     WEB,
     FilterSettings,
     PairFilter,
     default_filters,
-    is_copy,
-    length_ratio_ok,
     parse_filters,
-    visible_length,
+    with_items,
 )
 from bitextmine.text.lid import has_words
 
@@ -197,3 +198,32 @@ def test_the_default_filters_skip_the_language_check_only_for_a_language_lid_doe
 def test_an_unknown_language_for_the_language_filter_fails_before_any_work():
     with pytest.raises(BitextmineError, match="xx"):
         PairFilter(FilterSettings(language=0.5), "xx", "en")
+
+
+class NoDigits(FilterRule):
+    """A toy filter: drops pairs with a side holding `no_digits` digits or more."""
+
+    name = "no-digits"
+    fields = (Setting("no_digits", int, 1),)
+
+    @classmethod
+    def check(cls, settings):
+        return None if settings.no_digits != 0 else "no-digits must be at least 1"
+
+    def keep(self, scores, src, tgt):
+        most = self.settings.no_digits
+        digits = [max(sum(c.isdigit() for c in side) for side in pair) for pair in zip(src, tgt, strict=True)]
+        return np.array(digits) < most
+
+
+def test_a_new_filter_is_one_class_listed_among_the_others():
+    Settings = settings_type((*FILTERS[:-1], NoDigits, FILTERS[-1]))  # before dedup, as `FILTERS` would
+    settings = with_items(Settings(dedup=True), ["no-digits"])
+    assert settings.enabled() == ["no-digits", "dedup"] and settings.to_json()["no_digits"] == 1
+    pairs = [("Seite 12", "Page 12"), ("Hallo", "Hello"), ("hallo!", "hello")]
+    keep, counts = run(settings, pairs)
+    assert keep == [False, True, False] and counts == {"no-digits": 1, "dedup": 1}
+    with pytest.raises(BitextmineError, match="no-digits must be at least 1"):
+        with_items(Settings(), ["no-digits=0"])
+    with pytest.raises(BitextmineError, match=r"unknown filter 'digits'.*no-digits, dedup"):
+        with_items(Settings(), ["digits"])

@@ -1,4 +1,4 @@
-"""Workspace fuzz test (issue 22): one random corruption of one file of a finished workspace (every
+"""Workspace fuzz test: one random corruption of one file of a finished workspace (every
 JSON, `.npy`, `.faiss` and text shard it holds: cut short, bytes flipped, deleted, a value of the wrong
 type, a name pointing out of its folder), then `mine`, the same `encode`s, `index`es and `mine` again.
 

@@ -1,4 +1,4 @@
-"""The large-index default path (issue 22): an HNSW coarse quantizer above 4,096 lists, a training sample
+"""The large-index default path: an HNSW coarse quantizer above 4,096 lists, a training sample
 held to TRAIN_SAMPLE_BYTES, and an unsharded build that resumes after a kill."""
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ def test_a_complete_language_opens(tmp_path):
 
 
 def test_vectors_of_an_older_text_of_the_same_size_are_refused(tmp_path):
-    """Issue 22: only the total row count was checked, so a corpus rebuilt from other text (a re-encode
+    """Only the total row count was checked, so a corpus rebuilt from other text (a re-encode
     that stopped before its first shard) was mined with the old text's vectors."""
     workspace = Workspace(tmp_path)
     build(workspace, [f"sentence {i}" for i in range(7)])

@@ -12,14 +12,15 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "bitextmine"
 
 # A module may import its own subpackage and those of a lower rank, never a higher one. The base
-# modules (errors, files, faults, progress, unit_vectors) and `launch` (jobs and where they run)
-# serve every stage.
+# modules (errors, files, faults, progress, unit_vectors, version) and `launch` (jobs and where they run)
+# serve every stage; the package itself (`bitextmine/__init__.py`, the public API) is above them all.
 RANKS = {
     "errors": 0,
     "files": 0,
     "faults": 0,
     "progress": 0,
     "unit_vectors": 0,
+    "version": 0,
     "launch": 0,
     "text": 1,
     "workspace": 2,
@@ -32,54 +33,89 @@ RANKS = {
     "train": 7,
     "steps": 8,
     "cli": 9,
+    "__init__": 10,
 }
 
 
 def _stage(module: str) -> str:
-    """The subpackage (or base module) of a dotted bitextmine module name."""
-    return module.split(".")[1]
+    """The subpackage (or base module) of a dotted bitextmine module name; `__init__` for the package."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
 
 
-def _imports(path: Path) -> list[tuple[int, str]]:
-    """(line, module) of every bitextmine module the file imports, at the top or inside functions."""
+def _imports(path: Path, package: Path = PACKAGE) -> list[tuple[int, str]]:
+    """(line, module) of every bitextmine module the file imports, at the top or inside functions:
+    `from bitextmine import X` is module `bitextmine.X` where X is one, else the package itself."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("bitextmine."):
+        if isinstance(node, ast.ImportFrom) and node.module == "bitextmine":
+            found += [(node.lineno, _from_package(a.name, package)) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("bitextmine."):
             found.append((node.lineno, node.module))
         elif isinstance(node, ast.Import):
-            found += [(node.lineno, a.name) for a in node.names if a.name.startswith("bitextmine.")]
+            found += [(node.lineno, a.name) for a in node.names if a.name.split(".")[0] == "bitextmine"]
     return found
 
 
-def _modules() -> list[Path]:
+def _from_package(name: str, package: Path) -> str:
+    is_module = (package / f"{name}.py").is_file() or (package / name / "__init__.py").is_file()
+    return f"bitextmine.{name}" if is_module else "bitextmine"
+
+
+def _modules(package: Path = PACKAGE) -> list[Path]:
     return sorted(
-        p for p in PACKAGE.rglob("*.py") if p.parent != PACKAGE or p.stem not in ("__init__", "__main__")
+        p for p in package.rglob("*.py") if p.parent != package or p.stem not in ("__init__", "__main__")
     )
 
 
+def _name(path: Path, package: Path = PACKAGE) -> str:
+    return "bitextmine." + ".".join(path.relative_to(package).with_suffix("").parts)
+
+
+def _against_the_flow(path: Path, package: Path = PACKAGE) -> list[str]:
+    """The imports of one module that go up the table (or sideways to another stage of its rank)."""
+    own = _stage(_name(path, package))
+    return [
+        f"{path.relative_to(package.parent)}:{line} imports {module}"
+        for line, module in _imports(path, package)
+        if _stage(module) != own and RANKS[_stage(module)] >= RANKS[own] and RANKS[_stage(module)] > 0
+    ]
+
+
 def test_every_module_belongs_to_a_ranked_stage():
-    stages = {
-        _stage("bitextmine." + ".".join(p.relative_to(PACKAGE).with_suffix("").parts)) for p in _modules()
-    }
-    assert stages == set(RANKS)
+    assert {_stage(_name(p)) for p in _modules()} == set(RANKS) - {"__init__"}
 
 
 @pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_imports_flow_one_way(path: Path):
-    own = _stage("bitextmine." + ".".join(path.relative_to(PACKAGE).with_suffix("").parts))
-    against = [
-        f"{path.relative_to(REPO)}:{line} imports {module}"
-        for line, module in _imports(path)
-        if _stage(module) != own and RANKS[_stage(module)] >= RANKS[own] and RANKS[_stage(module)] > 0
-    ]
+    against = _against_the_flow(path)
     assert not against, "imports against the data flow:\n" + "\n".join(against)
 
 
-def test_the_rule_catches_a_search_module_importing_mining(tmp_path):
-    module = tmp_path / "knn.py"
-    module.write_text("from bitextmine.mining.margin import margin_scores\n")
-    assert _imports(module) == [(1, "bitextmine.mining.margin")]
-    assert RANKS[_stage("bitextmine.mining.margin")] > RANKS["search"]
+def test_the_rule_catches_upward_imports_planted_in_a_copy_of_the_package(tmp_path):
+    """Each way of writing an upward import, planted in a fake package beside one that is allowed."""
+    package = tmp_path / "bitextmine"
+    planted = {
+        "search/knn.py": "from bitextmine.mining.margin import margin_scores\n",
+        "mining/mined_file.py": "def version():\n    from bitextmine import __version__\n",
+        "text/reader.py": "import bitextmine.cli.app\n",
+        "workspace/layout.py": "from bitextmine import steps\n",
+        "encoder/loading.py": "from bitextmine import errors, progress\nfrom bitextmine.text import lid\n",
+    }
+    for name, source in {**planted, "steps/__init__.py": "", "errors.py": "", "progress.py": ""}.items():
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).write_text(source)
+    found = {str(p.relative_to(package)): _against_the_flow(p, package) for p in _modules(package)}
+    assert found == {
+        "errors.py": [],
+        "progress.py": [],
+        "search/knn.py": ["bitextmine/search/knn.py:1 imports bitextmine.mining.margin"],
+        "mining/mined_file.py": ["bitextmine/mining/mined_file.py:2 imports bitextmine"],
+        "text/reader.py": ["bitextmine/text/reader.py:1 imports bitextmine.cli.app"],
+        "workspace/layout.py": ["bitextmine/workspace/layout.py:1 imports bitextmine.steps"],
+        "encoder/loading.py": [],
+        "steps/__init__.py": [],
+    }
 
 
 def test_nothing_points_outside_the_repository():

@@ -1,4 +1,4 @@
-"""Issue 31: `mine-files A B` mines two text files in one command (encode, index, mine in a workspace it
+"""`mine-files A B` mines two text files in one command (encode, index, mine in a workspace it
 keeps), as the five commands do by hand; a rerun reuses the workspace; bad options fail before any work."""
 
 from __future__ import annotations

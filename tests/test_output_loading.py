@@ -1,4 +1,4 @@
-"""Issue 31: mine's outputs as Hugging Face users load them: a `translation` column in jsonl and parquet,
+"""`mine`'s outputs as Hugging Face users load them: a `translation` column in jsonl and parquet,
 parquet schema metadata saying what made the pairs, and the headerless TSV read by the recipe in
 docs/commands.md."""
 

@@ -66,7 +66,7 @@ def test_store_keeps_one_record_per_fingerprint_margin_k_and_pair(tmp_path):
 
 
 def test_a_calibration_of_another_k_is_never_used_and_the_error_lists_those_that_exist(tmp_path):
-    """Issue 30: `calibrate --k 100000` replaced the k=4 threshold, and `mine --k 16 --threshold auto`
+    """`calibrate --k 100000` replaced the k=4 threshold, and `mine --k 16 --threshold auto`
     used the k=4 one."""
     store = tmp_path / "thresholds.json"
     store_threshold(store, DE_EN)

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from bitextmine.errors import BitextmineError, whole_number
+from bitextmine.errors import BitextmineError, Warn, warn_user, whole_number
 from bitextmine.text.languages import parse_pair
-from bitextmine.text.reader import Warn, read_lines, warn_user
+from bitextmine.text.reader import read_lines
 
 
 class BuccError(BitextmineError):

@@ -21,6 +21,7 @@ from bitextmine.calibration.planted import CalibrationPairs
 from bitextmine.encoder.cache import VectorSources, embed_reusing
 from bitextmine.encoder.encoder import SentenceEncoder
 from bitextmine.encoder.held import held_vectors
+from bitextmine.errors import Warn, warn_user
 from bitextmine.mining.arrays import mine_arrays
 from bitextmine.mining.filters import PairFilter
 from bitextmine.mining.mined_file import mined_format, mined_records
@@ -29,7 +30,6 @@ from bitextmine.mining.settings import MiningSettings
 from bitextmine.progress import Advance
 from bitextmine.text.cleaning import clean_line
 from bitextmine.text.languages import parse_pair
-from bitextmine.text.reader import Warn, warn_user
 from bitextmine.workspace.external import open_vectors
 from bitextmine.workspace.layout import Workspace
 

@@ -26,7 +26,6 @@ from rich.console import Console, ConsoleDimensions
 from rich.text import Text
 from typer.core import TyperGroup
 
-from bitextmine import __version__
 from bitextmine.cli.laser_flags import NoSuchOption, with_laser_hint
 from bitextmine.cli.metavars import name_types
 from bitextmine.encoder.devices import DEVICE_NAME
@@ -35,6 +34,7 @@ from bitextmine.errors import BitextmineError, BitextmineWarning, is_out_of_memo
 from bitextmine.mining.margin import MARGINS, MAX_K
 from bitextmine.mining.selection import STRATEGIES
 from bitextmine.text.languages import parse_pair
+from bitextmine.version import __version__
 from bitextmine.workspace.layout import DEFAULT_WORKDIR
 
 EXIT_USER_ERROR = 1

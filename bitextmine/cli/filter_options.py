@@ -9,6 +9,7 @@ from rich.table import Table
 
 from bitextmine.cli.app import checked_by
 from bitextmine.cli.output import fields_table
+from bitextmine.errors import warn_user
 from bitextmine.mining.filters import (
     DEFAULT_PRESET,
     FILTER_NAMES,
@@ -17,7 +18,6 @@ from bitextmine.mining.filters import (
     default_filters,
     parse_filters,
 )
-from bitextmine.text.reader import warn_user
 
 _PRESETS_HELP = (
     f"Filter preset: {', '.join(PRESETS)}. web drops pairs with a side confidently in another language, "

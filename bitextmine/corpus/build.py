@@ -8,7 +8,8 @@ from pathlib import Path
 
 from bitextmine.corpus.settings import CorpusSettings
 from bitextmine.corpus.sift import iter_corpus
-from bitextmine.text.reader import CorpusCounts, CorpusError, Row, Warn, display_name, warn_user
+from bitextmine.errors import Warn, warn_user
+from bitextmine.text.reader import CorpusCounts, CorpusError, Row, display_name
 from bitextmine.workspace.corpus import (
     CorpusManifest,
     SourceInfo,

@@ -28,12 +28,13 @@ from typing import Any
 from bitextmine.corpus.build import build_corpus, plan_corpus, write_corpus
 from bitextmine.corpus.settings import CorpusSettings
 from bitextmine.corpus.sift import Sifted, sift
+from bitextmine.errors import Warn, warn_user
 from bitextmine.files import atomic_open, json_record, json_text, remove_temporaries
 from bitextmine.launch.config import LauncherConfig
 from bitextmine.launch.jobs import Job, run_jobs
 from bitextmine.progress import Advance
 from bitextmine.text.dedup import Deduplicator
-from bitextmine.text.reader import STDIN, CorpusCounts, CorpusError, Row, Warn, iter_rows, warn_user
+from bitextmine.text.reader import STDIN, CorpusCounts, CorpusError, Row, iter_rows
 from bitextmine.workspace.corpus import CorpusManifest, SourceInfo, TextShard, clear_corpus
 
 PART_FORMAT = 1

@@ -7,9 +7,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import NamedTuple
 
 from bitextmine.corpus.settings import CorpusSettings
+from bitextmine.errors import Warn, warn_user
 from bitextmine.text.dedup import Deduplicator
 from bitextmine.text.lid import LidFilter
-from bitextmine.text.reader import CorpusCounts, Row, Warn, iter_rows, warn_user
+from bitextmine.text.reader import CorpusCounts, Row, iter_rows
 
 LID_BATCH = 1024  # rows identified at a time
 

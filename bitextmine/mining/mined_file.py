@@ -30,11 +30,12 @@ from typing import Any, BinaryIO, Protocol
 import numpy as np
 import zstandard
 
-from bitextmine.errors import BitextmineError
+from bitextmine.errors import BitextmineError, Warn
 from bitextmine.faults import crash_point
 from bitextmine.files import OutputTarget
 from bitextmine.mining.filters import FilterSettings, PairFilter
-from bitextmine.text.reader import Row, Warn, read_lines
+from bitextmine.text.reader import Row, read_lines
+from bitextmine.version import __version__
 from bitextmine.workspace.corpus import RowReader
 from bitextmine.workspace.language import Language
 
@@ -138,8 +139,6 @@ def mining_settings(
 def parquet_metadata(src_lang: str, tgt_lang: str, settings: dict[str, Any]) -> dict[str, Any]:
     """What the parquet file says made its pairs: the languages, `settings` (model, fingerprint, margin,
     k, threshold, filters) and the bitextmine version."""
-    from bitextmine import __version__
-
     return {"src_lang": src_lang, "tgt_lang": tgt_lang, **settings, "bitextmine_version": __version__}
 
 

@@ -31,7 +31,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from bitextmine.search.knn import Neighbours
+from bitextmine.search.knn import Neighbours, QueryBlocks
 
 GROUP = 64  # columns a group in `block_top` (CUDA)
 CPU_GROUP = 16  # columns a group in `_Best.scan` (CPU): fewer to gather where a group's maximum passes
@@ -57,7 +57,7 @@ CUDA_RESIDENT_SHARE = 0.30
 # so the memory is reused; chunks of 2**18 (fresh pages each time) took 1.8x as long. CUDA: 1.6 GB; with
 # 2**13 (256 queries a chunk, each chunk a dozen kernels and a sync) certifying 2 x 196,608 queries took
 # 1.39 s on an H100, with 2**20 0.12 s.
-RERANK_ROWS = {"cpu": 2**13, "cuda": 2**20}
+RERANK_CANDIDATES = {"cpu": 2**13, "cuda": 2**20}
 
 
 class VectorSource(Protocol):
@@ -100,7 +100,7 @@ class GemmPlan:
     group: int = GROUP  # columns a group in `block_top` (CUDA) or `_Best.scan` (CPU)
     levels: int = 1  # rounds of group maxima in `block_top`
     grouped_top: bool = False  # each block's best by `block_top` (CUDA), else by `_Best.scan` (CPU)
-    rerank_rows: int = RERANK_ROWS["cpu"]  # candidates re-ranked at once
+    rerank_rows: int = RERANK_CANDIDATES["cpu"]  # candidates re-ranked at once
 
     @classmethod
     def for_device(cls, device: str = "cpu", precision: str = "auto") -> GemmPlan:
@@ -120,17 +120,12 @@ class GemmPlan:
                 int(CUDA_RESIDENT_SHARE * card),
                 levels=CUDA_TOP_LEVELS,
                 grouped_top=True,
-                rerank_rows=RERANK_ROWS["cuda"],
+                rerank_rows=RERANK_CANDIDATES["cuda"],
             )
         return cls(dev, dtype, *CPU_BLOCK, EXTRA["cpu"], RESIDENT_BYTES.get(dev.type, 0), group=CPU_GROUP)
 
     def describe(self) -> str:
         return f"{str(self.dtype).removeprefix('torch.')} products on {self.device}"
-
-    @property
-    def memory_bytes(self) -> int:
-        """The product matrix's size: the bound on what one step of the search holds besides the base."""
-        return self.query_rows * self.base_rows * torch.finfo(self.dtype).bits // 8
 
 
 def cuda_block(card_bytes: int, dtype: torch.dtype) -> tuple[int, int]:
@@ -171,9 +166,6 @@ def error_bound(
     rounded_norms = (q_norm + q_error) * (base_norm + base_error)
     product = (UNIT_ROUNDOFF[dtype] + sums) * rounded_norms
     return inputs + product + (sums + FP32_UNIT) * q_norm * base_norm + 1e-7
-
-
-QueryBlocks = Callable[[], Iterable[tuple[int, np.ndarray]]]
 
 
 def gemm_neighbours(

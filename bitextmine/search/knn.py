@@ -8,9 +8,9 @@ from dataclasses import dataclass
 import faiss
 import numpy as np
 
-# Re-ranking gathers every candidate's vector: 16k queries x 64 candidates (PQ's fetch) x 384-d float32
-# is 1.6 GB, whatever the block of queries searched at once.
-RERANK_ROWS = 16_384
+# Queries whose candidates are re-ranked at once: re-ranking gathers every candidate's vector, 16k queries x
+# 64 candidates (PQ's fetch) x 384-d float32 is 1.6 GB, whatever the block of queries searched at once.
+RERANK_QUERIES = 16_384
 
 QueryBlocks = Callable[[], Iterable[tuple[int, np.ndarray]]]  # (first query row, vectors), in row order
 
@@ -46,7 +46,7 @@ def rerank(
     ids: np.ndarray,
     take: Callable[[np.ndarray], np.ndarray],
     k: int,
-    chunk_rows: int = RERANK_ROWS,
+    chunk_rows: int = RERANK_QUERIES,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The k candidates of each query with the highest exact cosine (vectors from `take`), best first.
 

@@ -15,7 +15,7 @@ from bitextmine.corpus.parts import build_corpus_from_parts
 from bitextmine.corpus.settings import CorpusSettings
 from bitextmine.encoder.encoder import SentenceEncoder
 from bitextmine.encoder.spec import EncoderSpec, LoadedEncoder
-from bitextmine.errors import BitextmineError, BitextmineValueError
+from bitextmine.errors import BitextmineError, BitextmineValueError, warn_user
 from bitextmine.launch.config import LauncherConfig
 from bitextmine.launch.jobs import Job, run_jobs
 from bitextmine.progress import Advance, Progress, ProgressDisplay
@@ -29,7 +29,7 @@ from bitextmine.text.lid import (
     lid_code,
     model_id,
 )
-from bitextmine.text.reader import STDIN, Columns, CorpusCounts, check_readable, warn_user
+from bitextmine.text.reader import STDIN, Columns, CorpusCounts, check_readable
 from bitextmine.workspace.corpus import CorpusManifest, TextShard, load_manifest, read_text_shard
 from bitextmine.workspace.embeddings import EmbeddingShard, EmbeddingStore, ModelIdentity
 from bitextmine.workspace.external import VectorsFile, external_model, open_vectors

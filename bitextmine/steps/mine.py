@@ -23,7 +23,7 @@ from bitextmine.calibration.thresholds import (
     size_drift_note,
 )
 from bitextmine.encoder.devices import check_device
-from bitextmine.errors import BitextmineError, BitextmineValueError, whole_number
+from bitextmine.errors import BitextmineError, BitextmineValueError, warn_user, whole_number
 from bitextmine.files import OutputTarget, atomic_open, output_target, save_array, write_json
 from bitextmine.launch.config import LauncherConfig
 from bitextmine.launch.jobs import Job, run_jobs
@@ -46,7 +46,6 @@ from bitextmine.search.knn import Neighbours
 from bitextmine.search.language_search import BaseSearch, exact_both_ways
 from bitextmine.steps.corpus_threshold import InCorpus, calibration_pairs, in_corpus
 from bitextmine.text.languages import check_lang
-from bitextmine.text.reader import warn_user
 from bitextmine.workspace.embeddings import check_same_dimension
 from bitextmine.workspace.external import is_external
 from bitextmine.workspace.language import Language, open_language

@@ -19,7 +19,7 @@ import numpy as np
 from bitextmine.calibration.thresholds import ThresholdChoice, encoder_threshold
 from bitextmine.encoder.cache import embed
 from bitextmine.encoder.encoder import SentenceEncoder
-from bitextmine.errors import BitextmineError
+from bitextmine.errors import BitextmineError, warn_user
 from bitextmine.files import output_target
 from bitextmine.mining.filters import NO_FILTERS, FilterSettings, PairFilter
 from bitextmine.mining.margin import margin_scores
@@ -37,7 +37,7 @@ from bitextmine.search.gemm import mutual_neighbours
 from bitextmine.search.knn import Neighbours
 from bitextmine.search.language_search import BaseSearch
 from bitextmine.text.bitext import Bitext
-from bitextmine.text.reader import Row, warn_user
+from bitextmine.text.reader import Row
 from bitextmine.workspace.corpus import SourceInfo
 from bitextmine.workspace.language import open_language
 from bitextmine.workspace.layout import Workspace, check_workspace

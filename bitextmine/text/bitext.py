@@ -6,8 +6,9 @@ import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+from bitextmine.errors import Warn, warn_user
 from bitextmine.text.cleaning import clean_line
-from bitextmine.text.reader import CorpusError, Warn, display_name, read_lines, warn_user
+from bitextmine.text.reader import CorpusError, display_name, read_lines
 
 
 @dataclass

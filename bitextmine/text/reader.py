@@ -18,7 +18,6 @@ import os
 import re
 import stat
 import sys
-import warnings
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, fields
@@ -26,7 +25,7 @@ from typing import Any, BinaryIO, NamedTuple, cast
 
 import zstandard
 
-from bitextmine.errors import BitextmineError, BitextmineWarning
+from bitextmine.errors import BitextmineError, Warn, warn_user
 from bitextmine.text.cleaning import CLEAN_TABLE, clean_line
 
 STDIN = "-"
@@ -40,14 +39,6 @@ _DECOMPRESS_ERRORS = (EOFError, OSError, zlib.error, lzma.LZMAError, zstandard.Z
 
 class CorpusError(BitextmineError):
     """Bad text input; the message names the file and, when it applies, ``path:LINE:``."""
-
-
-Warn = Callable[[str], None]
-
-
-def warn_user(message: str) -> None:
-    """The default warning sink: a BitextmineWarning (the CLI prints it on one line)."""
-    warnings.warn(message, BitextmineWarning, stacklevel=3)
 
 
 @dataclass(slots=True)

@@ -20,10 +20,10 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bitextmine.errors import BitextmineError
+from bitextmine.errors import BitextmineError, Warn, warn_user
 from bitextmine.mining.mined_file import FORMATS, mined_format
 from bitextmine.text.cleaning import clean_line
-from bitextmine.text.reader import CorpusCounts, Warn, iter_rows, read_lines, warn_user
+from bitextmine.text.reader import CorpusCounts, iter_rows, read_lines
 from bitextmine.train.mined import (
     NO_SCORE_USE,
     MinedSelection,

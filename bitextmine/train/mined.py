@@ -19,10 +19,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from bitextmine.errors import BitextmineError
+from bitextmine.errors import BitextmineError, Warn, warn_user
 from bitextmine.mining.mined_file import TSV_FIELDS, TSV_LAYOUT, mined_records, parse_score
 from bitextmine.text.cleaning import clean_line
-from bitextmine.text.reader import Warn, read_lines, warn_user
+from bitextmine.text.reader import read_lines
 
 
 @dataclass(frozen=True)

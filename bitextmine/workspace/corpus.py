@@ -251,11 +251,6 @@ def load_manifest(out_dir: Path) -> CorpusManifest | None:
         raise CorpusError(f"{path}: corrupt corpus manifest ({e}); delete it to rebuild") from None
 
 
-def lookup_rows(corpus_dir: Path, manifest: CorpusManifest, rows: np.ndarray) -> list[Row]:
-    """The cleaned sentence, origin and meta of each global row number (one lookup: see RowReader)."""
-    return RowReader(corpus_dir, manifest).rows(rows)
-
-
 class RowReader:
     """The rows of a corpus by global row number, for many lookups (`mine` writing its pairs chunk by
     chunk, each chunk touching every shard): a text shard is read and checked (sha256) once, the first

@@ -9,7 +9,7 @@ throughput on the noisy lines.
 
     python examples/benchmarks/bench_filters.py [--pairs de,fr,ru,zh] [--report-only]
 
-Target (issue 21): with the preset, F1 on noisy dev within 1 point of the clean dev F1 on every pair,
+Target: with the preset, F1 on noisy dev within 1 point of the clean dev F1 on every pair,
 recall not lower by more than 1 point.
 """
 
@@ -208,7 +208,7 @@ def report(rows: list[dict]) -> str:
         return f"- {name}: " + (", ".join(gaps) or "not measured") + "."
 
     def target(name: str) -> str:
-        """Whether configuration `name` meets issue 21's target on every pair, with each pair's gaps."""
+        """Whether configuration `name` meets the module's target on every pair, with each pair's gaps."""
         gaps = {
             pair: (
                 measured[pair, name]["f1"] - measured[pair, "none"]["clean_f1"],

@@ -1,4 +1,4 @@
-"""Do thresholds learned on one split carry to another? (issue 23, "thresholds that transfer")
+"""Do thresholds learned on one split carry to another?
 
 Each BUCC-format dev split of ../shared/data/bucc-like is cut in two halves, A and B, by its gold pairs
 (each half gets half the gold pairs, and each side's other sentences are dealt at random), --rounds times

@@ -10,12 +10,12 @@ rebuilt from it after every row (`--report-only`: only that).
 Section `speed` times packed against padded training steps on the same batches.
 Ablations train a control arm and a treatment arm on equal budgets, once per seed (a run is saved, and the
 report rebuilt, as it ends), and weigh the difference of the arms' means against the spread over seeds:
-- `mexma-ablation` (issue 23, item 4): contrastive + MEXMA with and without the unmasking task's token
+- `mexma-ablation`: contrastive + MEXMA with and without the unmasking task's token
   gradients (the paper's §5.1 ablation), for the same number of steps;
-- `hard-negatives` (issue 33, item 2): the `mining` recipe with and without `--hard-negatives N`, at equal
+- `hard-negatives`: the `mining` recipe with and without `--hard-negatives N`, at equal
   steps and at equal wall clock; evaluated also at dev thresholds calibrated on the other half of the
   split (bench_thresholds' halves) and by xsim on FLORES-101 dev;
-- `margin` (issue 33, the `mining` recipe's Tatoeba target): the `mining` recipe with and without the
+- `margin` (the `mining` recipe's Tatoeba target): the `mining` recipe with and without the
   `weak-languages` recipe's `--margin 0.3`, at 30 minutes, evaluated as `hard-negatives`; its control arm
   is the hard-negatives ablation's (the same settings), recorded once under that ablation's keys;
 - `lr` (the same target): the `mining` recipe with and without `--lr 5e-5`, shaped as `margin`.

@@ -136,7 +136,7 @@ def test_a_random_gather_leaves_few_file_pages_mapped(tmp_path, monkeypatch):
 
 
 def test_shards_are_in_row_order_past_99999(tmp_path):
-    """Issue 22: names sorted as text put shard-100000 before shard-10001 and misaligned vectors and texts."""
+    """Names sorted as text put shard-100000 before shard-10001 and misaligned vectors and texts."""
     store = EmbeddingStore(tmp_path, "de")
     store.bind(MODEL_A)
     for name, fill in (("shard-100000", 2.0), ("shard-99999", 1.0), ("shard-100001", 3.0)):

@@ -13,8 +13,9 @@ import os
 from pathlib import Path
 
 from bitextmine.calibration.bucc import BuccError, BuccSide, BuccSplit
+from bitextmine.errors import Warn, warn_user
 from bitextmine.text.languages import parse_pair
-from bitextmine.text.reader import Warn, display_name, read_all_lines, warn_user
+from bitextmine.text.reader import display_name, read_all_lines
 
 # Gold pairs a split needs at the least: a threshold chosen on fewer moves with every pair.
 MIN_PAIRS = 20

@@ -24,14 +24,15 @@ class EvalSets:
     tatoeba: Path | None = None
     tatoeba_langs: list[str] = field(default_factory=list)
     max_sentences: int | None = None  # per BUCC side (a sample keeping the gold share); None: all
+    extra: list[Evaluator] = field(default_factory=list)  # run after those above (the Python API's)
 
     @property
     def empty(self) -> bool:
-        return not self.bucc and not (self.tatoeba and self.tatoeba_langs)
+        return not self.bucc and not (self.tatoeba and self.tatoeba_langs) and not self.extra
 
 
 def evaluators(sets: EvalSets) -> list[Evaluator]:
-    """Each BUCC pair's dev F1 at its best threshold, then Tatoeba accuracy."""
+    """Each BUCC pair's dev F1 at its best threshold, Tatoeba accuracy, then the extra evaluators."""
     found: list[Evaluator] = []
     for directory in sets.bucc:
         split = read_bucc(Path(directory), Path(directory).name, "dev")
@@ -40,13 +41,14 @@ def evaluators(sets: EvalSets) -> list[Evaluator]:
         found.append(BuccEvaluator(split, EvaluateOptions(threshold="oracle")))
     if sets.tatoeba and sets.tatoeba_langs:
         found.append(TatoebaEvaluator(sets.tatoeba, sets.tatoeba_langs))
-    return found
+    return found + sets.extra
 
 
 def evaluate_model(
     model: nn.Module, tokenizer, settings: EncoderSettings, model_dir: Path, sets: EvalSets
 ) -> dict[str, float]:
-    """{"bucc/de-en": F1 %, "tatoeba/deu": mean of both directions %, "tatoeba/avg": ...}."""
+    """{"bucc/de-en": F1 %, "tatoeba/deu": mean of both directions %, "tatoeba/avg": ...}: the metrics of
+    every evaluator (`evaluators`)."""
     encoder = sentence_encoder(model, tokenizer, settings, model_dir)
     with torch.inference_mode():
         return run_evaluators(evaluators(sets), encoder)

@@ -9,14 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bitextmine.calibration.bucc import (
-    BuccError,
-    BuccSplit,
-    Scores,
-    SweepResult,
-    score_pairs,
-    sweep_threshold,
-)
+from bitextmine.calibration.bucc import BuccError, BuccSplit, Scores, score_pairs
+from bitextmine.calibration.sweep import SweepResult, sweep_threshold
 from bitextmine.encoder.cache import VectorSources, embed_reusing
 from bitextmine.encoder.encoder import SentenceEncoder
 from bitextmine.encoder.held import held_vectors

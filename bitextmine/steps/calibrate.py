@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bitextmine.calibration.bucc import BuccSplit, SweepResult, check_rule
+from bitextmine.calibration.bucc import BuccSplit
 from bitextmine.calibration.split_mining import (
     SplitCandidates,
     calibrate_threshold,
@@ -15,6 +15,7 @@ from bitextmine.calibration.split_mining import (
     read_split_vectors,
 )
 from bitextmine.calibration.split_mining import mine_workspace_split as _mine_split
+from bitextmine.calibration.sweep import SweepResult, check_rule
 from bitextmine.calibration.thresholds import ThresholdRecord, store_threshold
 from bitextmine.encoder.cache import VectorSources
 from bitextmine.encoder.encoder import SentenceEncoder

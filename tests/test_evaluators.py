@@ -15,7 +15,7 @@ from bitextmine.encoder.encoder import SentenceEncoder, load_encoder
 from bitextmine.errors import BitextmineError
 from bitextmine.evaluation.bucc import BuccEvaluator, EvaluateOptions
 from bitextmine.evaluation.evaluator import Evaluator, run_evaluators
-from bitextmine.evaluation.retrieval import TatoebaEvaluator, TatoebaResult, TatoebaRow
+from bitextmine.evaluation.retrieval import TatoebaEvaluator, TatoebaResult, TatoebaRow, XsimEvaluator
 from bitextmine.train.evaluation import EvalSets, evaluate_model
 from tests.helpers import sentences, write_bucc
 
@@ -39,7 +39,6 @@ class SpreadEvaluator(Evaluator):
     texts: list[str]
 
     primary_metric = "spread/all"
-    greater_is_better = True
 
     def __call__(self, encoder: SentenceEncoder) -> Spread:
         vectors = encoder.encode(self.texts).vectors
@@ -71,19 +70,24 @@ def test_a_new_evaluator_runs_in_train_evaluation(encoder: SentenceEncoder, bucc
 
 def test_primary_metrics_are_among_the_metrics(encoder: SentenceEncoder, bucc: Path, tmp_path: Path) -> None:
     split = read_bucc(bucc, "de-en", "dev")
-    tatoeba = tmp_path / "tatoeba"
-    tatoeba.mkdir()
+    tatoeba, flores = tmp_path / "tatoeba", tmp_path / "flores"
+    tatoeba.mkdir(), flores.mkdir()
+    same = "".join(s + "\n" for s in sentences(6, seed=3))
     for lang in ("deu", "eng"):
-        (tatoeba / f"tatoeba.deu-eng.{lang}").write_text("".join(s + "\n" for s in sentences(6, seed=3)))
+        (tatoeba / f"tatoeba.deu-eng.{lang}").write_text(same)
+        (flores / f"{lang}.dev").write_text(same)
     evaluators = [
         BuccEvaluator(split, EvaluateOptions(threshold="oracle")),
         TatoebaEvaluator(tatoeba, ["deu"]),
+        XsimEvaluator(flores, ["deu"]),
         SpreadEvaluator(sentences(3, seed=4)),
     ]
     row = run_evaluators(evaluators, encoder)
-    assert [e.primary_metric for e in evaluators] == ["bucc/de-en", "tatoeba/avg", "spread/all"]
-    assert set(row) == {"bucc/de-en", "tatoeba/deu", "tatoeba/avg", "spread/all"}
-    assert row["tatoeba/avg"] == 100.0
+    primary = [e.primary_metric for e in evaluators]
+    assert primary == ["bucc/de-en", "tatoeba/avg", "xsim/avg", "spread/all"]
+    assert list(row) == ["bucc/de-en", "tatoeba/deu", "tatoeba/avg", "xsim/deu", "xsim/avg", "spread/all"]
+    assert (row["tatoeba/avg"], row["xsim/avg"]) == (100.0, 0.0)
+    assert [e.greater_is_better for e in evaluators] == [True, True, False, True]
 
 
 def test_a_calibrated_threshold_needs_a_store(encoder: SentenceEncoder, bucc: Path) -> None:

@@ -52,8 +52,8 @@ _EXPORTS = {
     "read_bitext": "bitextmine.text.bitext",
     "calibrate": "bitextmine.steps.calibrate",
     "CalibrateOptions": "bitextmine.steps.calibrate",
-    "evaluate_bucc": "bitextmine.steps.calibrate",
-    "EvaluateOptions": "bitextmine.steps.calibrate",
+    "evaluate_bucc": "bitextmine.evaluation.bucc",
+    "EvaluateOptions": "bitextmine.evaluation.bucc",
     "MiningSettings": "bitextmine.mining.settings",
     "read_bucc": "bitextmine.calibration.bucc",
     "sample_split": "bitextmine.calibration.bucc",
@@ -141,6 +141,7 @@ if TYPE_CHECKING:
     from bitextmine.encoder.encoder import SentenceEncoder, load_encoder
     from bitextmine.encoder.spec import EncoderSpec
     from bitextmine.errors import BitextmineError, BitextmineWarning
+    from bitextmine.evaluation.bucc import EvaluateOptions, evaluate_bucc
     from bitextmine.launch.config import LauncherConfig
     from bitextmine.mining.arrays import mine_arrays
     from bitextmine.mining.filters import FilterSettings, parse_filters
@@ -149,7 +150,7 @@ if TYPE_CHECKING:
     from bitextmine.mining.settings import MiningSettings
     from bitextmine.progress import Progress, ProgressDisplay
     from bitextmine.search.index_files import IndexInfo
-    from bitextmine.steps.calibrate import CalibrateOptions, EvaluateOptions, calibrate, evaluate_bucc
+    from bitextmine.steps.calibrate import CalibrateOptions, calibrate
     from bitextmine.steps.encode import EncodeOptions, EncodeSummary, encode, import_embeddings
     from bitextmine.steps.index import IndexOptions, index
     from bitextmine.steps.mine import MineOptions, MineSummary, mine

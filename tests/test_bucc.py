@@ -13,8 +13,9 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bitextmine.calibration.bucc import BuccError, Scores, read_bucc, score_pairs, sweep_threshold
+from bitextmine.calibration.bucc import BuccError, Scores, read_bucc, score_pairs
 from bitextmine.calibration.split_mining import score_mined_file
+from bitextmine.calibration.sweep import sweep_threshold
 from bitextmine.errors import BitextmineError, BitextmineWarning
 from bitextmine.files import OutputTarget
 from bitextmine.mining.filters import NO_FILTERS, PairFilter

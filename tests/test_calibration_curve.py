@@ -8,7 +8,8 @@ import sys
 import numpy as np
 import pytest
 
-from bitextmine.calibration.bucc import BuccError, sweep_curve, sweep_threshold
+from bitextmine.calibration.bucc import BuccError
+from bitextmine.calibration.sweep import sweep_curve, sweep_threshold
 from bitextmine.cli.plots import (
     calibration_figure,
     curve_lines,

@@ -9,15 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
-from bitextmine.calibration.bucc import (
-    BuccError,
-    BuccSplit,
-    Scores,
-    SweepResult,
-    score_pairs,
-    sweep_threshold,
-)
+from bitextmine.calibration.bucc import BuccError, BuccSplit, Scores, score_pairs
 from bitextmine.calibration.planted import CalibrationPairs
+from bitextmine.calibration.sweep import SweepResult, sweep_threshold
 from bitextmine.encoder.cache import VectorSources, embed_reusing
 from bitextmine.encoder.encoder import SentenceEncoder
 from bitextmine.encoder.held import held_vectors
@@ -27,11 +21,12 @@ from bitextmine.mining.filters import PairFilter
 from bitextmine.mining.mined_file import mined_format, mined_records
 from bitextmine.mining.selection import Candidates
 from bitextmine.mining.settings import MiningSettings
-from bitextmine.progress import Advance
+from bitextmine.progress import Advance, Progress
 from bitextmine.text.cleaning import clean_line
 from bitextmine.text.languages import parse_pair
 from bitextmine.workspace.external import open_vectors
 from bitextmine.workspace.layout import Workspace
+from bitextmine.workspace.scratch import scratch_folder
 
 
 @dataclass
@@ -64,6 +59,25 @@ def mine_split(
     mined = mine_vectors(split, src.vectors, tgt.vectors, settings, scratch)
     mined.sources = src.sources + tgt.sources
     return mined
+
+
+def mine_workspace_split(
+    workspace: Workspace,
+    split: BuccSplit,
+    encoder: SentenceEncoder,
+    settings: MiningSettings,
+    progress: Progress,
+    command: str,
+) -> SplitCandidates:
+    """`mine_split` for a step of `workspace`: the sentences it holds vectors of are not encoded again, the
+    others are cached in it, the selection's scratch is a folder of it named after `command`, and the
+    encoding is one stage of `progress`."""
+    with (
+        progress.stage(f"encoding {split.pair} {split.split}", split.sentences, rates=True),
+        scratch_folder(workspace, command) as scratch,
+    ):
+        cache = workspace.embedding_cache_dir()
+        return mine_split(split, encoder, settings, cache, progress.advance, scratch, reuse=workspace)
 
 
 def mine_vectors(

@@ -38,7 +38,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bitextmine.calibration.bucc import BEST_F1, SweepResult
+from bitextmine.calibration.sweep import BEST_F1, SweepResult
 from bitextmine.encoder.settings import BITEXTMINE_CONFIG
 from bitextmine.errors import BitextmineError, BitextmineValueError, real_number
 from bitextmine.files import WriteError, read_json, write_json

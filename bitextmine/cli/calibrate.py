@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from bitextmine.calibration.bucc import plateau_rule, target_rule
+from bitextmine.calibration.sweep import plateau_rule, target_rule
 from bitextmine.cli.app import (
     DeviceOption,
     JsonOption,

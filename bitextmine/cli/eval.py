@@ -1,4 +1,4 @@
-"""`bitextmine eval bucc|tatoeba|xsim`: parsing and printing (work: steps/calibrate.py, evaluation/)."""
+"""`bitextmine eval bucc|tatoeba|xsim`: parsing and printing (work: the evaluators of evaluation/)."""
 
 from __future__ import annotations
 
@@ -104,7 +104,7 @@ def eval_bucc(
     precision, recall and f1 in percent, the threshold and the filters' drop counts.
     """
     from bitextmine.calibration.bucc import read_bucc
-    from bitextmine.steps.calibrate import EvaluateOptions, evaluate_bucc, evaluate_mined_file
+    from bitextmine.evaluation.bucc import BuccEvaluator, EvaluateOptions, MinedFileEvaluator
 
     set_threads(threads)
     workspace = Workspace(workdir)
@@ -116,11 +116,11 @@ def eval_bucc(
         json_out = json_target(json_path, inputs=inputs, workspace=workspace)
         data = read_bucc(bucc, pair, split)
         if mined is not None:
-            evaluation = evaluate_mined_file(data, mined)
+            evaluation = MinedFileEvaluator(data, mined)()
         else:
             encoder = load_encoder(require_model(model), device, precision)
             with ProgressDisplay() as progress:
-                evaluation = evaluate_bucc(workspace, data, encoder, options, progress)
+                evaluation = BuccEvaluator(data, options, workspace, progress)(encoder)
     scores, used = evaluation.scores, evaluation.threshold
     table = scores_table(f"eval bucc {pair} {split}", scores, used, evaluation.candidates)
     print_results(table, evaluation.to_json(), json_out)
@@ -132,13 +132,6 @@ def eval_bucc(
         out.print(f"threshold {used:.6f}: {evaluation.source}", highlight=False, soft_wrap=True)
     if evaluation.sources is not None:
         out.print(evaluation.sources.describe(), highlight=False, soft_wrap=True)
-
-
-def _encode_fn(model: str, device: str, precision: str, workdir: Path) -> Callable:
-    from bitextmine.encoder.cache import embed
-
-    encoder = load_encoder(model, device, precision)
-    return lambda sentences: embed(encoder, sentences, Workspace(workdir).embedding_cache_dir())
 
 
 def _languages(value: str | None, available: Callable[[], list[str]]) -> list[str]:
@@ -157,18 +150,16 @@ def eval_tatoeba(
     json_path: JsonOption = None,
 ) -> None:
     """Tatoeba nearest-neighbour accuracy in both directions per language, with averages."""
-    from bitextmine.evaluation.retrieval import evaluate_tatoeba, tatoeba_languages
+    from bitextmine.evaluation.retrieval import TatoebaEvaluator, tatoeba_languages
 
     set_threads(threads)
     with user_errors():
-        json_out = json_target(json_path, inputs=data.glob("*"), workspace=Workspace(workdir))
-        encode = _encode_fn(require_model(model), device, precision, workdir)
-        result = evaluate_tatoeba(
-            data,
-            _languages(langs, lambda: tatoeba_languages(data)),
-            encode,
-            progress=lambda lang: info(f"tatoeba {lang}"),
-        )
+        workspace = Workspace(workdir)
+        json_out = json_target(json_path, inputs=data.glob("*"), workspace=workspace)
+        encoder = load_encoder(require_model(model), device, precision)
+        chosen = _languages(langs, lambda: tatoeba_languages(data))
+        evaluator = TatoebaEvaluator(data, chosen, workspace, progress=lambda lang: info(f"tatoeba {lang}"))
+        result = evaluator(encoder)
     rows = [(r.lang, f"{r.pairs:,}", f"{r.xx_to_eng:.1f}", f"{r.eng_to_xx:.1f}") for r in result.rows]
     rows.append(("average", "", f"{result.average_xx_to_eng:.2f}", f"{result.average_eng_to_xx:.2f}"))
     table = results_table("Tatoeba accuracy (%)", ["lang", "pairs", "xx→eng", "eng→xx"], rows)
@@ -191,23 +182,18 @@ def eval_xsim(
     json_path: JsonOption = None,
 ) -> None:
     """xsim error rate (margin-based retrieval, xx→target) on N-way parallel FLORES-style files."""
-    from bitextmine.evaluation.retrieval import evaluate_xsim, flores_languages
+    from bitextmine.evaluation.retrieval import XsimEvaluator, flores_languages
 
     set_threads(threads)
     with user_errors():
-        json_out = json_target(json_path, inputs=data.glob("*"), workspace=Workspace(workdir))
-        encode = _encode_fn(require_model(model), device, precision, workdir)
+        workspace = Workspace(workdir)
+        json_out = json_target(json_path, inputs=data.glob("*"), workspace=workspace)
+        encoder = load_encoder(require_model(model), device, precision)
         chosen = [lang for lang in _languages(langs, lambda: flores_languages(data, split)) if lang != target]
-        result = evaluate_xsim(
-            data,
-            chosen,
-            encode,
-            target=target,
-            split=split,
-            margin=margin,
-            k=k,
-            progress=lambda lang: info(f"xsim {lang}"),
+        evaluator = XsimEvaluator(
+            data, chosen, target, split, margin, k, workspace, progress=lambda lang: info(f"xsim {lang}")
         )
+        result = evaluator(encoder)
     rows = [(r.lang, f"{r.sentences:,}", f"{r.errors:,}", f"{r.error_rate:.2f}") for r in result.rows]
     rows.append(("average", "", "", f"{result.average:.2f}"))
     title = f"xsim error rate (%), xx→{target}, {margin} margin"

@@ -5,7 +5,8 @@
 - xsim (LASER): on N-way parallel FLORES files, the number of xx sentences whose best-scoring English
   candidate (plain cosine, or a margin over the k nearest neighbours) is not their translation.
 
-Encoders enter as an `EncodeFn`, sentences -> float32 [n, dim] unit vectors; gold for source i is target i.
+The functions take an `EncodeFn`, sentences -> float32 [n, dim] unit vectors; gold for source i is target
+i. `TatoebaEvaluator` and `XsimEvaluator` run them on a `SentenceEncoder` (evaluation/evaluator.py).
 """
 
 from __future__ import annotations
@@ -19,10 +20,14 @@ from typing import Any
 
 import numpy as np
 
+from bitextmine.encoder.cache import embed
+from bitextmine.encoder.encoder import SentenceEncoder
 from bitextmine.errors import BitextmineError
+from bitextmine.evaluation.evaluator import Evaluator
 from bitextmine.mining.margin import check_margin, margin_scores
 from bitextmine.search.knn import exact_knn
 from bitextmine.text.reader import read_all_lines
+from bitextmine.workspace.layout import Workspace
 
 EncodeFn = Callable[[Sequence[str]], np.ndarray]
 Progress = Callable[[str], None] | None
@@ -60,6 +65,14 @@ def _encode(encode: EncodeFn, sentences: Sequence[str]) -> np.ndarray:
     if vectors.ndim != 2 or len(vectors) != len(sentences):
         raise ValueError(f"encoder returned shape {vectors.shape} for {len(sentences)} sentences")
     return vectors
+
+
+def encode_fn(encoder: SentenceEncoder, workspace: Workspace | None) -> EncodeFn:
+    """The encoder's vectors as `encode` stores them, cached in `workspace` (`eval`), or with no workspace
+    as the model gives them (train's evaluation)."""
+    if workspace is None:
+        return lambda sentences: encoder.encode(sentences).vectors
+    return lambda sentences: embed(encoder, sentences, workspace.embedding_cache_dir())
 
 
 def _check_pair(src: np.ndarray, tgt: np.ndarray) -> None:
@@ -113,6 +126,12 @@ class TatoebaResult:
     def average(self) -> float:
         return (self.average_xx_to_eng + self.average_eng_to_xx) / 2
 
+    def metrics(self) -> dict[str, float]:
+        """Each language's accuracy, the mean of both directions, and "avg" the mean of those."""
+        each = {f"tatoeba/{row.lang}": round((row.xx_to_eng + row.eng_to_xx) / 2, 2) for row in self.rows}
+        average = sum(each[f"tatoeba/{row.lang}"] for row in self.rows) / len(self.rows)
+        return each | {"tatoeba/avg": round(average, 2)}
+
     def to_json(self) -> dict[str, Any]:
         return {
             "benchmark": "tatoeba",
@@ -147,6 +166,22 @@ def evaluate_tatoeba(
                 f"eng->{lang} {row.eng_to_xx:.2f}%"
             )
     return TatoebaResult(rows)
+
+
+@dataclass
+class TatoebaEvaluator(Evaluator):
+    """`evaluate_tatoeba` on an encoder's vectors (`encode_fn`)."""
+
+    directory: Path
+    langs: Sequence[str]
+    workspace: Workspace | None = None
+    progress: Progress = None
+
+    primary_metric = "tatoeba/avg"
+
+    def __call__(self, encoder: SentenceEncoder) -> TatoebaResult:
+        encode = encode_fn(encoder, self.workspace)
+        return evaluate_tatoeba(self.directory, self.langs, encode, self.progress)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -202,6 +237,11 @@ class XsimResult:
         """Mean error rate over languages, in percent."""
         return statistics.fmean(row.error_rate for row in self.rows)
 
+    def metrics(self) -> dict[str, float]:
+        """Each language's error rate, and "avg" their mean."""
+        each = {f"xsim/{row.lang}": round(row.error_rate, 2) for row in self.rows}
+        return each | {"xsim/avg": round(self.average, 2)}
+
     def to_json(self) -> dict[str, Any]:
         return {
             "benchmark": "xsim",
@@ -242,3 +282,25 @@ def evaluate_xsim(
         if progress:
             progress(f"xsim {lang}->{target}: {errors}/{len(text)} errors ({rows[-1].error_rate:.2f}%)")
     return XsimResult(rows, target, margin, k)
+
+
+@dataclass
+class XsimEvaluator(Evaluator):
+    """`evaluate_xsim` on an encoder's vectors (`encode_fn`)."""
+
+    directory: Path
+    langs: Sequence[str]
+    target: str = "eng"
+    split: str = "dev"
+    margin: str = "ratio"
+    k: int = 4
+    workspace: Workspace | None = None
+    progress: Progress = None
+
+    primary_metric = "xsim/avg"
+    greater_is_better = False
+
+    def __call__(self, encoder: SentenceEncoder) -> XsimResult:
+        encode = encode_fn(encoder, self.workspace)
+        settings = {"target": self.target, "split": self.split, "margin": self.margin, "k": self.k}
+        return evaluate_xsim(self.directory, self.langs, encode, **settings, progress=self.progress)

@@ -1,38 +1,29 @@
-"""The calibrate step, and scoring on BUCC-format splits: learn a margin threshold on a split (best F1,
-or the lowest reaching a target precision) and record it in a threshold store, or measure P/R/F1 at a
-threshold."""
+"""The calibrate step: learn a margin threshold on a BUCC-format split (best F1, or the lowest reaching a
+target precision) and record it in a threshold store (scoring at a threshold: evaluation/bucc.py)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bitextmine.calibration.bucc import BuccSplit, Scores, SweepResult, check_rule
+from bitextmine.calibration.bucc import BuccSplit
 from bitextmine.calibration.pairs_store import pairs_file, save_pairs
 from bitextmine.calibration.split_mining import (
     SplitCandidates,
     calibrate_threshold,
-    mine_split,
     mine_vectors,
     read_split_vectors,
-    score_mined_file,
-    scores_at,
 )
-from bitextmine.calibration.thresholds import (
-    ThresholdChoice,
-    ThresholdRecord,
-    encoder_threshold,
-    store_threshold,
-)
+from bitextmine.calibration.split_mining import mine_workspace_split as _mine_split
+from bitextmine.calibration.sweep import SweepResult, check_rule
+from bitextmine.calibration.thresholds import ThresholdRecord, store_threshold
 from bitextmine.encoder.cache import VectorSources
 from bitextmine.encoder.encoder import SentenceEncoder
 from bitextmine.encoder.settings import trained_by_bitextmine
 from bitextmine.errors import BitextmineError
-from bitextmine.mining.filters import NO_FILTERS, FilterSettings, PairFilter
 from bitextmine.mining.settings import MiningSettings
 from bitextmine.progress import Progress
-from bitextmine.text.languages import parse_pair
 from bitextmine.workspace.external import external_fingerprint
 from bitextmine.workspace.layout import Workspace, check_workspace
 from bitextmine.workspace.scratch import scratch_folder
@@ -54,13 +45,6 @@ class CalibrateOptions(MiningSettings):  # k, margin, strategy, then the rule (a
 # held-out halves of every dev split better than the best-F1 threshold; for the base model the two rules
 # tied (examples/benchmarks/results/bench_thresholds.md).
 TRAINED_MODEL_PLATEAU = 1.0
-
-
-@dataclass
-class EvaluateOptions(MiningSettings):  # k, margin, strategy, then:
-    threshold: float | str = "auto"  # a number, "auto", "auto:PAIR" or "oracle" (the best on the split)
-    thresholds: Path | None = None  # the threshold store of "auto"; default: the workspace's
-    filters: FilterSettings = field(default_factory=lambda: NO_FILTERS)
 
 
 @dataclass
@@ -100,34 +84,6 @@ class Calibration:
             "vectors": None if self.sources is None else asdict(self.sources),
             "chosen": chosen,
             "curve": result.curve.rows(),
-        }
-
-
-@dataclass
-class BuccEvaluation:
-    pair: str
-    split: str
-    settings: MiningSettings | None  # None: a mined file was scored
-    scores: Scores
-    threshold: float | None
-    candidates: int  # one-to-one candidates before the threshold
-    source: str | None  # where the threshold came from, for people
-    filtered: dict[str, int]  # pairs each filter dropped among those reaching the threshold
-    sources: VectorSources | None  # how many sentence vectors were encoded, reused, read from the cache
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "pair": self.pair,
-            "split": self.split,
-            **self.scores.as_percent(),
-            "threshold": self.threshold,
-            "threshold_source": self.source,
-            "margin": None if self.settings is None else self.settings.margin,
-            "strategy": None if self.settings is None else self.settings.strategy,
-            "predicted": self.scores.predicted,
-            "gold": self.scores.gold,
-            "filtered": self.filtered,
-            "vectors": None if self.sources is None else asdict(self.sources),
         }
 
 
@@ -189,23 +145,6 @@ def calibrate_embeddings(
     return _store_calibration(mined, model, options, options.thresholds or workspace.thresholds_file())
 
 
-def _mine_split(
-    workspace: Workspace,
-    split: BuccSplit,
-    encoder: SentenceEncoder,
-    settings: MiningSettings,
-    progress: Progress,
-    command: str,
-) -> SplitCandidates:
-    """The split's candidates, its sentences encoded (or taken from the workspace) as one stage."""
-    with (
-        progress.stage(f"encoding {split.pair} {split.split}", split.sentences, rates=True),
-        scratch_folder(workspace, command) as scratch,
-    ):
-        cache = workspace.embedding_cache_dir()
-        return mine_split(split, encoder, settings, cache, progress.advance, scratch, reuse=workspace)
-
-
 def _store_calibration(
     mined: SplitCandidates, model: tuple[str, str], options: CalibrateOptions, store: Path
 ) -> Calibration:
@@ -228,48 +167,3 @@ def _store_calibration(
     pairs = pairs_file(store, model[1], split.pair)
     save_pairs(pairs, mined.gold_pairs)
     return Calibration(split.pair, split.split, options, result, record, store, pairs, mined.sources)
-
-
-def evaluate_bucc(
-    workspace: Workspace,
-    split: BuccSplit,
-    encoder: SentenceEncoder,
-    options: EvaluateOptions | None = None,
-    progress: Progress | None = None,
-) -> BuccEvaluation:
-    """P/R/F1 of the split mined with `encoder`, keeping pairs scoring >= `options.threshold`: a number,
-    "auto" or "auto:PAIR" (calibrated for this pair or for PAIR, from the threshold store, default the
-    workspace's, else the model dir's old bitextmine.json) or "oracle" (the best on this split). The
-    sentences are encoded as in `calibrate`."""
-    check_workspace(workspace, "evaluate_bucc")
-    options, progress = options or EvaluateOptions(), progress or Progress()
-    pair_filter = PairFilter(options.filters, *parse_pair(split.pair))
-    oracle = options.threshold == "oracle"
-    if not oracle:  # before the encoding: a missing calibration is an error at once
-        store = options.thresholds or workspace.thresholds_file()
-        choice = encoder_threshold(
-            options.threshold, store, encoder, margin=options.margin, k=options.k, pair=split.pair
-        )
-    mined = _mine_split(workspace, split, encoder, options, progress, "eval-bucc")
-    if oracle:
-        best = calibrate_threshold(mined).threshold
-        choice = ThresholdChoice(best, split.pair, f"the best on {split.pair} {split.split} (oracle)")
-    scores = scores_at(mined, choice.value, pair_filter)
-    return BuccEvaluation(
-        split.pair,
-        split.split,
-        options,
-        scores,
-        choice.value,
-        len(mined.candidates),
-        choice.source,
-        pair_filter.counts(),
-        mined.sources,
-    )
-
-
-def evaluate_mined_file(split: BuccSplit, path: Path) -> BuccEvaluation:
-    """P/R/F1 of a `mine` output file against the split's gold, its sentences matched by text
-    (`score_mined_file`)."""
-    scores = score_mined_file(path, split)
-    return BuccEvaluation(split.pair, split.split, None, scores, None, scores.predicted, None, {}, None)

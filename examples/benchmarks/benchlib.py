@@ -22,7 +22,8 @@ import numpy as np
 import bitextmine as bm
 
 # measured on purpose: calibrate's threshold sweep, one rule at a time, on halves of a split's candidates
-from bitextmine.calibration.bucc import BuccError, sweep_threshold
+from bitextmine.calibration.bucc import BuccError
+from bitextmine.calibration.sweep import sweep_threshold
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED = Path(os.environ.get("BITEXTMINE_SHARED", REPO.parent / "shared"))

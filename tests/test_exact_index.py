@@ -44,7 +44,7 @@ def test_exact_is_chosen_by_the_measured_time_not_the_size():
 def test_the_automatic_ivf_flat_probes_16_lists_or_one_in_32_and_other_factories_are_tuned():
     assert auto_nprobe(choose_factory(300_000, 384, exact_seconds=700.0)) == 16
     assert choose_factory(1_050_592, 384, exact_seconds=7000.0) == "IVF1051,Flat"
-    assert auto_nprobe("IVF1051,Flat") == 32  # 99.46% of exact's pairs at 1M, where 16 kept 98.42%
+    assert auto_nprobe("IVF1051,Flat") == 32  # 1M a side: where 16 probes lost pairs (bench_scale_real.md)
     assert auto_nprobe("IVF3000,Flat") == 93
     assert auto_nprobe("IVF8,Flat") == 8  # never more probes than lists
     assert auto_nprobe(choose_factory(10**7, 384, exact_seconds=1e6)) is None  # PQ: tuned by recall

@@ -51,6 +51,7 @@ def test_the_automatic_ivf_flat_probes_16_lists_or_one_in_32_and_other_factories
     assert auto_nprobe("Flat") is None
 
 
+@pytest.mark.integration  # an indexed workspace, the CLI
 def test_index_writes_no_faiss_file_for_exact_search_and_ivf_above_the_budget(indexed_workspace):
     work, _ = indexed_workspace
     info = json.loads((work / "index" / "de.json").read_text())
@@ -72,6 +73,7 @@ def test_index_writes_no_faiss_file_for_exact_search_and_ivf_above_the_budget(in
     assert (work / "index" / "de.faiss").exists()
 
 
+@pytest.mark.integration  # an indexed workspace, the CLI
 def test_an_exact_index_prints_no_progress_for_the_build_it_does_not_do(workspace):
     work, _ = workspace
     code, output = run("index", "de", "-w", str(work))
@@ -127,6 +129,7 @@ def _mined_lists(work: Path, *extra: str) -> tuple[np.ndarray, np.ndarray, bytes
     return lists[0], lists[1], (work / "mined" / "de-en.tsv.zst").read_bytes()
 
 
+@pytest.mark.integration  # seconds of search
 @pytest.mark.parametrize("shape", ["random", "clustered with duplicates"])
 def test_exact_mining_searches_both_ways_at_once_and_finds_the_brute_force_neighbours(
     tmp_path, shape, monkeypatch

@@ -118,6 +118,7 @@ def torch_threads(request):
     torch.set_num_threads(saved)
 
 
+@pytest.mark.integration  # seconds of search over the grid
 @pytest.mark.parametrize("torch_threads", [1, 2], indirect=True)  # 2: the sides certified side by side
 @pytest.mark.parametrize("precision", ["bf16", "fp32"])
 @pytest.mark.parametrize("k", [1, 4, 9])

@@ -549,8 +549,8 @@ class _Best:
 
 def _group_maxima(products: torch.Tensor, group: int) -> torch.Tensor:
     """[rows, width / group]: the maximum of each row's columns s, s + width / group, ... (`group` of
-    them); for a transposed matrix (`mutual_neighbours`' column side), reduced in its memory order, which
-    took a twentieth of the time on a CPU."""
+    them); for a transposed matrix (`mutual_neighbours`' column side), reduced in its memory order, far
+    faster on a CPU than across it (examples/benchmarks/results/constants.md, exact search)."""
     rows, width = products.shape
     if products.is_contiguous() or not products.T.is_contiguous():
         return products.view(rows, group, width // group).amax(dim=1)

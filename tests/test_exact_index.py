@@ -73,7 +73,7 @@ def test_index_writes_no_faiss_file_for_exact_search_and_ivf_above_the_budget(in
     assert (work / "index" / "de.faiss").exists()
 
 
-@pytest.mark.integration  # an indexed workspace, the CLI
+@pytest.mark.integration  # an encoded workspace, the CLI
 def test_an_exact_index_prints_no_progress_for_the_build_it_does_not_do(workspace):
     work, _ = workspace
     code, output = run("index", "de", "-w", str(work))
@@ -83,6 +83,7 @@ def test_an_exact_index_prints_no_progress_for_the_build_it_does_not_do(workspac
     assert code == 0 and "indexing de: 25/25 (100%)" in output, output
 
 
+@pytest.mark.integration  # an encoded workspace, the CLI
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the error of a machine without CUDA")
 def test_index_gpu_without_cuda_is_a_one_line_error(workspace):
     work, _ = workspace

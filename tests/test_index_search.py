@@ -155,6 +155,7 @@ def test_same_call_same_bytes_and_empty_inputs():
     assert search(index, queries, 0)[1].shape == (100, 0)
 
 
+@pytest.mark.integration  # FAISS training: seconds
 def test_a_query_finds_the_same_whatever_block_it_is_searched_in():
     base, queries = clustered(3000, 32, seed=10), clustered(400, 32, seed=11)
     index = ivf_index("IVF24_HNSW32,Flat", base, nprobe=5)

@@ -80,6 +80,7 @@ def test_output_target_says_which_paths_are_written_through_and_refuses_the_rest
     assert not (tmp_path / "nowhere").exists()
 
 
+@pytest.mark.integration  # an encoded workspace: seconds
 def test_mine_writes_its_json_through_a_character_device(indexed, tmp_path):
     """`--json X` on a device node left X a regular file (as root, `--json /dev/null` replaced it)."""
     device = _char_device(tmp_path / "null")
@@ -222,6 +223,7 @@ def test_a_json_path_in_a_missing_folder_outside_the_workspace_is_refused(indexe
     assert code == 0 and json.loads(inside.read_text())["lang"] == "de", output
 
 
+@pytest.mark.integration  # the CLI encodes: seconds
 def test_encode_refuses_to_read_the_text_shard_it_would_delete(workspace, tiny_model_dir):
     """`encode W/corpora/de/shard-00000.tsv --lang de` deleted the shard, then said it was missing."""
     work, _ = workspace

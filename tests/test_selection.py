@@ -40,6 +40,7 @@ def with_duplicates(seed: int) -> tuple[np.ndarray, np.ndarray]:
     return src, tgt
 
 
+@pytest.mark.integration  # the selection over a grid of blocks: seconds
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("margin", MARGINS)
 def test_blocks_and_merge_windows_do_not_change_the_selection(tmp_path, strategy, margin):

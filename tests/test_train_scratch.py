@@ -208,6 +208,7 @@ def test_bad_shape_fails_before_vocabulary_training(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.integration  # a tokenizer trained: seconds
 def test_scratch_dir_files(scratch_dir):
     names = {p.name for p in scratch_dir.iterdir()}
     assert {"tokenizer.json", "tokenizer_config.json", "config.json", SPM_FILENAME} <= names

@@ -40,7 +40,8 @@ $(VENV)/.installed: $(VENV)/.package
 test: install
 	$(BIN)/pytest -q
 
-# The unit tests only (no CLI run end to end, no subprocess, no real model): the fast loop, under a minute.
+# The unit tests only (no CLI run end to end, no subprocess, no real model, no test of seconds: all marked
+# `integration`): the fast loop, under a minute on 2 cores.
 test-fast: install
 	$(BIN)/pytest -q -m "not integration"
 

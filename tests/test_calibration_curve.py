@@ -110,6 +110,7 @@ def chosen_point(rows, threshold):
     return next(row for row in rows if row["threshold"] == threshold)
 
 
+@pytest.mark.integration  # matplotlib renders a PNG
 def test_the_png_is_written_and_plots_exactly_the_curve(tmp_path):
     result = sweep_threshold(SCORES, IS_GOLD, 4)
     rows = result.curve.rows()

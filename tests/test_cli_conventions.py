@@ -121,6 +121,7 @@ def test_json_on_stdout_holds_the_summary_alone_for_every_command(indexed, tmp_p
     assert summary["embedding_dir"] == str(work / "emb" / "fr") and encoded.stderr == ""
 
 
+@pytest.mark.integration  # the CLI end to end
 def test_json_on_stdout_of_eval_and_of_imported_embeddings(tmp_path):
     shared = sentences(8, seed=4)
     write_bucc(tmp_path, shared)

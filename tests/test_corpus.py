@@ -97,6 +97,7 @@ def test_clean_line(raw: str, expected: str) -> None:
 # --- reading formats -----------------------------------------------------------------------------------
 
 
+@pytest.mark.integration  # four full garbage collections with torch loaded: seconds
 def test_plain_gzip_zstd_xz_and_stdin_give_the_same_rows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -50,6 +50,7 @@ def models(tmp_path_factory) -> dict[bool, Path]:
     }
 
 
+@pytest.mark.integration  # sentence-transformers loads the model: seconds
 @pytest.mark.parametrize("packed", [True, False], ids=["packed", "padded"])
 def test_lowercasing_models_encode_as_sentence_transformers_does(models, packed):
     want = SentenceTransformer(str(models[True]), device="cpu").encode(SENTENCES)
@@ -69,6 +70,7 @@ def test_lowercasing_is_in_the_fingerprint_and_other_models_keep_theirs(models):
     assert "lowercase" not in EncoderSettings().as_dict()  # so fingerprints from before it stay
 
 
+@pytest.mark.integration  # training steps on a tiny model: seconds
 def test_training_tokenizes_lowercased_and_the_trained_model_keeps_it(models, tmp_path):
     (tmp_path / "toy.de").write_text("Ein Hund\nZwei Katzen\nDrei Mäuse\n")
     (tmp_path / "toy.en").write_text("A dog\nTwo cats\nThree mice\n")

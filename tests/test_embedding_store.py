@@ -111,6 +111,7 @@ def mapped_kb(paths: set[str]) -> int:
     return total
 
 
+@pytest.mark.integration  # a large mapped file: seconds
 def test_a_random_gather_leaves_few_file_pages_mapped(tmp_path, monkeypatch):
     store = EmbeddingStore(tmp_path, "de")
     store.bind(ModelIdentity("model-a", "aaaa", 384, {"pooling": "mean"}))

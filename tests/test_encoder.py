@@ -46,6 +46,7 @@ def assert_cosines(got: np.ndarray, want: np.ndarray, floor: float = 0.9999) -> 
 SENTENCES = [*TRAINING_TEXT, "Hund", "a", "the the the the " * 30, "unknown ÿ words ✓ here"]
 
 
+@pytest.mark.integration  # tiny models run both ways over the grid: seconds
 @pytest.mark.parametrize("kind", ["bert", "xlm-roberta"])
 @pytest.mark.parametrize("pooling", ["mean", "cls"])
 @pytest.mark.parametrize("packed", [True, False])

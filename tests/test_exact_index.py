@@ -44,13 +44,14 @@ def test_exact_is_chosen_by_the_measured_time_not_the_size():
 def test_the_automatic_ivf_flat_probes_16_lists_or_one_in_32_and_other_factories_are_tuned():
     assert auto_nprobe(choose_factory(300_000, 384, exact_seconds=700.0)) == 16
     assert choose_factory(1_050_592, 384, exact_seconds=7000.0) == "IVF1051,Flat"
-    assert auto_nprobe("IVF1051,Flat") == 32  # 99.46% of exact's pairs at 1M, where 16 kept 98.42%
+    assert auto_nprobe("IVF1051,Flat") == 32  # 1M a side: where 16 probes lost pairs (bench_scale_real.md)
     assert auto_nprobe("IVF3000,Flat") == 93
     assert auto_nprobe("IVF8,Flat") == 8  # never more probes than lists
     assert auto_nprobe(choose_factory(10**7, 384, exact_seconds=1e6)) is None  # PQ: tuned by recall
     assert auto_nprobe("Flat") is None
 
 
+@pytest.mark.integration  # an indexed workspace, the CLI
 def test_index_writes_no_faiss_file_for_exact_search_and_ivf_above_the_budget(indexed_workspace):
     work, _ = indexed_workspace
     info = json.loads((work / "index" / "de.json").read_text())
@@ -72,6 +73,7 @@ def test_index_writes_no_faiss_file_for_exact_search_and_ivf_above_the_budget(in
     assert (work / "index" / "de.faiss").exists()
 
 
+@pytest.mark.integration  # an encoded workspace, the CLI
 def test_an_exact_index_prints_no_progress_for_the_build_it_does_not_do(workspace):
     work, _ = workspace
     code, output = run("index", "de", "-w", str(work))
@@ -81,6 +83,7 @@ def test_an_exact_index_prints_no_progress_for_the_build_it_does_not_do(workspac
     assert code == 0 and "indexing de: 25/25 (100%)" in output, output
 
 
+@pytest.mark.integration  # an encoded workspace, the CLI
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the error of a machine without CUDA")
 def test_index_gpu_without_cuda_is_a_one_line_error(workspace):
     work, _ = workspace
@@ -127,6 +130,7 @@ def _mined_lists(work: Path, *extra: str) -> tuple[np.ndarray, np.ndarray, bytes
     return lists[0], lists[1], (work / "mined" / "de-en.tsv.zst").read_bytes()
 
 
+@pytest.mark.integration  # seconds of search
 @pytest.mark.parametrize("shape", ["random", "clustered with duplicates"])
 def test_exact_mining_searches_both_ways_at_once_and_finds_the_brute_force_neighbours(
     tmp_path, shape, monkeypatch

@@ -101,6 +101,7 @@ def assert_reference(found, queries: np.ndarray, base: np.ndarray, k: int) -> No
     np.testing.assert_allclose(found.sims, want_cos, atol=1e-6)
 
 
+@pytest.mark.integration  # seconds of search over the grid
 @pytest.mark.parametrize("grouped_top", [False, True])
 @pytest.mark.parametrize("precision", ["bf16", "fp32"])
 @pytest.mark.parametrize("k", [1, 4, 9])
@@ -118,6 +119,7 @@ def torch_threads(request):
     torch.set_num_threads(saved)
 
 
+@pytest.mark.integration  # seconds of search over the grid
 @pytest.mark.parametrize("torch_threads", [1, 2], indirect=True)  # 2: the sides certified side by side
 @pytest.mark.parametrize("precision", ["bf16", "fp32"])
 @pytest.mark.parametrize("k", [1, 4, 9])

@@ -140,6 +140,7 @@ def test_flat_search_equals_brute_force(tmp_path):
     assert search(index, queries, 1000)[1].shape == (20, 300)
 
 
+@pytest.mark.integration  # FAISS training: seconds
 def test_ivf_recall_is_reported_and_grows_with_nprobe(ivf):
     vectors, index, info = ivf
     assert (info.factory, info.nprobe, info.train_rows) == ("IVF512,Flat", 64, 20_000)
@@ -322,6 +323,7 @@ def test_gpu_builds_clone_flat_quantizers_and_cluster_for_hnsw_ones(
         assert cpu_as_gpu == ["IndexFlat"]  # the template's k-means; shards are populated on CPU
 
 
+@pytest.mark.integration  # FAISS training: seconds
 def test_opq_ivf_pq_builds_saves_and_loads(tmp_path):
     vectors = store_vectors(tmp_path / "emb", clustered_unit(2000, 16))
     index, info = build_index(vectors, "de", factory="OPQ4,IVF16,PQ4np", recall_queries=200)
@@ -368,6 +370,7 @@ def other_language(ivf):
     return "en", unit(rows + 0.35 * np.random.default_rng(12).normal(size=rows.shape) / np.sqrt(32))
 
 
+@pytest.mark.integration  # FAISS training: seconds
 def test_other_language_queries_tune_nprobe_to_the_fewest_reaching_the_target(ivf, other_language):
     vectors, _, _ = ivf
     index, info = build_index(vectors, "de", factory="IVF512,Flat", queries=other_language, target_recall=0.9)
@@ -382,6 +385,7 @@ def test_other_language_queries_tune_nprobe_to_the_fewest_reaching_the_target(iv
     assert info.search_ms_per_1000 > 0 and info.exact_ms_per_1000 > 0 and info.fetch == 4
 
 
+@pytest.mark.integration  # FAISS training: seconds
 def test_automatic_ivf_flat_gives_way_to_flat_only_when_slower_than_exact(ivf, other_language, monkeypatch):
     from bitextmine.search import factory_choice, recall_tuning
 
@@ -402,6 +406,7 @@ def test_automatic_ivf_flat_gives_way_to_flat_only_when_slower_than_exact(ivf, o
     assert info.factory == "IVF512,Flat" and info.note == ""  # an explicit factory is kept
 
 
+@pytest.mark.integration  # FAISS training: seconds
 @pytest.mark.parametrize("exact_rate", [1e3, 1e15])  # exact search far slower, or far faster
 def test_automatic_ivf_flat_on_unstructured_vectors_probes_more_or_gives_way_to_exact(
     tmp_path, monkeypatch, exact_rate
@@ -455,6 +460,7 @@ def build_index_in_shards(vectors, lang, index_dir, ranges, *, ran=None, factory
     return finish_sharded_build(build, **tuning)
 
 
+@pytest.mark.integration  # FAISS training: seconds
 @pytest.mark.parametrize("factory", ["Flat", "IVF32,Flat"])
 def test_index_in_row_shards_searches_like_one_index(tmp_path, factory):
     """Shards populated from one trained template, searched one at a time and merged, find what the

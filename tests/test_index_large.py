@@ -97,6 +97,7 @@ def merged_build(vectors, index_dir, factory, rows, ran=None):
     return finish_merged_build(build, nprobe=4)
 
 
+@pytest.mark.integration  # FAISS training: seconds
 @pytest.mark.parametrize("factory", ["Flat", "IVF16,Flat", "IVF16_HNSW32,Flat", "OPQ4,IVF16,PQ4np"])
 def test_parts_merge_into_the_bytes_of_a_one_pass_build(tmp_path, factory):
     vectors = store_vectors(tmp_path / "emb", clustered_unit(3000, 16), shard_rows=700)
@@ -164,6 +165,7 @@ def test_a_killed_unsharded_build_resumes_to_identical_files(workspace, tmp_path
     assert not list(work.rglob(".*.tmp-*"))
 
 
+@pytest.mark.integration  # FAISS training: seconds
 def test_an_opq_sample_is_rotated_in_place_as_faiss_would_train():
     """IndexPreTransform.train keeps a rotated copy of the sample (twice TRAIN_SAMPLE_BYTES at 10M rows);
     the sample is rotated in place instead: in one chunk that trains FAISS's own bytes; in several, the

@@ -57,6 +57,7 @@ def probed_brute_force(index: faiss.Index, queries: np.ndarray, k: int) -> tuple
     return sims, ids
 
 
+@pytest.mark.integration  # FAISS training over the grid: seconds
 @pytest.mark.parametrize("factory", ["IVF16,Flat", "IVF16_HNSW32,Flat"])
 @pytest.mark.parametrize("nprobe", [1, 3, 16, 40])
 @pytest.mark.parametrize("k", [1, 4, 50])
@@ -105,6 +106,7 @@ def test_empty_lists_and_duplicate_rows():
     np.testing.assert_allclose(exact[found], sims[found], rtol=0, atol=1e-5)
 
 
+@pytest.mark.integration  # FAISS training over the grid: seconds
 @pytest.mark.parametrize("factory", ["IVF16,Flat", "IVF16_HNSW32,Flat"])
 @pytest.mark.parametrize("max_codes", [1, 3, 57, 400, 5000])
 def test_max_codes_cuts_the_scan_as_faiss_does(factory, max_codes):
@@ -129,6 +131,7 @@ def test_scanned_rows_stop_at_the_budget_in_probe_order():
     np.testing.assert_array_equal(scanned_rows(sizes, probes, 1), [[1, 0, 0], [0, 1, 0], [1, 0, 0]])
 
 
+@pytest.mark.integration  # FAISS training: seconds
 @pytest.mark.parametrize("factory", ["Flat", "IVF8,SQ8", "IVF8,PQ4np"])
 def test_other_indexes_are_searched_by_faiss(factory):
     base, queries = clustered(1000, 16, seed=6), clustered(20, 16, seed=7)
@@ -152,6 +155,7 @@ def test_same_call_same_bytes_and_empty_inputs():
     assert search(index, queries, 0)[1].shape == (100, 0)
 
 
+@pytest.mark.integration  # FAISS training: seconds
 def test_a_query_finds_the_same_whatever_block_it_is_searched_in():
     base, queries = clustered(3000, 32, seed=10), clustered(400, 32, seed=11)
     index = ivf_index("IVF24_HNSW32,Flat", base, nprobe=5)

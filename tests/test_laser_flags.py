@@ -60,6 +60,7 @@ def test_every_command_that_computes_takes_threads(command):
     assert result.exit_code == 0 and "--threads" in result.stdout, result.output
 
 
+@pytest.mark.integration  # an indexed workspace, the CLI
 def test_index_threads_bounds_faiss(indexed_workspace):
     import faiss
 

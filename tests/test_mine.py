@@ -107,6 +107,7 @@ def test_planted_translations_are_found_above_the_rest():
     assert np.all(got.above(1.1).score >= 1.1)
 
 
+@pytest.mark.integration  # mining twice: seconds
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 10_000), strategy=st.sampled_from(STRATEGIES), margin=st.sampled_from(MARGINS))
 def test_permuting_the_inputs_permutes_the_output(seed, strategy, margin):
@@ -120,6 +121,7 @@ def test_permuting_the_inputs_permutes_the_output(seed, strategy, margin):
     assert mapped == expected
 
 
+@pytest.mark.integration  # mining twice: seconds
 @settings(max_examples=40, deadline=None)
 @given(
     seed=st.integers(0, 10_000), strategy=st.sampled_from(STRATEGIES), side=st.sampled_from(["src", "tgt"])

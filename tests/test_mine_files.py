@@ -195,6 +195,7 @@ def test_threshold_auto_without_a_calibration_fails_before_anything_is_encoded(
     assert not (workspace / "corpora").exists() and not (workspace / "emb").exists()
 
 
+@pytest.mark.integration  # the CLI end to end
 def test_threshold_auto_with_a_calibration_mines(tmp_path, texts, tiny_model_dir):
     """The calibration `calibrate` stores for the model serves mine-files' `auto`, resolved up front."""
     from bitextmine.calibration.thresholds import ThresholdRecord, store_threshold

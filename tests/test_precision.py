@@ -26,6 +26,7 @@ def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
 
 
+@pytest.mark.integration  # tiny models run at each precision: seconds
 @pytest.mark.parametrize("kind", ["bert", "xlm-roberta"])
 @pytest.mark.parametrize("precision", ["bf16", "int8"])
 @pytest.mark.parametrize("packed", [True, False])

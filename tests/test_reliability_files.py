@@ -97,6 +97,7 @@ def indexed(indexed_workspace):
     return indexed_workspace[0]
 
 
+@pytest.mark.integration  # the CLI encodes twice: seconds
 def test_temporaries_of_a_killed_encode_are_removed_by_the_next_encode(workspace, tmp_path, tiny_model_dir):
     """A shard that no longer exists is never written again, so its temporary would stay forever."""
     work, _ = workspace

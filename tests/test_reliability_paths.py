@@ -80,6 +80,7 @@ def test_output_target_says_which_paths_are_written_through_and_refuses_the_rest
     assert not (tmp_path / "nowhere").exists()
 
 
+@pytest.mark.integration  # an encoded workspace: seconds
 def test_mine_writes_its_json_through_a_character_device(indexed, tmp_path):
     """`--json X` on a device node left X a regular file (as root, `--json /dev/null` replaced it)."""
     device = _char_device(tmp_path / "null")
@@ -88,6 +89,7 @@ def test_mine_writes_its_json_through_a_character_device(indexed, tmp_path):
     assert stat.S_ISCHR(device.lstat().st_mode)
 
 
+@pytest.mark.integration  # an encoded workspace: seconds
 def test_mine_writes_pairs_and_json_through_fifos(indexed, tmp_path):
     """`-o FIFO` replaced the FIFO with a file and its reader waited forever."""
     pairs_fifo, json_fifo = tmp_path / "pairs.tsv.zst", tmp_path / "stats.json"
@@ -107,6 +109,7 @@ def test_mine_writes_pairs_and_json_through_fifos(indexed, tmp_path):
     assert len(text.splitlines()) == json.loads(readers[1].data)["counts"]["kept"] > 0
 
 
+@pytest.mark.integration  # an encoded workspace: seconds
 def test_mine_writes_through_symlinks_and_a_dev_stdout_like_link(indexed, tmp_path):
     """`-o` on a symlink replaced the link; on /proc/self/fd/N (what /dev/stdout is) nothing arrived."""
     elsewhere = tmp_path / "elsewhere"
@@ -147,6 +150,7 @@ def test_score_refuses_to_write_over_its_input(tmp_path, tiny_model_dir):
     assert bitext.read_bytes() == before and not (tmp_path / "s.tsv").exists()
 
 
+@pytest.mark.integration  # an encoded workspace: seconds
 @pytest.mark.parametrize(
     "option, target",
     [
@@ -166,6 +170,7 @@ def test_mine_refuses_outputs_over_the_workspace_s_own_files(indexed, option, ta
     assert (path.read_bytes() if path.exists() else None) == before
 
 
+@pytest.mark.integration  # an encoded workspace: seconds
 @pytest.mark.parametrize("way", ["as recorded", "relative", "symlink", "hard link", "api"])
 def test_mine_refuses_to_write_over_a_corpus_the_workspace_read(indexed, tmp_path, monkeypatch, way):
     """`mine de en -o de.txt` replaced the user's corpus with pairs and exited 0."""
@@ -187,12 +192,14 @@ def test_mine_refuses_to_write_over_a_corpus_the_workspace_read(indexed, tmp_pat
     assert corpus.read_bytes() == before and not (indexed / "mined" / "de-en.stats.json").exists()
 
 
+@pytest.mark.integration  # an encoded workspace: seconds
 def test_mine_may_write_its_own_pairs_in_another_format(indexed):
     code, output = run("mine", "de", "en", "-w", str(indexed), "-o", str(indexed / "mined" / "de-en.tsv"))
     assert code == 0, output
     assert (indexed / "mined" / "de-en.tsv").read_text().count("\n") > 0
 
 
+@pytest.mark.integration  # an encoded workspace: seconds
 def test_a_link_planted_at_the_pairs_own_name_in_the_workspace_is_not_written_through(indexed, tmp_path):
     victim = tmp_path / "victim.txt"
     victim.write_text("precious\n")
@@ -204,6 +211,7 @@ def test_a_link_planted_at_the_pairs_own_name_in_the_workspace_is_not_written_th
     assert victim.read_text() == "precious\n" and planted.is_symlink()
 
 
+@pytest.mark.integration  # an encoded workspace: seconds
 def test_a_json_path_in_a_missing_folder_outside_the_workspace_is_refused(indexed, tmp_path):
     """`--json /nonexistent/dir/x.json` silently created /nonexistent/dir."""
     report = tmp_path / "missing" / "dir" / "x.json"
@@ -215,6 +223,7 @@ def test_a_json_path_in_a_missing_folder_outside_the_workspace_is_refused(indexe
     assert code == 0 and json.loads(inside.read_text())["lang"] == "de", output
 
 
+@pytest.mark.integration  # the CLI encodes: seconds
 def test_encode_refuses_to_read_the_text_shard_it_would_delete(workspace, tiny_model_dir):
     """`encode W/corpora/de/shard-00000.tsv --lang de` deleted the shard, then said it was missing."""
     work, _ = workspace
@@ -230,6 +239,7 @@ def test_encode_refuses_to_read_the_text_shard_it_would_delete(workspace, tiny_m
 # locks and workspace folders never lead outside
 
 
+@pytest.mark.integration  # an encoded workspace: seconds
 @pytest.mark.parametrize("dangling", [False, True], ids=["to a file", "dangling"])
 def test_a_lock_file_planted_as_a_symlink_is_refused_and_its_target_untouched(indexed, tmp_path, dangling):
     """Locks were opened O_RDWR|O_CREAT, then truncated and written: through a link, outside."""
@@ -292,6 +302,7 @@ def test_no_lock_file_is_opened_through_a_planted_link(tmp_path, kind, dangling)
     assert victim.read_text() == "precious\n" if not dangling else not victim.exists()
 
 
+@pytest.mark.integration  # an encoded workspace: seconds
 @pytest.mark.parametrize("folder", ["index", "mined/.neighbours"])
 def test_a_workspace_folder_that_is_a_symlink_is_refused(indexed, tmp_path, folder):
     """Steps wrote through a link at W/index or W/mined/.neighbours into wherever it pointed."""

@@ -40,6 +40,7 @@ def with_duplicates(seed: int) -> tuple[np.ndarray, np.ndarray]:
     return src, tgt
 
 
+@pytest.mark.integration  # the selection over a grid of blocks: seconds
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("margin", MARGINS)
 def test_blocks_and_merge_windows_do_not_change_the_selection(tmp_path, strategy, margin):
@@ -101,6 +102,7 @@ def random_lists(queries: int, base: int, rows: int, seed: int, chunk: int = 20_
     return lambda: ((first, block(first)) for first in range(0, queries, rows))
 
 
+@pytest.mark.integration  # a large selection: seconds
 def test_selection_allocates_about_one_block_not_the_corpus(tmp_path):
     """400k sentences a side: the lists alone would take 38 MB and the pooled candidates 32 MB; the
     blocked selection's own allocations stay near one block and one merge window."""

@@ -63,6 +63,7 @@ def bitextmine_vectors(model_dir: Path, packed: bool, precision: str = "fp32") -
     return vectors
 
 
+@pytest.mark.integration  # sentence-transformers loads each model: seconds
 @pytest.mark.parametrize("packed", [True, False], ids=["packed", "padded"])
 @pytest.mark.parametrize("name", [*SHAPES, *WITHOUT_PROMPT])
 def test_vectors_match_sentence_transformers(st_model, name, packed):

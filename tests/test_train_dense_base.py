@@ -3,6 +3,7 @@ neither uses nor saves it, and says so in one line when it starts."""
 
 from __future__ import annotations
 
+import pytest
 from typer.testing import CliRunner
 
 from bitextmine.cli import app
@@ -10,6 +11,7 @@ from bitextmine.encoder.encoder import SentenceEncoder
 from tests.st_models import HIDDEN, SHAPES, build_st_model
 
 
+@pytest.mark.integration  # training steps on a tiny model: seconds
 def test_a_dense_layer_in_the_base_is_warned_about_once_and_left_out(tmp_path):
     base = build_st_model(SHAPES["labse"], tmp_path / "labse")
     (tmp_path / "toy.de").write_text("ein Hund\nzwei Katzen\ndrei Mäuse\n")

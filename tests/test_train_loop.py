@@ -77,6 +77,7 @@ def test_a_tiny_model_from_scratch_learns_real_pairs(real_pairs, tmp_path):
     assert encoder.encode(["Guten Morgen.", "Good morning."]).vectors.shape == (2, 64)
 
 
+@pytest.mark.integration  # training steps on a tiny model: seconds
 def test_resume_from_a_checkpoint_continues_with_identical_losses(tiny_model_dir, toy_pairs, tmp_path):
     def config(out: Path) -> TrainConfig:
         return TrainConfig(
@@ -112,6 +113,7 @@ def test_a_checkpoint_from_other_settings_is_refused(tiny_model_dir, toy_pairs, 
         train(TrainConfig(objectives={"contrastive": 1.0}, lr=1.0, max_tokens=120, **common))
 
 
+@pytest.mark.integration  # training steps on tiny models: seconds
 @pytest.mark.parametrize("kind", ["bert", "xlm-roberta"])
 @pytest.mark.parametrize("objective", ["contrastive", "mexma", "rtl", "vmsst", "xtr"])
 def test_packed_step_equals_padded_step(tiny_model_dir, kind, objective):

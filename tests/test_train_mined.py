@@ -140,6 +140,7 @@ def test_the_contrastive_loss_weights_each_pair_by_hand():
     assert objective.loss(u, v, torch.ones(3))[0].item() == pytest.approx(objective.loss(u, v)[0].item())
 
 
+@pytest.mark.integration  # training steps on a tiny model: seconds
 def test_batch_weights_reach_the_loss(tiny_model_dir):
     from transformers import AutoModel, AutoTokenizer
 

@@ -108,6 +108,7 @@ def test_sampled_vocabulary_depends_on_the_seed_only(train_text, tmp_path):
     assert pieces(7, "a") != pieces(8, "c")
 
 
+@pytest.mark.integration  # a tokenizer trained: seconds
 def test_sentencepiece_ids_follow_xlmr(spm_path):
     processor = spm.SentencePieceProcessor(model_file=str(spm_path))
     assert processor.get_piece_size() == VOCAB
@@ -154,6 +155,7 @@ def test_special_ids_and_template(spm_path, held_out):
     assert tokenizer("x <mask> y").input_ids.count(VOCAB) == 1
 
 
+@pytest.mark.integration  # a tokenizer trained: seconds
 def test_tokenizer_over_a_default_layout_model(train_text, held_out, tmp_path):
     """SentencePiece's own default ids (<unk>=0, <s>=1, </s>=2, no <pad>) are remapped to XLM-R's."""
     writer = io.BytesIO()
@@ -206,6 +208,7 @@ def test_bad_shape_fails_before_vocabulary_training(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.integration  # a tokenizer trained: seconds
 def test_scratch_dir_files(scratch_dir):
     names = {p.name for p in scratch_dir.iterdir()}
     assert {"tokenizer.json", "tokenizer_config.json", "config.json", SPM_FILENAME} <= names

@@ -268,6 +268,7 @@ def brute_force(u: np.ndarray, v: np.ndarray, k: int, strong: bool) -> float:
     return 100.0 * hits / len(u)
 
 
+@pytest.mark.integration  # brute force over every layer: seconds
 @pytest.mark.parametrize("seed", range(4))
 def test_weak_and_strong_alignment_match_brute_force(seed):
     rng = np.random.default_rng(seed)

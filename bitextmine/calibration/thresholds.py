@@ -4,8 +4,8 @@ The store is ``WORK/thresholds.json`` or a file the user names (``--thresholds F
 model dir, which may be shared, read-only or the Hugging Face cache. Layout::
 
     {"thresholds": [{"fingerprint": "3f0c...", "model": "intfloat/multilingual-e5-small",
-                     "margin": "ratio", "pair": "de-en", "value": 1.0311, "split": "dev",
-                     "precision": 95.75, "recall": 95.75, "f1": 95.75, "rule": "best F1",
+                     "margin": "ratio", "pair": "de-en", "value": T, "split": "dev",
+                     "precision": P, "recall": R, "f1": F, "rule": "best F1",
                      "date": "2025-06-01T12:00:00+00:00", "k": 4, "strategy": "max",
                      "sentences": 16800}, ...]}
 
@@ -118,7 +118,7 @@ class ThresholdRecord:
         )
 
     def describe(self) -> str:
-        """E.g. ``calibrated for de-en on dev with k=4, strategy max (best F1 95.75)``: the setting its
+        """E.g. ``calibrated for de-en on dev with k=4, strategy max (best F1 F)``: the setting its
         precision, recall and F1 were measured with."""
         if self.rule == BEST_F1:
             how = f"best F1 {self.f1:.2f}"

@@ -10,7 +10,7 @@ from typing import Any
 
 import typer
 
-# click's exceptions, or since typer 0.2x the copy of click typer carries, whichever typer raises
+# click's exceptions, or in newer typer releases the copy of click typer carries, whichever typer raises
 NoSuchOption = importlib.import_module(typer.BadParameter.__module__).NoSuchOption
 
 _IMPORT = "import vectors with `encode FILE --lang LANG --embeddings VECS` (then `index`, `mine`)"

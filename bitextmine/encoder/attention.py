@@ -88,8 +88,9 @@ def without_cudnn_attention() -> contextlib.AbstractContextManager:
     """SDPA restricted to its flash, memory-efficient and math kernels.
 
     On Hopper GPUs PyTorch prefers cuDNN attention for bf16, which builds a cuDNN graph for every new
-    shape: ~3 ms of CPU per call against ~6 us of GPU work. Packed batches bring a new (sentences,
-    length) shape almost every call, which made bf16 encoding 10-13x slower than fp32 on an H100."""
+    shape, milliseconds of CPU for microseconds of GPU work. Packed batches bring a new (sentences,
+    length) shape almost every call, which made bf16 encoding many times slower than fp32
+    (examples/benchmarks/results/constants.md)."""
     return sdpa_kernel(_SDPA_BACKENDS)
 
 

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-# Measured on a 2-core AVX-512 CPU with e5-small: 2048-4096 tokens keep activations in cache, 8192 is
-# about 10% slower. On an H100 the packed e5-small-shaped forward encoded 12,957 sentences/s at 32768
-# tokens a batch and 8,046 at 4096 (results/gpu_check.json): a GPU wants larger batches.
+# On a CPU a batch of 2048-4096 tokens keeps activations in cache, and larger ones are slower; a GPU wants
+# larger batches (examples/benchmarks/results/constants.md, token budget; gpu_check.md).
 DEFAULT_MAX_TOKENS = 4096
 CUDA_MAX_TOKENS = 32768
 

@@ -1,16 +1,13 @@
 """Numeric precision of the encoder's forward: fp32, bf16 weights, or int8 linear layers (CPU).
 
-Measured on this project's 2-core AVX-512/AMX Xeon with multilingual-e5-small (1,500 news sentences,
-packed forward, 2 threads; examples/benchmarks/results/bench_encode.md has the full table):
-- bf16 (every weight and activation in bfloat16, pooling and normalisation in fp32): 3.3x the fp32
-  sentences/s (2.7x in bench_encode's 10k-sentence run), cosine to fp32 >= 0.99995. oneDNN runs the
-  GEMMs on AMX tiles.
-- torch.autocast(bf16) instead: 2.3x (weights are cast on every call), same cosines.
-- int8 dynamic quantisation of every linear layer: 1.4x, mean cosine 0.988 (min 0.96): the
-  activations entering the attention and FFN output projections have outliers that one scale per
-  tensor cannot hold. Leaving those two projections in fp32 (the scheme used here) gives mean
-  0.9956, min 0.991, at 1.3x.
-So bf16 is the default wherever the hardware runs it natively.
+- bf16 (every weight and activation in bfloat16, pooling and normalisation in fp32): the fastest, with
+  vectors all but equal to fp32's; oneDNN runs the GEMMs on AMX tiles. torch.autocast(bf16) is slower,
+  as it casts the weights on every call.
+- int8 dynamic quantisation of the linear layers: the activations entering the attention and FFN output
+  projections have outliers that one scale per tensor cannot hold, so those two stay in fp32, which
+  costs a little of int8's speed and keeps the vectors closer to fp32's.
+So bf16 is the default wherever the hardware runs it natively. Figures:
+examples/benchmarks/results/bench_encode.md (speed and dev F1) and constants.md (the variants weighed).
 """
 
 from __future__ import annotations

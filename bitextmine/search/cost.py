@@ -6,7 +6,7 @@ cost on this machine and device. On a CPU, `mine` searches both directions from 
 blocks (`mutual_neighbours`, where one job holds both sides: up to 1M a side by default), so the
 mining costs one product per pair of sentences; elsewhere two. Up to `EXACT_BUDGET_SECONDS` of search,
 exact is chosen: it needs no training and loses no pair; above it, IVF, which on real de-en text kept
-99.7% and 99.1% of exact mining's pairs at 100k and 300k a side in a third and a seventh of its time
+nearly all of exact mining's pairs in a fraction of its time
 (examples/benchmarks/results/bench_scale_real.md).
 """
 

@@ -13,9 +13,9 @@ from bitextmine.search.training import MIN_TRAIN_PER_LIST, POINTS_PER_LIST, samp
 # itself is ~3e13 flops, minutes on a CPU and seconds on a GPU, with nothing to train. Up to IVF_FLAT_MAX
 # the uncompressed vectors of an IVF-Flat index still fit in RAM (4M x 384 x 4 B = 6 GB); beyond that
 # OPQ+PQ stores dim/8 bytes per vector (48 B instead of 1536 B at dim 384: 1e9 vectors in ~48 GB).
-# That compression costs recall on low-contrast e5 neighbourhoods: on the 200k covariance-noise set of
-# at default_nprobe, IVF2048,PQ48 found 0.19 of the en->de exact top-4 at any nprobe (0.63 after exact
-# re-ranking of its top 64), where IVF2048,SQ8 (384 B) found 0.933 at 256 probes and 0.963 at 512.
+# That compression costs recall on low-contrast e5 neighbourhoods, even after exact re-ranking, far more
+# than SQ8 does (examples/benchmarks/results/constants.md, compressed indexes): hence Flat lists up to
+# IVF_FLAT_MAX.
 FLAT_MAX = 200_000
 IVF_FLAT_MAX = 4_000_000
 # The default IVF-Flat: lists of 1,000 vectors, probed 16 at a time, or one list in PROBED_SHARE where
@@ -27,9 +27,9 @@ AUTO_NPROBE = 16
 PROBED_SHARE = 32
 MIN_LISTS, MAX_LISTS = 16, 262_144
 # `--list-size` indexes find a query's lists by a flat (exact, BLAS) search of the centroids up to this
-# many lists, an HNSW graph above: on 2 cores, for blocks of 65,536 queries and nprobe 8, the flat
-# search beat HNSW32 at FAISS's default efSearch at 820 and 2,732 centroids (where HNSW32 missed 1.1% and
-# 2.7% of the nearest lists) and lost at 8,197 (docs/scale-and-cluster.md, measured on synthetic copies).
+# many lists, an HNSW graph above: the flat search was faster than HNSW32 at FAISS's default efSearch,
+# and found every nearest list where HNSW32 missed some, up to a few thousand centroids, and slower above
+# (examples/benchmarks/results/constants.md, on copies).
 # The library's own list count (no --list-size) takes the HNSW graph above this too.
 FLAT_QUANTIZER_MAX_LISTS = 4096
 
@@ -90,7 +90,8 @@ def _with_storage(n: int, dim: int, ivf: str) -> str:
     if n <= IVF_FLAT_MAX:
         return f"{ivf},Flat"
     m = max(d for d in range(1, max(1, dim // 8) + 1) if dim % d == 0)
-    # "np": no polysemous training, which only serves Hamming-filtered search and cost ~3 s per sub-quantizer
+    # "np": no polysemous training, which only serves Hamming-filtered search and costs seconds a
+    # sub-quantizer
     return f"OPQ{m},{ivf},PQ{m}np"
 
 

@@ -35,17 +35,18 @@ from bitextmine.search.knn import Neighbours, QueryBlocks
 
 GROUP = 64  # columns a group in `block_top` (CUDA)
 CPU_GROUP = 16  # columns a group in `_Best.scan` (CPU): fewer to gather where a group's maximum passes
-# Candidates kept beyond k. On a CPU, 60 (64 at k = 4): with 28, 5.5% of real scale-set queries failed
-# the certificate (each searched again over the whole base), with 60, 0.1%; only those within the error
-# bound of the k-th are re-ranked, so more cost little. On CUDA, 28 (fp16's bound is 8x tighter).
+# Candidates kept beyond k: enough that almost every real query passes the certificate (a query that fails
+# is searched again over the whole base), and only those within the error bound of the k-th are re-ranked,
+# so more cost little. CUDA keeps fewer: fp16's bound is tighter than bf16's
+# (examples/benchmarks/results/constants.md, exact search).
 EXTRA = {"cpu": 60, "cuda": 28}
 # `_Best.scan` gathers the groups that can enter while they take at most this share of the products' count
 GATHER_SHARE = 8
 FP32_UNIT = 2.0**-24
 UNIT_ROUNDOFF = {torch.float32: FP32_UNIT, torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11}
 CPU_BLOCK = (8_192, 16_384)  # query rows x base rows: a 256 MB bf16 product matrix
-# 16 GB fp16 product matrix, its top-k by two levels of group maxima: the fastest of 25 block shapes and
-# groupings on an H200 (130k queries/s against 1M rows; 102k for 32,768 x 262,144, one level), gpu_check.md
+# 16 GB fp16 product matrix, its top-k by two levels of group maxima: the fastest of the block shapes and
+# groupings timed on an H200 (examples/benchmarks/results/gpu_check.md, search-plans)
 CUDA_BLOCK = (16_384, 524_288)
 CUDA_TOP_LEVELS = 2
 RESIDENT_BYTES = {"cpu": 4 * 2**30}  # base kept whole in the compute precision
@@ -54,9 +55,8 @@ RESIDENT_BYTES = {"cpu": 4 * 2**30}  # base kept whole in the compute precision
 CUDA_PRODUCT_SHARE = 0.22
 CUDA_RESIDENT_SHARE = 0.30
 # Candidates re-ranked at once. CPU: 12 MB of float32 rows at 384 dimensions, under glibc's mmap threshold,
-# so the memory is reused; chunks of 2**18 (fresh pages each time) took 1.8x as long. CUDA: 1.6 GB; with
-# 2**13 (256 queries a chunk, each chunk a dozen kernels and a sync) certifying 2 x 196,608 queries took
-# 1.39 s on an H100, with 2**20 0.12 s.
+# so the memory is reused where larger chunks take fresh pages each time. CUDA: 1.5 GiB, so that a chunk's
+# dozen kernels and sync are paid for few chunks (examples/benchmarks/results/constants.md, exact search).
 RERANK_CANDIDATES = {"cpu": 2**13, "cuda": 2**20}
 
 
@@ -84,7 +84,7 @@ class ArrayVectors:
             yield start, self.array[start : start + block_rows]
 
     def take(self, rows: np.ndarray) -> np.ndarray:
-        return np.take(self.array, rows, axis=0)  # 2.4x the speed of self.array[rows] for 2M rows
+        return np.take(self.array, rows, axis=0)  # faster than self.array[rows] (results/constants.md)
 
 
 @dataclass(frozen=True)
@@ -469,8 +469,8 @@ class _Best:
 
     def add(self, first: int, products: torch.Tensor, offset: int, plan: GemmPlan) -> None:
         """Merge a block of products (row i: owner `first` + i's products with rows `offset`..): its
-        best by `block_top` where `plan.grouped_top` (CUDA: 11 ms against torch.topk's 68 for a 32,768 x
-        262,144 block on an H200, gpu_check.md's stage_ms), else by `scan` (gathers tuned on CPUs)."""
+        best by `block_top` where `plan.grouped_top` (CUDA: several times faster than torch.topk,
+        gpu_check.md's stage_ms), else by `scan` (gathers tuned on CPUs)."""
         if plan.grouped_top:
             values, ids = block_top(products, self.keep, plan.group, plan.levels)
             self.merge(slice(first, first + len(products)), values, ids + offset)
@@ -500,7 +500,7 @@ class _Best:
             return
         maxima = _group_maxima(products, group)
         # by owner, then column; a transposed block's maxima are transposed, and torch.nonzero over them
-        # took twice as long as making the mask contiguous first
+        # is slower than making the mask contiguous first
         passing = (maxima > floor[:, None]).contiguous()
         row, column = torch.nonzero(passing, as_tuple=True)
         if len(row) * group > products.numel() // GATHER_SHARE:
@@ -541,8 +541,8 @@ class _Best:
 
 def _group_maxima(products: torch.Tensor, group: int) -> torch.Tensor:
     """[rows, width / group]: the maximum of each row's columns s, s + width / group, ... (`group` of
-    them); for a transposed matrix (`mutual_neighbours`' column side), reduced in its memory order, which
-    took a twentieth of the time on a CPU."""
+    them); for a transposed matrix (`mutual_neighbours`' column side), reduced in its memory order, far
+    faster on a CPU than across it (examples/benchmarks/results/constants.md, exact search)."""
     rows, width = products.shape
     if products.is_contiguous() or not products.T.is_contiguous():
         return products.view(rows, group, width // group).amax(dim=1)
@@ -557,8 +557,8 @@ def block_top(
     hold its `keep` best values (any group outside them has `keep` groups above it, each with a larger
     value), so one max pass and a top-k over the group maxima leave `keep * group` columns to rank.
     A group takes every (width / group)-th column, so that its maximum is an elementwise maximum of
-    contiguous slices (`_group_maxima`, also for a transposed matrix): on an H200, 7 ms for a 32,768 x
-    262,144 fp16 block, where groups of consecutive columns took 40. With `levels` > 1 the top-k over the
+    contiguous slices (`_group_maxima`, also for a transposed matrix), several times faster than groups
+    of consecutive columns on a GPU (gpu_check.md's stage_ms). With `levels` > 1 the top-k over the
     group maxima is itself taken by groups."""
     width = products.shape[1]
     if width % group or width <= keep * group:

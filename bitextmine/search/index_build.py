@@ -57,8 +57,9 @@ from bitextmine.search.training import (
 from bitextmine.workspace.embeddings import ShardedVectors
 
 # The index step populates an unsharded index in parts of this many rows, each saved as a file that a
-# rerun after a kill keeps (`checkpoint_ranges`): at most one part's work is lost (on 2 cores, roughly a
-# minute of populating at 1M rows), and the parts take the final index's size again on disk until merged.
+# rerun after a kill keeps (`checkpoint_ranges`): at most one part's work is lost
+# (examples/benchmarks/results/constants.md), and the parts take the final index's size again on disk
+# until merged.
 CHECKPOINT_ROWS = 1_000_000
 
 

@@ -21,10 +21,9 @@ if TYPE_CHECKING:
 
 MISSING_SIM = np.finfo(np.float32).min  # what FAISS reports for an inner product not found
 # A probed list is scored for all the block's queries that probe it with one matrix product, and a
-# product of fewer query rows costs more a vector: on 2 cores, equal lists of 366 vectors cost 8.8 ns a
-# vector at 639 queries a list, 18.2 ns at 64 and 10.9 ns at 256 (docs/scale-and-cluster.md, on copies).
+# product of fewer query rows costs more a vector (examples/benchmarks/results/constants.md, on copies).
 # So the block grows with nlist / nprobe, between these bounds (the upper one keeps a block's float32
-# queries and candidate slots near 0.6 GB).
+# queries and candidate slots near 600 MB).
 QUERIES_A_LIST = 512
 MIN_BLOCK_ROWS = 65_536
 MAX_BLOCK_ROWS = 262_144

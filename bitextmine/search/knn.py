@@ -9,7 +9,7 @@ import faiss
 import numpy as np
 
 # Queries whose candidates are re-ranked at once: re-ranking gathers every candidate's vector, 16k queries x
-# 64 candidates (PQ's fetch) x 384-d float32 is 1.6 GB, whatever the block of queries searched at once.
+# 64 candidates (PQ's fetch) x 384-d float32 is 1.5 GiB, whatever the block of queries searched at once.
 RERANK_QUERIES = 16_384
 
 QueryBlocks = Callable[[], Iterable[tuple[int, np.ndarray]]]  # (first query row, vectors), in row order

@@ -26,7 +26,8 @@ TARGET_RECALL = 0.95
 # text the default probes keep 99% of them (bench_scale_real.md), and it is set below what they reach
 # there, so that the real-text default stays as measured.
 RECALL_FLOOR = 0.85
-# PQ codes rank the top 4 poorly: recall 0.41, 1.0 after re-ranking 64 (on copies, docs/scale-and-cluster.md)
+# PQ codes rank the top 4 poorly; re-ranking 64 candidates exactly recovers them
+# (examples/benchmarks/results/constants.md, on copies)
 RERANK_FETCH = 64
 
 
@@ -153,17 +154,10 @@ def measure_recall(
     return float(hits.sum() / cos.size), seconds
 
 
-# nlist / 8 (at least 64) is the fewest probes that kept recall@4 >= 0.95 for queries from the other
-# language, as in mining. Measured 2026-11-22 with IVF-Flat over the demo's 384-d multilingual-e5-small
-# embeddings (exact top-4 = truth, 1000 queries unless said otherwise):
-# - real rows only (8400 de, 8400 en queries), IVF256: en->de 0.876 at 32 probes, 0.958 at 64;
-#   de->en 0.870 and 0.953.
-# - de grown by noisy copies (gaussian with the data's covariance, cosine 0.90 to the original), real en
-#   queries: 200k rows, IVF2048: 0.895 at 128 probes, 0.955 at 256;
-#   1M rows, IVF4096: 0.911 at 256, 0.969 at 512.
-# - de grown with isotropic noise (cosine 0.97), 200k rows, IVF2048: 0.952 at 128, 0.990 at 256.
-# Queries drawn from the indexed rows themselves (what build_index reports) need far fewer probes: 0.954 at
-# 64 of 2048 lists where en queries got 0.792, so the reported recall is an upper bound for mining.
+# nlist / 8 (at least 64) is the fewest probes that kept recall@4 >= TARGET_RECALL for queries from the
+# other language, as in mining, on real and noisy-copy e5 vectors (examples/benchmarks/results/constants.md,
+# default probes). Queries drawn from the indexed rows themselves (what build_index reports) need far
+# fewer probes, so the recall it reports is an upper bound for mining.
 def default_nprobe(factory: str) -> int | None:
     """Lists probed when no other-language queries tune it: nlist / 8, at least 64 (None: not IVF)."""
     nlist = ivf_lists(factory)

@@ -16,10 +16,9 @@ from bitextmine.workspace.embeddings import ShardedVectors
 POINTS_PER_LIST = 39  # FAISS warns below 39 training points per centroid
 PQ_TRAIN_MIN = 256 * POINTS_PER_LIST  # 8-bit PQ codebooks have 256 centroids each
 # k-means trained on few points per list leaves the lists unequal, and a query's scan grows with that
-# imbalance (list_imbalance). 256 training rows a list (the most FAISS's k-means keeps: it subsamples
-# above max_points_per_centroid) gave imbalance 1.25 at 300k and 1.41 at 1M on copies of 72,401 e5
-# sentences with 366 vectors a list (docs/scale-and-cluster.md, measured on synthetic copies); the earlier
-# rule, 64 a list, left them less equal (1.37 and 1.68), at about half the indexing time at 1M.
+# imbalance (list_imbalance). 256 training rows a list is the most FAISS's k-means keeps (it subsamples
+# above max_points_per_centroid), and left the lists more equal than 64 a list, for about twice the
+# indexing time (examples/benchmarks/results/constants.md, on copies).
 TRAIN_PER_LIST = 256
 # The float32 training sample is held in RAM, and never exceeds this (2,796,202 rows at 384-d, 1,048,576
 # at 1024-d). The library's own list count is lowered (a power of two) until the sample still gives

@@ -333,8 +333,8 @@ def _hard_negative_miner(
     device = "cuda" if encoder.device.type == "cuda" else "cpu"
 
     def encode(texts: list[str]):
-        # under the training step's bf16 autocast where it has one: e5 encoded 1,500 news sentences at 143
-        # a second instead of 90 in fp32 (2 AMD cores; min cosine to fp32 0.99998)
+        # under the training step's bf16 autocast where it has one: faster than fp32, with vectors all but
+        # equal to its (examples/benchmarks/results/constants.md, hard-negative pool)
         progress = reporter.progress()
         with (
             progress.stage("hard negatives: encoding the pool", len(texts), rates=True),

@@ -45,15 +45,12 @@ class Recipe:
 RECIPES = {
     recipe.name: recipe
     for recipe in (
-        # mining between languages with parallel data: no objective gained more dev F1 or Tatoeba accuracy
-        # per CPU minute than contrastive in bench_train (contrastive+xtr tied, 3 seeds); LaBSE's margin,
-        # which pays for weak languages, cost Tatoeba accuracy here at 30 minutes, and lr 5e-5, ahead at
-        # 122 steps, gained nothing (3 seeds)
+        # mining between languages with parallel data: the objective that gained most per CPU minute, with
+        # the settings that no tried change beat (examples/benchmarks/results/bench_train.md)
         Recipe("mining", {"objectives": "contrastive", **FINE_TUNE}),
-        # languages the model encodes badly: LaBSE's additive margin cut held-out xsim error by a fifth,
-        # where 4x the steps, hard negatives or lr 5e-5 did not; distillation to the base's English
-        # vectors, which the recipe had, cost Tatoeba accuracy in languages absent from the training
-        # data and bought no xsim (3 seeds an arm, training_runs.md)
+        # languages the model encodes badly: LaBSE's additive margin cut held-out xsim error where more
+        # steps, hard negatives, a higher lr or distillation did not
+        # (examples/benchmarks/results/training_runs.md)
         Recipe("weak-languages", {"objectives": "contrastive", "margin": 0.3, **FINE_TUNE}),
     )
 }

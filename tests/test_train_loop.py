@@ -16,6 +16,7 @@ from bitextmine.encoder.encoder import SentenceEncoder
 from bitextmine.train.data import PairBatch
 from bitextmine.train.loop import TrainConfig, batch_loss, train
 from bitextmine.train.model import TrainContext, TrainEncoder
+from bitextmine.train.objectives.base import ObjectiveSetup
 from bitextmine.train.objectives.registry import build_objectives
 from tests.helpers import TRAINING_TEXT, require_shared, straight_and_interrupted
 
@@ -134,7 +135,7 @@ def test_packed_step_equals_padded_step(tiny_model_dir, kind, objective):
         )
         weights = {objective: 1.0}
         torch.manual_seed(0)
-        objectives = build_objectives(weights, encoder, ctx, {})
+        objectives = build_objectives(weights, ObjectiveSetup(encoder, ctx))
         loss, _ = batch_loss(encoder, objectives, weights, batch, ctx)
         loss.backward()
         results.append(

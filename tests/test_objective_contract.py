@@ -28,7 +28,8 @@ from bitextmine.train.objectives.base import Objective, ObjectiveInputs, Objecti
 from bitextmine.train.objectives.names import parse_objectives
 from bitextmine.train.objectives.registry import build_objectives
 from bitextmine.train.objectives.settings import ObjectiveOptions, ObjectiveSettings, RtlSettings
-from tests.helpers import TRAINING_TEXT, run
+from tests import helpers
+from tests.helpers import run
 
 FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "train_1e66aa2.json").read_text())
 CLI_ARGS = (
@@ -47,10 +48,7 @@ API_CONFIG = dict(
 
 @pytest.fixture
 def toy_pairs(tmp_path) -> Path:
-    en, de = TRAINING_TEXT[0::2] * 12, TRAINING_TEXT[1::2] * 12
-    (tmp_path / "toy.de").write_text("\n".join(f"{s} {i}" for i, s in enumerate(de)) + "\n")
-    (tmp_path / "toy.en").write_text("\n".join(f"{s} {i}" for i, s in enumerate(en)) + "\n")
-    return tmp_path / "toy.de"
+    return helpers.toy_pairs(tmp_path)
 
 
 @pytest.fixture

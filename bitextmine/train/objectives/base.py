@@ -1,6 +1,6 @@
 """The contract of a training objective: an `nn.Module` that names its settings class, says what it
-needs, builds itself from its settings and turns one encoded batch into a loss (docs/training.md,
-Extending). Defining a subclass registers it under its settings' objective name (registry.py)."""
+needs, builds itself from its settings and turns one encoded batch into a loss (docs/training.md, Adding
+an objective). Defining a subclass registers it under its settings' objective name (registry.py)."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ class ObjectiveSetup:
 
     encoder: TrainEncoder
     ctx: TrainContext
-    teacher: TeacherVectors | None = None  # distill's: loaded before any objective is built
+    teacher: TeacherVectors | None = None  # distill's, loaded by the loop before any head is initialised
     normalize: bool = True  # the model's settings normalise its vectors
 
 

@@ -333,6 +333,14 @@ def store_vectors(
     return store.vectors()
 
 
+def toy_pairs(folder: Path, repeats: int = 12) -> Path:
+    """FOLDER/toy.de and toy.en: TRAINING_TEXT's 4 (en, de) pairs `repeats` times, each line numbered."""
+    en, de = TRAINING_TEXT[0::2] * repeats, TRAINING_TEXT[1::2] * repeats
+    (folder / "toy.de").write_text("\n".join(f"{s} {i}" for i, s in enumerate(de)) + "\n")
+    (folder / "toy.en").write_text("\n".join(f"{s} {i}" for i, s in enumerate(en)) + "\n")
+    return folder / "toy.de"
+
+
 def straight_and_interrupted(
     config: Callable[[Path], TrainConfig], root: Path, stop_at: int
 ) -> tuple[Path, Path]:

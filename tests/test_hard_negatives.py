@@ -26,8 +26,10 @@ from bitextmine.train.hard_negatives import (
 )
 from bitextmine.train.loop import Reporter, TrainConfig, batch_loss, train
 from bitextmine.train.model import TrainContext, TrainEncoder
+from bitextmine.train.objectives.base import ObjectiveSetup
 from bitextmine.train.objectives.contrastive import Contrastive
 from bitextmine.train.objectives.registry import build_objectives
+from bitextmine.train.objectives.settings import ContrastiveSettings
 from tests.helpers import TRAINING_TEXT, run, sentences, straight_and_interrupted, unit
 
 DIM = 8
@@ -129,7 +131,9 @@ def cross_entropy(logits: list[float], gold: int, temperature: float) -> float:
 def test_contrastive_loss_with_extra_negatives_matches_hand_computation(temperature, margin):
     allowed = torch.tensor([[True, False], [True, True]])  # row 0 may not see the second negative
     u = U.clone().requires_grad_()
-    loss, accuracy = Contrastive(2, temperature=temperature, margin=margin).loss(u, V, None, EXTRA, allowed)
+    loss, accuracy = Contrastive(2, ContrastiveSettings(temperature=temperature, margin=margin)).loss(
+        u, V, None, EXTRA, allowed
+    )
     rows = [[1 - margin, R, 0.0], [0.0, R - margin, 1.0, 0.0]]  # in-batch cosines, then allowed negatives
     columns = [[1 - margin, 0.0], [R, R - margin]]  # each English vector against both sources: unchanged
     row_terms = sum(cross_entropy(row, gold, temperature) for gold, row in enumerate(rows)) / 2
@@ -152,7 +156,7 @@ def todays_loss(u: torch.Tensor, v: torch.Tensor, temperature: float, margin: fl
 def test_contrastive_loss_without_extra_negatives_is_unchanged():
     torch.manual_seed(0)
     u, v = torch.randn(16, 32), torch.randn(16, 32)
-    objective = Contrastive(32, temperature=0.05, margin=0.3)
+    objective = Contrastive(32, ContrastiveSettings(temperature=0.05, margin=0.3))
     assert torch.equal(objective.loss(u, v)[0], todays_loss(u, v, 0.05, 0.3))  # bit for bit
     left_out = torch.zeros(16, 3, dtype=torch.bool)  # negatives no row may see: the same loss
     with_none = objective.loss(u, v, None, torch.randn(3, 32), left_out)[0]
@@ -172,7 +176,7 @@ def test_batch_loss_encodes_the_negatives_with_the_targets_for_contrastive_only(
         encoder, tokenizer.mask_token_id, special, len(tokenizer), ["de", "en"], torch.Generator()
     )
     weights = {"contrastive": 1.0, "xtr": 1.0}
-    objectives = build_objectives(weights, encoder, ctx, {})
+    objectives = build_objectives(weights, ObjectiveSetup(encoder, ctx))
     with torch.no_grad():
         _, terms = batch_loss(encoder, objectives, weights, batch, ctx, negatives=negatives)
         _, plain = batch_loss(encoder, objectives, weights, batch, ctx)

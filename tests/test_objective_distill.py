@@ -21,6 +21,7 @@ from bitextmine.errors import BitextmineError
 from bitextmine.train.data import Pair, find_sources, pair_stream, read_excluded, read_source, token_batches
 from bitextmine.train.loop import TrainConfig, batch_loss
 from bitextmine.train.model import EncodedSide, TrainContext, TrainEncoder
+from bitextmine.train.objectives.base import ObjectiveInputs, ObjectiveSetup
 from bitextmine.train.objectives.distill import (
     TEACHER_DIR,
     Distill,
@@ -76,7 +77,9 @@ def test_the_objective_targets_the_teachers_vectors_of_the_english_sentences(tmp
     teacher = FakeTeacher()
     objective = Distill(TeacherVectors(teacher, tmp_path), student_dim=2)
     xx = STUDENT_XX.clone().requires_grad_()
-    output = objective(_side(xx), _side(STUDENT_EN), english=["", "a"])  # [0, 1] and [R, R]
+    output = objective(
+        ObjectiveInputs(_side(xx), _side(STUDENT_EN), None, english=["", "a"])
+    )  # [0, 1] and [R, R]
     want = distill_loss(STUDENT_XX, STUDENT_EN, torch.tensor([[0.0, 1.0], [R, R]]))[0]
     assert output.loss.item() == pytest.approx(float(want))
     assert output.terms["distill"] == pytest.approx(float(want))
@@ -139,7 +142,7 @@ def test_the_teacher_is_frozen_while_the_student_learns(tiny_model_dir, tmp_path
     student = TrainEncoder(BertModel.from_pretrained(model_dir))
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     ctx = TrainContext(student, 0, frozenset(), len(tokenizer), ["de", "en"], torch.Generator())
-    objectives = build_objectives({"distill": 1.0}, student, ctx, {}, teacher)
+    objectives = build_objectives({"distill": 1.0}, ObjectiveSetup(student, ctx, teacher))
     optimizer = torch.optim.AdamW([*student.parameters(), *objectives.parameters()], lr=1e-3)
     pairs = itertools.cycle(
         [Pair("de", de, en) for en, de in zip(TRAINING_TEXT[0::2], TRAINING_TEXT[1::2], strict=True)]

@@ -12,7 +12,9 @@ import torch.nn.functional as F
 from transformers import AutoModel, AutoTokenizer
 
 from bitextmine.train.model import EncodedSide, TrainContext, TrainEncoder
+from bitextmine.train.objectives.base import ObjectiveInputs
 from bitextmine.train.objectives.mexma import Mexma, koleo, mask_tokens, mse_alignment, with_sentence_vector
+from bitextmine.train.objectives.settings import ContrastiveSettings, MexmaSettings
 from tests.helpers import TRAINING_TEXT
 
 GERMAN = TRAINING_TEXT[1::2]
@@ -159,11 +161,11 @@ def reference_unmasking(obj, encoder, ctx, side, other_vectors, masked_ids, sele
 def test_unmasking_matches_padded_reference(tiny_model_dir, kind):
     tokenizer, encoder, ctx = setup(tiny_model_dir, kind)
     encoder.eval()
-    obj = Mexma(encoder.config, head_layers=2, alpha=1.0, beta=0.0, gamma=0.0).eval()
+    obj = Mexma(encoder.config, MexmaSettings(), head_layers=2, alpha=1.0, beta=0.0, gamma=0.0).eval()
     with torch.no_grad():
         src, tgt = encode_pair(tokenizer, encoder)
         state = ctx.generator.get_state()
-        out = obj(src, tgt, ctx)
+        out = obj(ObjectiveInputs(src, tgt, ctx))
         replay = torch.Generator()
         replay.set_state(state)
         expected = {}
@@ -190,9 +192,9 @@ def test_unmasking_matches_padded_reference(tiny_model_dir, kind):
 def test_weights_combine_terms(tiny_model_dir):
     tokenizer, encoder, ctx = setup(tiny_model_dir)
     encoder.eval()
-    obj = Mexma(encoder.config, head_layers=1, alpha=0.3, beta=2.0, gamma=0.7).eval()
+    obj = Mexma(encoder.config, MexmaSettings(), head_layers=1, alpha=0.3, beta=2.0, gamma=0.7).eval()
     with torch.no_grad():
-        out = obj(*encode_pair(tokenizer, encoder), ctx)
+        out = obj(ObjectiveInputs(*encode_pair(tokenizer, encoder), ctx))
     t = out.terms
     expected = 0.3 * (t["mlm_src"] + t["mlm_tgt"]) + 2.0 * t["align"] + 0.7 * t["koleo"]
     assert out.loss.item() == pytest.approx(expected, rel=1e-5)
@@ -211,13 +213,12 @@ def test_token_gradients_switch(tiny_model_dir, token_gradients):
     masked view's token states and the tied projection, so it gets gradient exactly when token_gradients."""
     tokenizer, encoder, ctx = setup(tiny_model_dir)
     encoder.train()
-    obj = Mexma(
-        encoder.config, head_layers=1, alpha=1.0, beta=0.0, gamma=0.0, token_gradients=token_gradients
-    )
+    settings = MexmaSettings(token_gradients=token_gradients)
+    obj = Mexma(encoder.config, settings, head_layers=1, alpha=1.0, beta=0.0, gamma=0.0)
     src, tgt = encode_pair(tokenizer, encoder)
     src = dataclasses.replace(src, pooled=src.pooled.detach())
     tgt = dataclasses.replace(tgt, pooled=tgt.pooled.detach())
-    obj(src, tgt, ctx).loss.backward()
+    obj(ObjectiveInputs(src, tgt, ctx)).loss.backward()
     assert len(_grads(obj)) == len(list(obj.parameters()))  # the head always learns
     assert bool(_grads(encoder)) is token_gradients
 
@@ -225,8 +226,10 @@ def test_token_gradients_switch(tiny_model_dir, token_gradients):
 def test_without_token_gradients_the_sentence_vectors_still_carry_the_unmasking(tiny_model_dir):
     """The paper's ablation keeps the gradient through the prepended (clean) sentence vectors."""
     tokenizer, encoder, ctx = setup(tiny_model_dir)
-    obj = Mexma(encoder.config, head_layers=1, alpha=1.0, beta=0.0, gamma=0.0, token_gradients=False)
-    obj(*encode_pair(tokenizer, encoder), ctx).loss.backward()
+    obj = Mexma(
+        encoder.config, MexmaSettings(token_gradients=False), head_layers=1, alpha=1.0, beta=0.0, gamma=0.0
+    )
+    obj(ObjectiveInputs(*encode_pair(tokenizer, encoder), ctx)).loss.backward()
     assert encoder.model.encoder.layer[0].attention.self.query.weight.grad.abs().sum() > 0
 
 
@@ -243,14 +246,13 @@ def test_a_few_steps_lower_the_loss(tiny_model_dir, alignment):
         pytest.skip("bitextmine/train/objectives/contrastive.py (the §5.2 alignment) is not written yet")
     tokenizer, encoder, ctx = setup(tiny_model_dir, "xlm-roberta")
     encoder.eval()  # no dropout: the fixed batch and fixed masks give a deterministic loss
-    obj = Mexma(
-        encoder.config, head_layers=1, gamma=0.005 if alignment == "mse" else 0.0, alignment=alignment
-    )
+    settings = MexmaSettings(mexma_alignment=alignment)
+    obj = Mexma(encoder.config, settings, head_layers=1, gamma=0.005 if alignment == "mse" else 0.0)
     optimizer = torch.optim.Adam([*encoder.parameters(), *obj.parameters()], lr=5e-3)
     losses = []
     for _ in range(12):
         ctx.generator.manual_seed(0)
-        out = obj(*encode_pair(tokenizer, encoder), ctx)
+        out = obj(ObjectiveInputs(*encode_pair(tokenizer, encoder), ctx))
         optimizer.zero_grad()
         out.loss.backward()
         optimizer.step()
@@ -267,16 +269,23 @@ def test_contrastive_alignment_term(tiny_model_dir):
 
     tokenizer, encoder, ctx = setup(tiny_model_dir)
     encoder.eval()
-    obj = Mexma(encoder.config, head_layers=1, alpha=0.0, beta=1.0, gamma=0.0, alignment="contrastive")
+    obj = Mexma(
+        encoder.config,
+        MexmaSettings(mexma_alignment="contrastive"),
+        head_layers=1,
+        alpha=0.0,
+        beta=1.0,
+        gamma=0.0,
+    )
     with torch.no_grad():
         src, tgt = encode_pair(tokenizer, encoder)
-        out = obj(src, tgt, ctx)
-        expected = Contrastive(encoder.config.hidden_size)(src, tgt, ctx).loss.item()
+        out = obj(ObjectiveInputs(src, tgt, ctx))
+        plain = Contrastive(encoder.config.hidden_size, ContrastiveSettings())
+        expected = plain(ObjectiveInputs(src, tgt, ctx)).loss.item()
     assert out.terms["align"] == pytest.approx(expected, rel=1e-5)
     assert out.loss.item() == pytest.approx(expected, rel=1e-5)
 
 
-def test_rejects_unknown_alignment(tiny_model_dir):
-    _, encoder, _ = setup(tiny_model_dir)
+def test_rejects_unknown_alignment():
     with pytest.raises(ValueError, match="alignment"):
-        Mexma(encoder.config, head_layers=1, alignment="cosine")
+        MexmaSettings(mexma_alignment="cosine")

@@ -10,7 +10,9 @@ import torch
 from transformers import AutoModel, AutoTokenizer
 
 from bitextmine.train.model import EncodedSide, TrainContext, TrainEncoder
+from bitextmine.train.objectives.base import ObjectiveInputs
 from bitextmine.train.objectives.rtl import RepresentationTranslation
+from bitextmine.train.objectives.settings import RtlSettings
 from tests.helpers import TRAINING_TEXT
 
 LANGUAGES = ["en", "de"]
@@ -30,7 +32,7 @@ def build(tiny_model_dir, kind: str, seed: int = 0):
         languages=LANGUAGES,
         generator=torch.Generator().manual_seed(0),
     )
-    return tokenizer, encoder, RepresentationTranslation(encoder.model, layers=2).eval(), ctx
+    return tokenizer, encoder, RepresentationTranslation(encoder.model, RtlSettings(rtl_layers=2)).eval(), ctx
 
 
 def encode(encoder: TrainEncoder, tokenizer, texts: list[str], lang: str) -> EncodedSide:
@@ -80,7 +82,7 @@ def test_loss_matches_hand_computation(tiny_model_dir, kind):
     with torch.no_grad():
         src, tgt = pair(encoder, tokenizer)
         logits, targets, owner = head.predict(src, tgt, ctx)
-        loss = head(src, tgt, ctx).loss
+        loss = head(ObjectiveInputs(src, tgt, ctx)).loss
         expected_logits = [reference_logits(head, encoder, tokenizer, src, i) for i in range(4)]
     # hand-listed targets: each English sentence's tokens without CLS/SEP, in order
     hand = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in ENGLISH[:4]]
@@ -119,7 +121,7 @@ def test_head_is_an_independent_copy_of_the_last_layers(tiny_model_dir):
 def test_gradients_reach_encoder_and_head(tiny_model_dir):
     tokenizer, encoder, head, ctx = build(tiny_model_dir, "bert")
     src, tgt = pair(encoder, tokenizer)
-    head(src, tgt, ctx).loss.backward()
+    head(ObjectiveInputs(src, tgt, ctx)).loss.backward()
     model = encoder.model
     reached = {
         "encoder first layer": model.encoder.layer[0].attention.self.query.weight,
@@ -140,7 +142,7 @@ def test_english_side_gets_no_gradient_through_its_states(tiny_model_dir):
     tokenizer, encoder, head, ctx = build(tiny_model_dir, "bert")
     src, tgt = pair(encoder, tokenizer)
     tgt.hidden.retain_grad()
-    head(src, tgt, ctx).loss.backward()
+    head(ObjectiveInputs(src, tgt, ctx)).loss.backward()
     assert tgt.hidden.grad is None
 
 
@@ -150,7 +152,7 @@ def test_optimizer_steps_lower_the_loss(tiny_model_dir):
     losses = []
     for _ in range(8):
         src, tgt = pair(encoder, tokenizer)
-        loss = head(src, tgt, ctx).loss
+        loss = head(ObjectiveInputs(src, tgt, ctx)).loss
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -200,7 +202,9 @@ def test_mismatched_batches_are_refused(tiny_model_dir):
     tokenizer, encoder, head, ctx = build(tiny_model_dir, "bert")
     with torch.no_grad(), pytest.raises(ValueError, match="source sentences"):
         head(
-            encode(encoder, tokenizer, GERMAN[:2], "de"),
-            encode(encoder, tokenizer, ENGLISH[:3], "en"),
-            ctx,
+            ObjectiveInputs(
+                encode(encoder, tokenizer, GERMAN[:2], "de"),
+                encode(encoder, tokenizer, ENGLISH[:3], "en"),
+                ctx,
+            )
         )

@@ -17,6 +17,8 @@ from typer.testing import CliRunner
 
 from bitextmine.cli import app
 from bitextmine.train.model import EncodedSide, TrainContext, TrainEncoder
+from bitextmine.train.objectives.base import ObjectiveInputs
+from bitextmine.train.objectives.settings import VmsstSettings
 from bitextmine.train.objectives.vmsst import VMSST, LatentDecoder, alternate, gaussian_kl, kl_weight
 from tests.helpers import TRAINING_TEXT, require_shared
 
@@ -35,11 +37,16 @@ def context(encoder: TrainEncoder, tokenizer, languages=LANGUAGES) -> TrainConte
     )
 
 
-def build(model_dir: Path, **options):
+def build(model_dir: Path, **settings):
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     torch.manual_seed(0)
     encoder = TrainEncoder(AutoModel.from_pretrained(model_dir)).eval()
-    return tokenizer, encoder, VMSST(encoder.model, LANGUAGES, **options), context(encoder, tokenizer)
+    return (
+        tokenizer,
+        encoder,
+        VMSST(encoder.model, LANGUAGES, VmsstSettings(**settings)),
+        context(encoder, tokenizer),
+    )
 
 
 def encode(encoder: TrainEncoder, tokenizer, texts: list[str], lang: str) -> EncodedSide:
@@ -85,10 +92,10 @@ def test_alternation_takes_even_pairs_from_the_source_and_odd_ones_from_the_targ
 
 
 def test_annealing_counts_training_batches_and_survives_a_checkpoint(tiny_model_dir):
-    tokenizer, encoder, obj, ctx = build(tiny_model_dir("bert"), kl_steps=4, elbo_weight=0.5)
+    tokenizer, encoder, obj, ctx = build(tiny_model_dir("bert"), vmsst_kl_steps=4, vmsst_lambda=0.5)
     weights = []
     for _ in range(3):
-        out = obj(*pair(encoder, tokenizer), ctx)
+        out = obj(ObjectiveInputs(*pair(encoder, tokenizer), ctx))
         t = out.terms
         assert out.loss.item() == pytest.approx(
             t["translation"] + 0.5 * (t["reconstruction"] + t["kl_weight"] * t["kl"]), rel=1e-5
@@ -96,14 +103,14 @@ def test_annealing_counts_training_batches_and_survives_a_checkpoint(tiny_model_
         weights.append(t["kl_weight"])
     assert weights == [0.0, 0.25, 0.5] and int(obj.batches) == 3
     with torch.no_grad():  # evaluation passes are not training batches
-        assert obj(*pair(encoder, tokenizer), ctx).terms["kl_weight"] == 0.75
+        assert obj(ObjectiveInputs(*pair(encoder, tokenizer), ctx)).terms["kl_weight"] == 0.75
     obj.eval()
-    obj(*pair(encoder, tokenizer), ctx)
+    obj(ObjectiveInputs(*pair(encoder, tokenizer), ctx))
     assert int(obj.batches) == 3
     torch.manual_seed(1)
-    resumed = VMSST(encoder.model, LANGUAGES, kl_steps=4, elbo_weight=0.5)
+    resumed = VMSST(encoder.model, LANGUAGES, VmsstSettings(vmsst_lambda=0.5, vmsst_kl_steps=4))
     resumed.load_state_dict(obj.state_dict())
-    assert resumed(*pair(encoder, tokenizer), ctx).terms["kl_weight"] == 0.75
+    assert resumed(ObjectiveInputs(*pair(encoder, tokenizer), ctx)).terms["kl_weight"] == 0.75
     assert int(resumed.batches) == 4
 
 
@@ -206,13 +213,14 @@ def test_shapes_and_initial_semantic_mean(tiny_model_dir):
     assert lang_mu.shape == lang_logvar.shape == (6, hidden)
     torch.testing.assert_close(mu, src.pooled)  # W_mu starts as the identity
     assert len(obj.decoder.layers) == 1 and len(obj.language_encoder.layers) == 2
-    small = VMSST(encoder.model, LANGUAGES, latent_dim=5, language_layers=1, decoder_layers=2)
+    settings = VmsstSettings(vmsst_latent_dim=5, vmsst_language_layers=1, vmsst_decoder_layers=2)
+    small = VMSST(encoder.model, LANGUAGES, settings)
     assert small.semantic.mean.out_features == 5 and small.decoder.output.in_features == hidden + 10
     assert len(small.language_encoder.layers) == 1 and len(small.decoder.layers) == 2
 
 
 def test_language_encoder_starts_as_the_encoders_bottom_layers(tiny_model_dir):
-    tokenizer, encoder, obj, ctx = build(tiny_model_dir("bert"), language_layers=2)
+    tokenizer, encoder, obj, ctx = build(tiny_model_dir("bert"), vmsst_language_layers=2)
     with torch.no_grad():
         src = encode(encoder, tokenizer, GERMAN[:3], "de")
         mu, _ = obj.language_encoder(src.input_ids, src.seqlens, src.langs, ctx)
@@ -229,14 +237,14 @@ def test_loss_assembles_translation_and_elbo_with_the_alternated_semantic_input(
     """Per pair: -log p(x_s | [mu_sem(x_t); 0]) - log p(x_t | [mu_sem(x_s); 0]) plus
     λ(-log p(x_s | [z_sem; z_ls]) - log p(x_t | [z_sem; z_lt]) + β KL), z_sem from x_s for even pairs and
     from x_t for odd ones; here one sentence at a time, with the noise replayed from the generator."""
-    tokenizer, encoder, obj, ctx = build(tiny_model_dir("bert"), kl_steps=0, elbo_weight=0.3)
+    tokenizer, encoder, obj, ctx = build(tiny_model_dir("bert"), vmsst_kl_steps=0, vmsst_lambda=0.3)
     obj.eval()
     n = 3
     with torch.no_grad():
         src, tgt = pair(encoder, tokenizer, n)
         replay = torch.Generator()
         replay.set_state(ctx.generator.get_state())
-        out = obj(src, tgt, ctx)
+        out = obj(ObjectiveInputs(src, tgt, ctx))
 
         def one(side: EncodedSide, k: int) -> tuple[torch.Tensor, list[int], torch.Tensor]:
             start = sum(side.seqlens[:k])
@@ -279,8 +287,8 @@ def test_loss_assembles_translation_and_elbo_with_the_alternated_semantic_input(
 
 
 def test_gradients_reach_the_encoder_and_every_part(tiny_model_dir):
-    tokenizer, encoder, obj, ctx = build(tiny_model_dir("bert"), kl_steps=0)
-    obj(*pair(encoder, tokenizer), ctx).loss.backward()
+    tokenizer, encoder, obj, ctx = build(tiny_model_dir("bert"), vmsst_kl_steps=0)
+    obj(ObjectiveInputs(*pair(encoder, tokenizer), ctx)).loss.backward()
     model = encoder.model
     reached = {
         "encoder layers": model.encoder.layer[0].attention.self.query.weight,
@@ -302,7 +310,7 @@ def test_gradients_reach_the_encoder_and_every_part(tiny_model_dir):
 def test_languages_must_match_the_context(tiny_model_dir):
     tokenizer, encoder, obj, _ = build(tiny_model_dir("bert"))
     with pytest.raises(ValueError, match="languages"):
-        obj(*pair(encoder, tokenizer), context(encoder, tokenizer, ["de", "en", "fr"]))
+        obj(ObjectiveInputs(*pair(encoder, tokenizer), context(encoder, tokenizer, ["de", "en", "fr"])))
 
 
 # --- learning ---------------------------------------------------------------------------------------------
@@ -316,14 +324,14 @@ def test_a_few_steps_on_real_pairs_lower_the_loss(e5_dir):
         for lang in LANGUAGES
     }
     pairs = sorted(zip(lines["de"], lines["en"], strict=True), key=lambda p: len(p[0]) + len(p[1]))[:4]
-    tokenizer, encoder, obj, ctx = build(e5_dir, kl_steps=0)
+    tokenizer, encoder, obj, ctx = build(e5_dir, vmsst_kl_steps=0)
     optimizer = torch.optim.Adam([*encoder.parameters(), *obj.parameters()], lr=3e-4)
     losses = []
     for _ in range(3):
         ctx.generator.manual_seed(0)
         src = encode(encoder, tokenizer, [de for de, _ in pairs], "de")
         tgt = encode(encoder, tokenizer, [en for _, en in pairs], "en")
-        out = obj(src, tgt, ctx)
+        out = obj(ObjectiveInputs(src, tgt, ctx))
         optimizer.zero_grad()
         out.loss.backward()
         optimizer.step()

@@ -11,6 +11,7 @@ import torch
 from transformers import AutoModel, AutoTokenizer
 
 from bitextmine.train.model import EncodedSide, TrainContext, TrainEncoder
+from bitextmine.train.objectives.base import ObjectiveInputs
 from bitextmine.train.objectives.xtr import CrossLingualTokenReconstruction, bag_kl
 from tests.helpers import TRAINING_TEXT
 
@@ -71,7 +72,7 @@ def test_loss_matches_numpy(tiny_model_dir):
     tokenizer, encoder, xtr, ctx = build(tiny_model_dir)
     with torch.no_grad():
         src, tgt = pair(encoder, tokenizer)
-        out = xtr(src, tgt, ctx)
+        out = xtr(ObjectiveInputs(src, tgt, ctx))
     vocab = len(tokenizer)
     q_en = numpy_q(xtr, src.pooled.double().numpy(), LANGUAGES.index("en"))
     q_de = numpy_q(xtr, tgt.pooled.double().numpy(), LANGUAGES.index("de"))
@@ -89,7 +90,7 @@ def test_known_weights_give_known_distribution(tiny_model_dir):
         for parameter in xtr.parameters():
             parameter.zero_()
         src, tgt = pair(encoder, tokenizer, n=1)
-        out = xtr(src, tgt, ctx)
+        out = xtr(ObjectiveInputs(src, tgt, ctx))
     english = tokenizer(ENGLISH[0], add_special_tokens=False)["input_ids"]
     german = tokenizer(GERMAN[0], add_special_tokens=False)["input_ids"]
     assert max(Counter(english).values()) == 2  # "the dog sleeps on the sofa": 'the' twice
@@ -115,7 +116,7 @@ def test_kl_is_zero_when_prediction_matches_the_bag():
 def test_gradients_reach_encoder_and_head(tiny_model_dir):
     tokenizer, encoder, xtr, ctx = build(tiny_model_dir)
     src, tgt = pair(encoder, tokenizer)
-    xtr(src, tgt, ctx).loss.backward()
+    xtr(ObjectiveInputs(src, tgt, ctx)).loss.backward()
     model = encoder.model
     reached = {
         "encoder first layer": model.encoder.layer[0].attention.self.query.weight,
@@ -137,7 +138,7 @@ def test_optimizer_steps_lower_the_loss(tiny_model_dir):
     losses = []
     for _ in range(8):
         src, tgt = pair(encoder, tokenizer)
-        loss = xtr(src, tgt, ctx).loss
+        loss = xtr(ObjectiveInputs(src, tgt, ctx)).loss
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -182,7 +183,7 @@ def test_constructor_special_ids_are_excluded_too(tiny_model_dir):
         src, tgt = pair(encoder, tokenizer, n=1)
         logits = plain.logits(src.pooled, tgt.langs)
         kl, _ = bag_kl(logits, tgt.input_ids, tgt.seqlens, ctx.special_ids | {the})
-        out = without_the(src, tgt, ctx)
+        out = without_the(ObjectiveInputs(src, tgt, ctx))
     assert out.terms["xtr_to_en"] == pytest.approx(float(kl[0]), rel=1e-6)
 
 
@@ -198,4 +199,4 @@ def test_languages_must_match_the_context(tiny_model_dir):
     tokenizer, encoder, xtr, ctx = build(tiny_model_dir)
     ctx.languages = ["en", "fr", "de"]
     with torch.no_grad(), pytest.raises(ValueError, match="languages"):
-        xtr(*pair(encoder, tokenizer, n=1), ctx)
+        xtr(ObjectiveInputs(*pair(encoder, tokenizer, n=1), ctx))

@@ -13,17 +13,14 @@ import torch
 
 from bitextmine.train.loop import LOCK_FILE
 from bitextmine.workspace.locks import file_lock
-from tests.helpers import TRAINING_TEXT, _tiny_tokenizer, run
+from tests.helpers import _tiny_tokenizer, run, toy_pairs
 
 pytestmark = pytest.mark.integration  # the CLI end to end, with a model
 
 
 @pytest.fixture
 def pairs(tmp_path) -> Path:
-    en, de = TRAINING_TEXT[0::2] * 6, TRAINING_TEXT[1::2] * 6
-    (tmp_path / "toy.de").write_text("\n".join(f"{s} {i}" for i, s in enumerate(de)) + "\n")
-    (tmp_path / "toy.en").write_text("\n".join(f"{s} {i}" for i, s in enumerate(en)) + "\n")
-    return tmp_path / "toy.de"
+    return toy_pairs(tmp_path, repeats=6)
 
 
 def train(pairs: Path, base: Path, out: Path, *extra: str) -> tuple[int, str]:

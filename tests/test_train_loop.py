@@ -16,7 +16,9 @@ from bitextmine.encoder.encoder import SentenceEncoder
 from bitextmine.train.data import PairBatch
 from bitextmine.train.loop import TrainConfig, batch_loss, train
 from bitextmine.train.model import TrainContext, TrainEncoder
+from bitextmine.train.objectives.base import ObjectiveSetup
 from bitextmine.train.objectives.registry import build_objectives
+from tests import helpers
 from tests.helpers import TRAINING_TEXT, require_shared, straight_and_interrupted
 
 TINY = {"vocab_size": 600, "layers": 2, "hidden": 64, "heads": 4}
@@ -40,10 +42,7 @@ def real_pairs(tmp_path_factory) -> Path:
 @pytest.fixture
 def toy_pairs(tmp_path) -> Path:
     """TRAINING_TEXT alternates English and German: 4 pairs, repeated into 48 lines."""
-    en, de = TRAINING_TEXT[0::2] * 12, TRAINING_TEXT[1::2] * 12
-    (tmp_path / "toy.de").write_text("\n".join(f"{s} {i}" for i, s in enumerate(de)) + "\n")
-    (tmp_path / "toy.en").write_text("\n".join(f"{s} {i}" for i, s in enumerate(en)) + "\n")
-    return tmp_path / "toy.de"
+    return helpers.toy_pairs(tmp_path)
 
 
 @pytest.mark.integration
@@ -136,7 +135,7 @@ def test_packed_step_equals_padded_step(tiny_model_dir, kind, objective):
         )
         weights = {objective: 1.0}
         torch.manual_seed(0)
-        objectives = build_objectives(weights, encoder, ctx, {})
+        objectives = build_objectives(weights, ObjectiveSetup(encoder, ctx))
         loss, _ = batch_loss(encoder, objectives, weights, batch, ctx)
         loss.backward()
         results.append(

@@ -23,8 +23,10 @@ from bitextmine.train.data import Pair, PairBatch, find_sources, read_source, to
 from bitextmine.train.loop import TrainConfig, batch_loss
 from bitextmine.train.mined import ScoreUse
 from bitextmine.train.model import TrainContext, TrainEncoder
+from bitextmine.train.objectives.base import ObjectiveSetup
 from bitextmine.train.objectives.contrastive import Contrastive
 from bitextmine.train.objectives.registry import build_objectives
+from bitextmine.train.objectives.settings import ContrastiveSettings
 from tests.helpers import TRAINING_TEXT
 
 THREE = [(1.3, "der Hund", "the dog"), (1.2, "die Katze", "the cat"), (1.05, "das Haus", "the house")]
@@ -131,7 +133,7 @@ def test_the_contrastive_loss_weights_each_pair_by_hand():
     torch.manual_seed(0)
     u, v = torch.randn(3, 8), torch.randn(3, 8)
     w = torch.tensor([2.0, 0.5, 0.5])
-    objective = Contrastive(8, temperature=0.1)
+    objective = Contrastive(8, ContrastiveSettings(temperature=0.1))
     logits = torch.nn.functional.normalize(u, dim=-1) @ torch.nn.functional.normalize(v, dim=-1).T / 0.1
     rows = -torch.log_softmax(logits, 1).diagonal()
     columns = -torch.log_softmax(logits, 0).diagonal()
@@ -149,7 +151,7 @@ def test_batch_weights_reach_the_loss(tiny_model_dir):
     ids = tokenizer(TRAINING_TEXT, truncation=True, max_length=30)["input_ids"]
     encoder = TrainEncoder(AutoModel.from_pretrained(model_dir).eval())
     ctx = TrainContext(encoder, tokenizer.mask_token_id, frozenset(), len(tokenizer), ["de", "en"], None)
-    objectives = build_objectives({"contrastive": 1.0}, encoder, ctx, {})
+    objectives = build_objectives({"contrastive": 1.0}, ObjectiveSetup(encoder, ctx))
 
     def loss(weights):
         batch = PairBatch(ids[1::2], ids[0::2], ["de"] * 4, 4, weights)

@@ -29,7 +29,15 @@ from bitextmine.cli.app import (
 )
 from bitextmine.cli.output import ProgressDisplay, emit_json, fields_table, json_target
 from bitextmine.progress import LOG_EVERY_SECONDS, Progress
-from bitextmine.train.objectives.names import OBJECTIVES, parse_objectives
+from bitextmine.train.objectives.names import parse_objectives
+from bitextmine.train.objectives.settings import (
+    ContrastiveSettings,
+    DistillSettings,
+    MexmaSettings,
+    RtlSettings,
+    VmsstSettings,
+    objective_names,
+)
 from bitextmine.train.recipes import RECIPES, recipe_named, with_recipe
 
 SHOWN_TERMS = 6
@@ -123,6 +131,24 @@ def _settings(ctx: typer.Context, recipe: str | None) -> dict[str, Any]:
     return settings
 
 
+def _objective_options(p: dict[str, Any]) -> dict[str, Any]:
+    """The objectives' settings among the command's parameters, by option name."""
+    options = {
+        "temperature": p["temperature"],
+        "margin": p["margin"],
+        "projection": p["projection"],
+        "mask_ratio": p["mask_ratio"],
+        "token_gradients": not p["no_token_gradients"],
+        "mexma_alignment": p["mexma_alignment"],
+        "vmsst_lambda": p["vmsst_lambda"],
+        "vmsst_kl_steps": p["vmsst_kl_steps"],
+    }
+    # the settings of later flags only where they differ from their defaults, so that checkpoints of runs
+    # from before those flags still resume
+    later = (DistillSettings, "teacher"), (RtlSettings, "rtl_layers"), (VmsstSettings, "vmsst_latent_dim")
+    return options | {name: p[name] for cls, name in later if p[name] != getattr(cls, name)}
+
+
 @app.command()
 def train(
     ctx: typer.Context,
@@ -138,7 +164,7 @@ def train(
     objectives: Annotated[
         str,
         typer.Option(
-            help=f"Objectives with weights: {', '.join(OBJECTIVES)}; e.g. contrastive,xtr=0.5 for xtr "
+            help=f"Objectives with weights: {', '.join(objective_names())}; e.g. contrastive,xtr=0.5 for xtr "
             "at half weight.",
             callback=checked_by(parse_objectives),
         ),
@@ -205,11 +231,13 @@ def train(
     ] = None,
     temperature: Annotated[
         float, typer.Option(help="Contrastive temperature.", callback=checked_by(positive))
-    ] = 0.05,
-    margin: Annotated[float, typer.Option(help="Contrastive additive margin (LaBSE AMS: 0.3).", min=0)] = 0.0,
+    ] = ContrastiveSettings.temperature,
+    margin: Annotated[
+        float, typer.Option(help="Contrastive additive margin (LaBSE AMS: 0.3).", min=0)
+    ] = ContrastiveSettings.margin,
     projection: Annotated[
         bool, typer.Option("--projection", help="EMS MLP projection before the cosine.")
-    ] = False,
+    ] = ContrastiveSettings.projection,
     hard_negatives: Annotated[
         int,
         typer.Option(
@@ -234,30 +262,39 @@ def train(
             min=1,
         ),
     ] = 20_000,
-    mask_ratio: Annotated[float, typer.Option(help="MEXMA masking ratio.", min=0, max=1)] = 0.4,
+    mask_ratio: Annotated[
+        float, typer.Option(help="MEXMA masking ratio.", min=0, max=1)
+    ] = MexmaSettings.mask_ratio,
     no_token_gradients: Annotated[
         bool,
         typer.Option(
             "--no-token-gradients", help="MEXMA: keep token-level losses from updating the encoder."
         ),
-    ] = False,
+    ] = not MexmaSettings.token_gradients,
     mexma_alignment: Annotated[
         Literal["mse", "contrastive"], typer.Option(help="MEXMA alignment: mse or contrastive.")
-    ] = "mse",
+    ] = MexmaSettings.mexma_alignment,
+    rtl_layers: Annotated[
+        int, typer.Option(help="RTL: blocks of the head, copies of the encoder's last ones.", min=1)
+    ] = RtlSettings.rtl_layers,
     vmsst_lambda: Annotated[
         float,
         typer.Option(help="VMSST: weight λ of the ELBO (paper: 0.025 fine-tuning, 0.1 from scratch).", min=0),
-    ] = 0.025,
+    ] = VmsstSettings.vmsst_lambda,
     vmsst_kl_steps: Annotated[
         int,
         typer.Option(
             help="VMSST: batches over which the KL weight rises from 0 to 1 (0: 1 from the start).", min=0
         ),
-    ] = 1_000_000,
+    ] = VmsstSettings.vmsst_kl_steps,
+    vmsst_latent_dim: Annotated[
+        int | None,
+        typer.Option(help="VMSST: size of the latent variables \\[default: the hidden size].", min=1),
+    ] = VmsstSettings.vmsst_latent_dim,
     teacher: Annotated[
         str | None,
         typer.Option(help="distill: the frozen teacher model (dir or hub id) \\[default: --base]."),
-    ] = None,
+    ] = DistillSettings.teacher,
     vocab_size: Annotated[int, typer.Option(help="--from-scratch vocabulary size.", min=1)] = 16000,
     layers: Annotated[int, typer.Option(help="--from-scratch layers.", min=1)] = 6,
     hidden: Annotated[int, typer.Option(help="--from-scratch hidden size.", min=1)] = 384,
@@ -318,18 +355,7 @@ def train(
             ),
             packed=not p["padded"],
             device=p["device"],
-            options={
-                "temperature": p["temperature"],
-                "margin": p["margin"],
-                "projection": p["projection"],
-                "mask_ratio": p["mask_ratio"],
-                "token_gradients": not p["no_token_gradients"],
-                "mexma_alignment": p["mexma_alignment"],
-                "vmsst_lambda": p["vmsst_lambda"],
-                "vmsst_kl_steps": p["vmsst_kl_steps"],
-                # absent unless given, so that checkpoints of runs from before --teacher still resume
-                **({"teacher": p["teacher"]} if p["teacher"] else {}),
-            },
+            options=_objective_options(p),
             scratch={k: p[k] for k in ("vocab_size", "layers", "hidden", "heads")},
             hard_negatives=p["hard_negatives"],
             hard_negative_refresh=p["hard_negative_refresh"],

@@ -51,13 +51,10 @@ from bitextmine.train.hard_negatives import (
 )
 from bitextmine.train.mined import ScoreUse
 from bitextmine.train.model import TrainContext, TrainEncoder, split_side
+from bitextmine.train.objectives.base import HardNegatives, ObjectiveInputs, ObjectiveSetup
 from bitextmine.train.objectives.distill import TEACHER_DIR, TeacherVectors, load_teacher
-from bitextmine.train.objectives.registry import (
-    READS_ENGLISH,
-    TAKES_NEGATIVES,
-    build_objectives,
-    check_pair_weighting,
-)
+from bitextmine.train.objectives.registry import build_objectives, check_capabilities
+from bitextmine.train.objectives.settings import ObjectiveOptions
 from bitextmine.workspace.locks import file_lock
 
 LOG_FILE = "train_log.jsonl"
@@ -95,7 +92,8 @@ class TrainConfig:
     eval_sets: EvalSets = field(default_factory=EvalSets)
     packed: bool = True
     device: str = "auto"
-    options: dict[str, Any] = field(default_factory=dict)  # per-objective settings (temperature, ...)
+    # the objectives' settings (a mapping of option names, {"temperature": 0.1}, is made into one)
+    options: ObjectiveOptions = field(default_factory=ObjectiveOptions)
     scratch: dict[str, int] = field(default_factory=dict)  # vocab_size, layers, hidden, heads
     hard_negatives: int = 0  # mined negatives per pair for the contrastive loss (0: none)
     hard_negative_refresh: int = 100  # steps between minings
@@ -110,23 +108,10 @@ class TrainConfig:
             raise BitextmineError("pass exactly one of --base MODEL and --from-scratch")
         if self.max_steps is None and self.max_minutes is None:
             raise BitextmineError("no budget: pass --max-steps N and/or --max-minutes M")
-        if self.weight_by_score:
-            check_pair_weighting(self.objectives)
-        if self.options.get("teacher") and "distill" not in self.objectives:
-            raise BitextmineError("--teacher is the distill objective's teacher: add distill to --objectives")
-        if "distill" in self.objectives and self.from_scratch and not self.options.get("teacher"):
-            raise BitextmineError(
-                "distill from scratch needs --teacher MODEL (its default is the --base model)"
-            )
-        if self.hard_negatives:
-            self._check_hard_negatives()
-
-    def _check_hard_negatives(self) -> None:
-        if "contrastive" not in self.objectives:
-            raise BitextmineError(
-                "--hard-negatives feeds the contrastive loss: add contrastive to --objectives"
-            )
-        if self.hard_negative_pool < self.max_pairs:
+        self.options = ObjectiveOptions(self.options)
+        check_capabilities(self.objectives, self.weight_by_score, bool(self.hard_negatives))
+        self.options.check(self)
+        if self.hard_negatives and self.hard_negative_pool < self.max_pairs:
             raise BitextmineError(
                 f"--negative-pool {self.hard_negative_pool} is smaller than a batch "
                 f"(--max-pairs {self.max_pairs}): a batch's pairs must fit in the pool"
@@ -141,14 +126,14 @@ class TrainConfig:
     @property
     def teacher(self) -> str | None:
         """The distill objective's teacher model: --teacher, else the base model."""
-        return self.options.get("teacher") or self.base if "distill" in self.objectives else None
+        return self.options.of("distill").teacher or self.base if "distill" in self.objectives else None
 
     def resume_key(self) -> dict[str, Any]:
         """What must match for a checkpoint to be continued (budgets and evaluation may change)."""
         keep = ("data", "objectives", "base", "from_scratch", "exclude", "lr", "warmup_steps", "weight_decay")
         keep += ("grad_accum", "seed", "max_tokens", "max_pairs", "max_length", "shuffle_buffer", "options")
         keep += ("min_score", "weight_by_score")
-        key = {k: getattr(self, k) for k in keep}
+        key = {k: getattr(self, k) for k in keep} | {"options": dict(self.options)}
         if self.hard_negative_settings:  # absent without, so that checkpoints from before it still resume
             key["hard_negatives"] = self.hard_negative_settings.as_dict()
         return json.loads(json.dumps(key, default=str))
@@ -271,9 +256,8 @@ def _build_run(config: TrainConfig, sources, reporter: Reporter) -> _Run:
     generator = torch.Generator().manual_seed(config.seed)
     ctx = TrainContext(encoder, tokenizer.mask_token_id, special, len(tokenizer), languages, generator)
     teacher = load_teacher(config.teacher, device, Path(config.out) / TEACHER_DIR) if config.teacher else None
-    objectives = build_objectives(
-        config.objectives, encoder, ctx, config.options, teacher, normalize=settings.normalize
-    ).to(device)
+    setup = ObjectiveSetup(encoder, ctx, teacher, settings.normalize)
+    objectives = build_objectives(config.objectives, setup, config.options).to(device)
     params = [p for p in [*encoder.parameters(), *objectives.parameters()] if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_factor(config))
@@ -473,30 +457,31 @@ def batch_loss(
     negatives: BatchNegatives | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Weighted sum of the objectives' losses on one batch, and their logged terms. `negatives` (hard
-    negatives) are encoded in the targets' forward and go to the objectives that take them."""
+    negatives) are encoded in the targets' forward."""
     device = next(encoder.parameters()).device
     index = {lang: i for i, lang in enumerate(ctx.languages)}
     src_langs = torch.tensor([index[lang] for lang in batch.langs], device=device)
     pair_weights = batch.pair_weights
-    weighted = {} if pair_weights is None else {"pair_weights": torch.tensor(pair_weights, device=device)}
-    english = {"english": batch.english}
     tgt_ids = batch.tgt_ids + (negatives.ids if negatives else [])
     tgt_langs = torch.full((len(tgt_ids),), index[ENGLISH], device=device)
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
         src, tgt = encoder.encode_pair(batch.src_ids, tgt_ids, src_langs, tgt_langs)
-        extra = {}
+        mined = None
         if negatives:
-            tgt, mined = split_side(tgt, len(batch.tgt_ids))
-            allowed = torch.from_numpy(negatives.allowed).to(device)
-            extra = {"extra_negatives": mined.pooled, "extra_allowed": allowed}
+            tgt, side = split_side(tgt, len(batch.tgt_ids))
+            mined = HardNegatives(side.pooled, torch.from_numpy(negatives.allowed).to(device))
+        inputs = ObjectiveInputs(
+            src,
+            tgt,
+            ctx,
+            batch.english,
+            None if pair_weights is None else torch.tensor(pair_weights, device=device),
+            mined,
+        )
         total = torch.zeros((), device=device)
         terms: dict[str, float] = {}
         for name, objective in objectives.items():
-            reads = {
-                **(english if name in READS_ENGLISH else {}),
-                **(extra if name in TAKES_NEGATIVES else {}),
-            }
-            output = objective(src, tgt, ctx, **weighted, **reads)
+            output = objective(inputs)
             total = total + weights[name] * output.loss.float()
             terms.update({f"{name}/{key}": value for key, value in output.terms.items()})
     return total, terms
@@ -594,7 +579,7 @@ def save_model(run: _Run, evaluation: dict[str, float], excluded_pairs: int) -> 
                 "base": run.config.base,
                 "from_scratch": run.config.from_scratch,
                 "objectives": run.config.objectives,
-                "options": run.config.options,
+                "options": dict(run.config.options),
                 "data": run.config.data,
                 "excluded": run.config.exclude,
                 "excluded_pairs_seen": excluded_pairs,

@@ -37,15 +37,15 @@ class EncodedSide:
         return sentence_of_tokens(self.seqlens, self.input_ids.device)
 
 
-@dataclass
-class ObjectiveOutput:
-    loss: torch.Tensor  # scalar, the objective's own weighting of its terms applied
-    terms: dict[str, float]  # detached components for the log
-
-
 def sentence_of_tokens(seqlens: Sequence[int], device: torch.device) -> torch.Tensor:
     lengths = torch.as_tensor(list(seqlens), device=device)
     return torch.repeat_interleave(torch.arange(len(lengths), device=device), lengths)
+
+
+def is_special(ids: torch.Tensor, special_ids: frozenset[int]) -> torch.Tensor:
+    """bool, the shape of `ids`: whether each token is one of `special_ids` (CLS, SEP, PAD, ...)."""
+    specials = torch.tensor(sorted(special_ids), dtype=ids.dtype, device=ids.device)
+    return torch.isin(ids, specials)
 
 
 def pool(hidden: torch.Tensor, seqlens: Sequence[int], pooling: str) -> torch.Tensor:

@@ -211,6 +211,7 @@ def speed(minutes_each: float = 1.0) -> dict:
     from bitextmine.train.data import find_sources, pair_stream, token_batches
     from bitextmine.train.loop import batch_loss
     from bitextmine.train.model import TrainContext, TrainEncoder
+    from bitextmine.train.objectives.base import ObjectiveSetup
     from bitextmine.train.objectives.registry import build_objectives
 
     loaded = load_model(str(MODEL), torch.device("cpu"))
@@ -232,7 +233,7 @@ def speed(minutes_each: float = 1.0) -> dict:
         encoder = TrainEncoder(loaded.model.train(), packed=packed)
         specials = frozenset(tok.all_special_ids)
         ctx = TrainContext(encoder, tok.mask_token_id, specials, len(tok), languages, torch.Generator())
-        objectives = build_objectives({"contrastive": 1.0}, encoder, ctx, {})
+        objectives = build_objectives({"contrastive": 1.0}, ObjectiveSetup(encoder, ctx))
         warm_up, _ = batch_loss(encoder, objectives, {"contrastive": 1.0}, fixed[0], ctx, autocast=True)
         warm_up.backward()
         started, pairs = time.perf_counter(), 0

@@ -8,8 +8,8 @@ subtracts an additive margin from the diagonal before scaling (LaBSE's AMS, m = 
 LaBSE-EMS runs). ``projection`` puts EMS's two-layer MLP h(x) = W1 ReLU(W2 x + b2) + b1 (eq. 10-11,
 d_cntrs = PROJECTION_DIM < d) before the cosine; without it h is the identity. ``pair_weights`` w_i
 (mined pairs weighted by score) scale pair i's row and column terms: the loss is the batch mean of
-w_i (row_i + column_i) / 2. ``extra_negatives`` (hard negatives, train/hard_negatives.py) are M more
-English vectors appended to every row as columns; ``extra_allowed`` [B, M] leaves out, per row, those that
+w_i (row_i + column_i) / 2. ``negatives`` (hard negatives, train/hard_negatives.py) are M more
+English vectors appended to every row as columns; their ``allowed`` [B, M] leaves out, per row, those that
 may translate its source. The column terms stay over the in-batch non-English vectors. A copy of a row's
 English sentence elsewhere in the batch (same token ids) is no negative of that row, nor a copy of a
 column's source of that column: a batch of small or repetitive data would otherwise push a pair away
@@ -22,45 +22,44 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bitextmine.train.model import EncodedSide, ObjectiveOutput, TrainContext, same_sentences
+from bitextmine.train.model import same_sentences
+from bitextmine.train.objectives.base import Objective, ObjectiveInputs, ObjectiveOutput, ObjectiveSetup
+from bitextmine.train.objectives.settings import ContrastiveSettings
 
 PROJECTION_DIM = 128
 
 
-class Contrastive(nn.Module):
-    name = "contrastive"
+class Contrastive(Objective):
+    Settings = ContrastiveSettings
+    weighs_pairs = True
+    takes_negatives = True
 
-    def __init__(
-        self, hidden_size: int, temperature: float = 0.05, margin: float = 0.0, projection: bool = False
-    ) -> None:
+    def __init__(self, hidden_size: int, settings: ContrastiveSettings) -> None:
         super().__init__()
-        self.temperature = temperature
-        self.margin = margin
+        self.temperature = settings.temperature
+        self.margin = settings.margin
         self.projection = (
             nn.Sequential(
                 nn.Linear(hidden_size, hidden_size),
                 nn.ReLU(),
                 nn.Linear(hidden_size, min(PROJECTION_DIM, hidden_size)),
             )
-            if projection
+            if settings.projection
             else None
         )
 
-    def forward(
-        self,
-        src: EncodedSide,
-        tgt: EncodedSide,
-        ctx: TrainContext | None = None,
-        pair_weights: torch.Tensor | None = None,
-        extra_negatives: torch.Tensor | None = None,
-        extra_allowed: torch.Tensor | None = None,
-    ) -> ObjectiveOutput:
+    @classmethod
+    def build(cls, settings: ContrastiveSettings, setup: ObjectiveSetup) -> Contrastive:
+        return cls(setup.encoder.config.hidden_size, settings)
+
+    def forward(self, inputs: ObjectiveInputs) -> ObjectiveOutput:
+        src, tgt, negatives = inputs.src, inputs.tgt, inputs.negatives
         loss, accuracy = self.loss(
             src.pooled,
             tgt.pooled,
-            pair_weights,
-            extra_negatives,
-            extra_allowed,
+            inputs.pair_weights,
+            negatives.pooled if negatives else None,
+            negatives.allowed if negatives else None,
             copies=(same_sentences(src), same_sentences(tgt)),
         )
         return ObjectiveOutput(loss, {"contrastive": loss.item(), "in_batch_accuracy": accuracy})

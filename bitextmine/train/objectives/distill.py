@@ -25,12 +25,12 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from bitextmine.encoder.encoder import SentenceEncoder
 from bitextmine.errors import BitextmineError
 from bitextmine.files import atomic_open
-from bitextmine.train.model import EncodedSide, ObjectiveOutput, TrainContext
+from bitextmine.train.objectives.base import Objective, ObjectiveInputs, ObjectiveOutput, ObjectiveSetup
+from bitextmine.train.objectives.settings import DistillSettings
 
 TEACHER_DIR = "teacher"  # in OUT: one folder of vector shards per teacher fingerprint
 _KEY_BYTES = 16
@@ -112,8 +112,8 @@ def distill_loss(
     return (src_term + en_term) / 2, src_term, en_term
 
 
-class Distill(nn.Module):
-    name = "distill"
+class Distill(Objective):
+    Settings = DistillSettings
 
     def __init__(self, teacher: TeacherVectors, student_dim: int, normalize: bool = True) -> None:
         super().__init__()
@@ -125,9 +125,14 @@ class Distill(nn.Module):
         self.teacher = teacher  # not a submodule: no parameters to train, nothing in the checkpoints
         self.normalize = normalize
 
-    def forward(
-        self, src: EncodedSide, tgt: EncodedSide, ctx: TrainContext | None = None, english: Sequence[str] = ()
-    ) -> ObjectiveOutput:
+    @classmethod
+    def build(cls, settings: DistillSettings, setup: ObjectiveSetup) -> Distill:
+        if setup.teacher is None:
+            raise ValueError("the distill objective needs its teacher's vectors")
+        return cls(setup.teacher, setup.encoder.config.hidden_size, normalize=setup.normalize)
+
+    def forward(self, inputs: ObjectiveInputs) -> ObjectiveOutput:
+        src, tgt, english = inputs.src, inputs.tgt, inputs.english
         if len(english) != len(src.pooled):
             raise ValueError(
                 f"distill needs the batch's {len(src.pooled)} English sentences, got {len(english)}"

@@ -35,7 +35,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bitextmine.train.model import EncodedSide, ObjectiveOutput, TrainContext, sentence_of_tokens
+from bitextmine.train.model import EncodedSide, TrainContext, is_special, sentence_of_tokens
+from bitextmine.train.objectives.base import Objective, ObjectiveInputs, ObjectiveOutput, ObjectiveSetup
+from bitextmine.train.objectives.contrastive import Contrastive
+from bitextmine.train.objectives.settings import ContrastiveSettings, MexmaSettings
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -81,24 +84,19 @@ def mask_tokens(
     """
     ids = input_ids.cpu()
     owner = sentence_of_tokens(seqlens, ids.device)
-    eligible = ~_is_special(ids, special_ids)
+    eligible = ~is_special(ids, special_ids)
     counts = torch.zeros(len(seqlens), dtype=torch.long).index_add_(0, owner, eligible.long())
     quota = torch.where(counts > 0, torch.clamp(torch.floor(counts * ratio + 0.5).long(), min=1), 0)
     selected = eligible & (_random_rank(owner, eligible, seqlens, generator) < quota[owner])
 
     draw = torch.rand(len(ids), generator=generator)
     allowed = torch.arange(vocab_size)
-    allowed = allowed[~_is_special(allowed, special_ids)]
+    allowed = allowed[~is_special(allowed, special_ids)]
     random_ids = allowed[torch.randint(len(allowed), (len(ids),), generator=generator)]
     corrupted = torch.where(selected & (draw < replace_prob), mask_token_id, ids)
     to_random = selected & (draw >= replace_prob) & (draw < replace_prob + random_prob)
     corrupted = torch.where(to_random, random_ids, corrupted)
     return corrupted.to(input_ids.device), selected.to(input_ids.device)
-
-
-def _is_special(ids: torch.Tensor, special_ids: frozenset[int]) -> torch.Tensor:
-    specials = torch.tensor(sorted(special_ids), dtype=ids.dtype, device=ids.device)
-    return torch.isin(ids, specials)
 
 
 def _random_rank(
@@ -158,40 +156,40 @@ def with_sentence_vector(
     return stream, new_lengths.tolist(), sources[perm]
 
 
-class Mexma(nn.Module):
-    name = "mexma"
+class Mexma(Objective):
+    Settings = MexmaSettings
+    needs_bert_heads = True
 
     def __init__(
         self,
         config: PretrainedConfig,
+        settings: MexmaSettings,
         *,
-        mask_ratio: float = 0.4,
         head_layers: int = 6,  # paper, appendix A.2
         alpha: float = 0.5,  # unmasking (CE_src + CE_tgt); the paper's beta = 1/2
         beta: float = 1.0,  # alignment; the paper's alpha = 1
         gamma: float = 0.005,  # KoLeo_src + KoLeo_tgt; the paper's gamma = 0.01/2 (§5.2 uses 0)
-        token_gradients: bool = True,
-        alignment: str = "mse",
     ) -> None:
         super().__init__()
-        if alignment not in ("mse", "contrastive"):
-            raise ValueError(f"alignment must be 'mse' or 'contrastive', not {alignment!r}")
-        self.mask_ratio = mask_ratio
+        self.mask_ratio = settings.mask_ratio
         self.alpha, self.beta, self.gamma = alpha, beta, gamma
-        self.token_gradients = token_gradients
+        self.token_gradients = settings.token_gradients
         layer_class = _head_layer_class(config.model_type)
         self.head = nn.ModuleList(layer_class(config) for _ in range(head_layers))
         self.vocab_bias = nn.Parameter(torch.zeros(config.vocab_size))
         self.contrastive = None
-        if alignment == "contrastive":
-            from bitextmine.train.objectives.contrastive import Contrastive
+        if settings.mexma_alignment == "contrastive":
+            self.contrastive = Contrastive(config.hidden_size, ContrastiveSettings())
 
-            self.contrastive = Contrastive(config.hidden_size)
+    @classmethod
+    def build(cls, settings: MexmaSettings, setup: ObjectiveSetup) -> Mexma:
+        return cls(setup.encoder.config, settings)
 
-    def forward(self, src: EncodedSide, tgt: EncodedSide, ctx: TrainContext) -> ObjectiveOutput:
+    def forward(self, inputs: ObjectiveInputs) -> ObjectiveOutput:
+        src, tgt, ctx = inputs.src, inputs.tgt, inputs.ctx
         mlm_src, mlm_tgt = self.unmasking_losses(src, tgt, ctx)
         if self.contrastive is not None:
-            align = self.contrastive(src, tgt, ctx).loss
+            align = self.contrastive(ObjectiveInputs(src, tgt, ctx)).loss  # the clean pairs only
         else:
             align = mse_alignment(src.pooled, tgt.pooled)
         spread = koleo(src.pooled) + koleo(tgt.pooled)
@@ -261,4 +259,4 @@ class Mexma(nn.Module):
     def _first_is_special(side: EncodedSide, ctx: TrainContext) -> torch.Tensor:
         lengths = torch.as_tensor(side.seqlens, device=side.input_ids.device)
         firsts = side.input_ids[torch.cumsum(lengths, 0) - lengths]
-        return _is_special(firsts, ctx.special_ids)
+        return is_special(firsts, ctx.special_ids)

@@ -33,23 +33,32 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bitextmine.train.model import EncodedSide, ObjectiveOutput, TrainContext, TrainEncoder
+from bitextmine.train.model import EncodedSide, TrainContext, TrainEncoder, is_special
+from bitextmine.train.objectives.base import Objective, ObjectiveInputs, ObjectiveOutput, ObjectiveSetup
+from bitextmine.train.objectives.settings import RtlSettings
 
 
-class RepresentationTranslation(nn.Module):
-    name = "rtl"
+class RepresentationTranslation(Objective):
+    Settings = RtlSettings
+    needs_bert_heads = True
 
-    def __init__(self, encoder_model: nn.Module, layers: int = 2) -> None:
+    def __init__(self, encoder_model: nn.Module, settings: RtlSettings) -> None:
         super().__init__()
         model = encoder_model.model if isinstance(encoder_model, TrainEncoder) else encoder_model
-        self.layers = nn.ModuleList(copy.deepcopy(layer) for layer in model.encoder.layer[-layers:])
+        layers = model.encoder.layer[-settings.rtl_layers :]
+        self.layers = nn.ModuleList(copy.deepcopy(layer) for layer in layers)
         embeddings = model.get_input_embeddings().weight
         self.vocab = nn.Linear(embeddings.shape[1], embeddings.shape[0], bias=False)
         with torch.no_grad():
             self.vocab.weight.copy_(embeddings)
 
-    def forward(self, src: EncodedSide, tgt: EncodedSide, ctx: TrainContext) -> ObjectiveOutput:
-        logits, targets, owner = self.predict(src, tgt, ctx)
+    @classmethod
+    def build(cls, settings: RtlSettings, setup: ObjectiveSetup) -> RepresentationTranslation:
+        return cls(setup.encoder.model, settings)
+
+    def forward(self, inputs: ObjectiveInputs) -> ObjectiveOutput:
+        src, tgt = inputs.src, inputs.tgt
+        logits, targets, owner = self.predict(src, tgt, inputs.ctx)
         per_token = F.cross_entropy(logits.float(), targets, reduction="none")
         loss = _mean_of_sentence_means(per_token, owner, len(tgt.seqlens))
         with torch.no_grad():
@@ -62,7 +71,7 @@ class RepresentationTranslation(nn.Module):
         """(logits [targets, vocab], target ids [targets], English sentence of each target)."""
         if len(src.seqlens) != len(tgt.seqlens):
             raise ValueError(f"{len(src.seqlens)} source sentences but {len(tgt.seqlens)} English ones")
-        predicted = ~_is_special(tgt.input_ids, ctx.special_ids)
+        predicted = ~is_special(tgt.input_ids, ctx.special_ids)
         targets, owner = tgt.input_ids[predicted], tgt.owner[predicted]
         memory_rows = ~_first_tokens(src.seqlens, src.hidden.device)
         memory, memory_owner = src.hidden[memory_rows], src.owner[memory_rows]
@@ -76,11 +85,6 @@ class RepresentationTranslation(nn.Module):
         """[MASK] embedded at every English position (the encoder's embedding layer, so positions count)."""
         masks = torch.full_like(tgt.input_ids, ctx.mask_token_id)
         return ctx.encoder.packer.embed(masks, tgt.seqlens)
-
-
-def _is_special(ids: torch.Tensor, special_ids: frozenset[int]) -> torch.Tensor:
-    specials = torch.tensor(sorted(special_ids), dtype=ids.dtype, device=ids.device)
-    return torch.isin(ids, specials)
 
 
 def _first_tokens(seqlens: list[int], device: torch.device) -> torch.Tensor:

@@ -15,7 +15,7 @@ a log-variance (`GaussianHead`):
   table with the encoder being trained. Its input is word + position + language embedding (the
   language embedding is added at every position, as BERT adds its token type); its layers, positions and
   LayerNorm start as copies of the encoder's bottom layers, and every language embedding as the
-  encoder's token-type vector, so it starts as the encoder's first `language_layers` layers.
+  encoder's token-type vector, so it starts as the encoder's first `vmsst_language_layers` layers.
 - one decoder for all languages without cross-attention (§5, `LatentDecoder`): the latent
   [z_sem; z_l] enters every layer in place of cross-attention (BGT: the sub-layer x + W[x; z],
   post-LayerNorm) and the logits (BGT: the output projection sees [h; z]). The first decoder input is
@@ -40,14 +40,14 @@ scale the paper's VMSST CONTRASTIVE weighs "the VMSST loss" by 0.0005 next to a 
 nor fed), as in the other objectives.
 
 Settings (§6.4): λ = 0.025 (pretrained; 0.1 from random initialisation); the KL weight β_t rises
-linearly from 0 to 1 over `kl_steps` = 1,000,000 updates (the paper trains 100,000 steps). Here t counts
+linearly from 0 to 1 over `vmsst_kl_steps` = 1,000,000 updates (the paper trains 100,000 steps). Here t counts
 the training batches this objective has seen (a buffer, so it is checkpointed with the weights and
 survives a resume; it is the optimizer step when grad_accum = 1). No dropout in the decoder (§6.4: none
 for VMSST); the language encoder's copied layers keep the encoder's dropout, as the encoder does.
 
 Sizes: the paper's latents have the hidden size d (§7.1 footnote 13: the output projection is 3d x V),
 and so do they here by default. Its pretrained setting uses the whole mT5 encoder and decoder; on CPU
-the language encoder has `language_layers` = 2 layers and the decoder `decoder_layers` = 1 (the
+the language encoder has `vmsst_language_layers` = 2 layers and the decoder `vmsst_decoder_layers` = 1 (the
 ablation's best decoder, Table 4 "1L dec.", also BGT's default), with the encoder's width, heads and
 feed-forward size. The output layer is factored (Table 4 "fact."): [h; z] -> d, then the shared word
 embeddings as the vocabulary matrix (tied), since the full 3d x V projection would be 3 x 384 x 132k =
@@ -65,48 +65,40 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from bitextmine.encoder.packed import packed_positions
-from bitextmine.train.model import (
-    EncodedSide,
-    ObjectiveOutput,
-    TrainContext,
-    TrainEncoder,
-    pool,
-    sentence_of_tokens,
-)
+from bitextmine.train.model import TrainContext, TrainEncoder, is_special, pool, sentence_of_tokens
+from bitextmine.train.objectives.base import Objective, ObjectiveInputs, ObjectiveOutput, ObjectiveSetup
+from bitextmine.train.objectives.settings import VmsstSettings
 
 LOGIT_ELEMENTS = 1 << 26  # [rows, vocab] logits computed at once: 256 MB in float32
 
 
-class VMSST(nn.Module):
-    name = "vmsst"
+class VMSST(Objective):
+    Settings = VmsstSettings
+    needs_bert_heads = True
 
-    def __init__(
-        self,
-        encoder_model: nn.Module,
-        languages: list[str],
-        *,
-        elbo_weight: float = 0.025,
-        kl_steps: int = 1_000_000,
-        latent_dim: int | None = None,
-        language_layers: int = 2,
-        decoder_layers: int = 1,
-    ) -> None:
+    def __init__(self, encoder_model: nn.Module, languages: list[str], settings: VmsstSettings) -> None:
         super().__init__()
         model = encoder_model.model if isinstance(encoder_model, TrainEncoder) else encoder_model
         hidden = model.config.hidden_size
-        latent = latent_dim or hidden
+        latent = settings.vmsst_latent_dim or hidden
         self.languages = list(languages)
-        self.elbo_weight = elbo_weight
-        self.kl_steps = kl_steps
+        self.elbo_weight = settings.vmsst_lambda
+        self.kl_steps = settings.vmsst_kl_steps
         self.semantic = GaussianHead(hidden, latent)
         if latent == hidden:
             nn.init.eye_(self.semantic.mean.weight)
             nn.init.zeros_(self.semantic.mean.bias)
-        self.language_encoder = LanguageEncoder(model, len(self.languages), language_layers, latent)
-        self.decoder = LatentDecoder(model.config, len(self.languages), 2 * latent, decoder_layers)
+        n_languages = len(self.languages)
+        self.language_encoder = LanguageEncoder(model, n_languages, settings.vmsst_language_layers, latent)
+        self.decoder = LatentDecoder(model.config, n_languages, 2 * latent, settings.vmsst_decoder_layers)
         self.register_buffer("batches", torch.zeros((), dtype=torch.long))
 
-    def forward(self, src: EncodedSide, tgt: EncodedSide, ctx: TrainContext) -> ObjectiveOutput:
+    @classmethod
+    def build(cls, settings: VmsstSettings, setup: ObjectiveSetup) -> VMSST:
+        return cls(setup.encoder.model, setup.ctx.languages, settings)
+
+    def forward(self, inputs: ObjectiveInputs) -> ObjectiveOutput:
+        src, tgt, ctx = inputs.src, inputs.tgt, inputs.ctx
         if list(ctx.languages) != self.languages:
             raise ValueError(
                 f"VMSST was built for languages {self.languages}, the batch uses {ctx.languages}"
@@ -213,7 +205,7 @@ class LatentDecoder(nn.Module):
     ) -> torch.Tensor:
         """-log p(sentence | its latent) for every packed sentence of `ids`: [sentences]."""
         words = ctx.encoder.model.get_input_embeddings()
-        kept = ~_is_special(ids, ctx.special_ids)
+        kept = ~is_special(ids, ctx.special_ids)
         targets, owner = ids[kept], sentence_of_tokens(seqlens, ids.device)[kept]
         if not len(targets):
             return latents.sum(1) * 0.0
@@ -301,8 +293,3 @@ def alternate(from_source: torch.Tensor, from_target: torch.Tensor) -> torch.Ten
     """Row k from the non-English side when k is even, from the English side when k is odd (§5)."""
     even = torch.arange(len(from_source), device=from_source.device) % 2 == 0
     return torch.where(even[:, None], from_source, from_target)
-
-
-def _is_special(ids: torch.Tensor, special_ids: frozenset[int]) -> torch.Tensor:
-    specials = torch.tensor(sorted(special_ids), dtype=ids.dtype, device=ids.device)
-    return torch.isin(ids, specials)

@@ -28,13 +28,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bitextmine.train.model import EncodedSide, ObjectiveOutput, TrainContext, sentence_of_tokens
+from bitextmine.train.model import EncodedSide, is_special, sentence_of_tokens
+from bitextmine.train.objectives.base import Objective, ObjectiveInputs, ObjectiveOutput, ObjectiveSetup
+from bitextmine.train.objectives.settings import XtrSettings
 
 LANGUAGE_DIM = 128
 
 
-class CrossLingualTokenReconstruction(nn.Module):
-    name = "xtr"
+class CrossLingualTokenReconstruction(Objective):
+    Settings = XtrSettings
 
     def __init__(
         self,
@@ -52,7 +54,13 @@ class CrossLingualTokenReconstruction(nn.Module):
         self.fc = nn.Linear(width, width)
         self.vocab = nn.Linear(width, vocab_size, bias=False)
 
-    def forward(self, src: EncodedSide, tgt: EncodedSide, ctx: TrainContext) -> ObjectiveOutput:
+    @classmethod
+    def build(cls, settings: XtrSettings, setup: ObjectiveSetup) -> CrossLingualTokenReconstruction:
+        ctx = setup.ctx
+        return cls(setup.encoder.config.hidden_size, ctx.vocab_size, ctx.languages, ctx.special_ids)
+
+    def forward(self, inputs: ObjectiveInputs) -> ObjectiveOutput:
+        src, tgt, ctx = inputs.src, inputs.tgt, inputs.ctx
         if list(ctx.languages) != self.languages:
             raise ValueError(f"XTR was built for languages {self.languages}, the batch uses {ctx.languages}")
         specials = self.special_ids | ctx.special_ids
@@ -85,7 +93,7 @@ def bag_kl(
     sentences, vocab = logits.shape
     log_q = F.log_softmax(logits.float(), dim=-1)
     owner = sentence_of_tokens(seqlens, ids.device)
-    kept = ~torch.isin(ids, torch.tensor(sorted(specials), dtype=ids.dtype, device=ids.device))
+    kept = ~is_special(ids, specials)
     ids, owner = ids[kept], owner[kept]
     length = torch.bincount(owner, minlength=sentences).to(log_q.dtype)
     # sum_w p(w) log q(w) = (1/|S|) * sum over the sentence's tokens of log q(token): repeats count N_w times

@@ -500,7 +500,7 @@ def _auto_section(rows: list[dict]) -> list[str]:
             if subset == "all"
             else " | "
         )
-        + f" | {q['oracle_f1']} | {r['date']}, {r['commit']}"
+        + f" | {q['oracle_f1']} | {a['date']}, {a['machine']}, {a['commit']}"
         for r in rows
         if "auto" in r
         for subset, q in ((subset, r["auto"]["quality"][subset]) for subset in SUBSETS)

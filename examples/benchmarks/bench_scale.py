@@ -307,14 +307,15 @@ def dev_vectors() -> Path:
     return out
 
 
-def mine_auto(workspace: Path) -> dict:
+def mine_auto(workspace: Path, resumable: bool) -> dict:
     """`mine --threshold auto` after `calibrate` on the dev split's vectors: the threshold it learns inside
-    the corpus and its estimates (its stats). A second run of `mine`, which reuses the neighbour lists."""
+    the corpus and its estimates (its stats). A second run of `mine`, which reuses the neighbour lists
+    (searched in jobs of the first run's rows: `resumable` as for `mine_in`)."""
     calibrate = ["calibrate", "--bucc", str(DEV_SPLIT), "--pair", "de-en", "--workdir", str(workspace)]
     run_command([*calibrate, "--embeddings", str(dev_vectors()), "--model-name", "e5-small-q4"])
     out = workspace.parent / "at-auto.tsv"  # WORK/mined holds only the pair's own files
     mine = ["mine", "de", "en", "--threshold", "auto", "--filters", "none", "--workdir", str(workspace)]
-    figures = run_command([*mine, "-o", str(out)])
+    figures = run_command([*mine, "-o", str(out)] + ["--job-rows", str(EXACT_JOB_ROWS)] * resumable)
     stats = json.loads((workspace / "mined" / "de-en.stats.json").read_text())
     counts = {
         key: stats["counts"][key] for key in ("estimated_precision", "estimated_recall", "planted_recall")
@@ -370,7 +371,7 @@ def run(sizes: list[int], densities: list[float | None], names: list[str]) -> No
                 row["load_average"] = round(os.getloadavg()[0], 1)  # other work on the machine slows stages
                 row |= {"import": imported, **figures, "quality": quality(mined, sample.hidden, threshold)}
                 row |= {key: row["quality"]["all"][key] for key in ("gold", "precision", "recall", "f1")}
-                row["auto"] = auto_figures(workspace, mined, sample)
+                row["auto"] = auto_figures(workspace, mined, sample, label == EXACT_SETTING[0])
                 row["mined"] = len(pairs)
                 row["share_of_exact_pairs"] = round(len(pairs & exact_pairs) / max(len(exact_pairs), 1), 4)
                 key = (size, density, label)
@@ -378,9 +379,9 @@ def run(sizes: list[int], densities: list[float | None], names: list[str]) -> No
                 save_results(RESULT, rows, report(rows))
 
 
-def auto_figures(workspace: Path, mined: Mined, sample: Subsample) -> dict:
+def auto_figures(workspace: Path, mined: Mined, sample: Subsample, resumable: bool) -> dict:
     """`mine_auto`'s figures, with the quality at its threshold and their own stamp."""
-    auto = mine_auto(workspace)
+    auto = mine_auto(workspace, resumable)
     return stamped(auto | {"quality": quality(mined, sample.hidden, auto["value"])})
 
 
@@ -392,7 +393,9 @@ def add_auto(rows: list[dict]) -> list[dict]:
         workspace = WORK / f"{Subsample.name_of(row['size'], row.get('density'))}-{_suffix(row)}" / "ws"
         if mined_file(workspace).exists():
             sample = subsample(row["size"], row.get("density"))
-            row = row | {"auto": auto_figures(workspace, mined_candidates(mined_file(workspace)), sample)}
+            mined = mined_candidates(mined_file(workspace))
+            resumable = row["setting"] == EXACT_SETTING[0]
+            row = row | {"auto": auto_figures(workspace, mined, sample, resumable)}
         updated.append(row)
     return updated
 
@@ -497,7 +500,7 @@ def _auto_section(rows: list[dict]) -> list[str]:
             if subset == "all"
             else " | "
         )
-        + f" | {q['oracle_f1']} | {r['date']}, {r['commit']}"
+        + f" | {q['oracle_f1']} | {a['date']}, {a['machine']}, {a['commit']}"
         for r in rows
         if "auto" in r
         for subset, q in ((subset, r["auto"]["quality"][subset]) for subset in SUBSETS)

@@ -89,20 +89,18 @@ def corpus_and_pairs(seed: int, dim: int = 12) -> tuple[np.ndarray, np.ndarray, 
     return src, tgt, CalibrationPairs(planted_src, planted_tgt)
 
 
+def plant_exact(src, tgt, pairs: CalibrationPairs, margin: str, strategy: str) -> Planted:
+    """`plant` with exact searches of the corpus's two sides."""
+    means = corpus_means(src, tgt)
+    return plant(pairs, exact_search(src), exact_search(tgt), means, k=K, margin=margin, strategy=strategy)
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("margin", ["ratio", "distance"])
 @pytest.mark.parametrize("strategy", ["max", "intersect", "fwd", "bwd"])
 def test_planted_pairs_are_found_as_the_dense_reference_finds_them(seed, margin, strategy):
     src, tgt, pairs = corpus_and_pairs(seed)
-    planted = plant(
-        pairs,
-        exact_search(src),
-        exact_search(tgt),
-        corpus_means(src, tgt),
-        k=K,
-        margin=margin,
-        strategy=strategy,
-    )
+    planted = plant_exact(src, tgt, pairs, margin, strategy)
     assert planted.duplicates == 0
     expected = reference_found(src, tgt, pairs, margin, strategy)
     np.testing.assert_allclose(planted.found, expected, rtol=1e-5)
@@ -113,15 +111,7 @@ def test_a_pair_whose_sentence_the_corpus_holds_is_not_planted():
     src, tgt, pairs = corpus_and_pairs(0)
     tgt = np.concatenate([tgt, pairs.tgt[3:4]])  # the corpus holds the target of pair 3
     src = np.concatenate([src, unit(pairs.src[7:8] + 1e-4)])  # and, nearly, the source of pair 7
-    planted = plant(
-        pairs,
-        exact_search(src),
-        exact_search(tgt),
-        corpus_means(src, tgt),
-        k=K,
-        margin="ratio",
-        strategy="max",
-    )
+    planted = plant_exact(src, tgt, pairs, "ratio", "max")
     assert planted.duplicates == 2 and len(planted.found) == len(pairs) - 2
     kept = np.delete(np.arange(len(pairs)), [3, 7])
     expected = reference_found(src, tgt, pairs.subset(kept), "ratio", "max")

@@ -105,9 +105,17 @@ def test_imports_flow_one_way(path: Path):
     assert not against, "imports against the data flow:\n" + "\n".join(against)
 
 
+def _plant(root: Path, sources: dict[str, str]) -> Path:
+    """A fake package `bitextmine` under `root` of these files (path in the package: source)."""
+    package = root / "bitextmine"
+    for name, source in sources.items():
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).write_text(source)
+    return package
+
+
 def test_the_rule_catches_upward_imports_planted_in_a_copy_of_the_package(tmp_path):
     """Each way of writing an upward import, planted in a fake package beside one that is allowed."""
-    package = tmp_path / "bitextmine"
     planted = {
         "search/knn.py": "from bitextmine.mining.margin import margin_scores\n",
         "mining/mined_file.py": "def version():\n    from bitextmine import __version__\n",
@@ -115,9 +123,7 @@ def test_the_rule_catches_upward_imports_planted_in_a_copy_of_the_package(tmp_pa
         "workspace/layout.py": "from bitextmine import steps\n",
         "encoder/loading.py": "from bitextmine import errors, progress\nfrom bitextmine.text import lid\n",
     }
-    for name, source in {**planted, "steps/__init__.py": "", "errors.py": "", "progress.py": ""}.items():
-        (package / name).parent.mkdir(parents=True, exist_ok=True)
-        (package / name).write_text(source)
+    package = _plant(tmp_path, {**planted, "steps/__init__.py": "", "errors.py": "", "progress.py": ""})
     found = {str(p.relative_to(package)): _against_the_flow(p, package) for p in _modules(package)}
     assert found == {
         "errors.py": [],
@@ -167,16 +173,15 @@ def test_no_import_cycle():
 def test_the_cycle_check_catches_one_planted_in_a_fake_package(tmp_path):
     """A cycle closed by an import inside a function, through a subpackage's `__init__`; an import for
     type checkers only closes none."""
-    package = tmp_path / "bitextmine"
-    planted = {
-        "launch/__init__.py": "from bitextmine.launch import runner\n",
-        "launch/runner.py": "from bitextmine.launch.job import Job\n",
-        "launch/job.py": "def run():\n    from bitextmine import launch\n",
-        "launch/config.py": "if TYPE_CHECKING:\n    from bitextmine.launch import job\n",
-    }
-    for name, source in planted.items():
-        (package / name).parent.mkdir(parents=True, exist_ok=True)
-        (package / name).write_text(source)
+    package = _plant(
+        tmp_path,
+        {
+            "launch/__init__.py": "from bitextmine.launch import runner\n",
+            "launch/runner.py": "from bitextmine.launch.job import Job\n",
+            "launch/job.py": "def run():\n    from bitextmine import launch\n",
+            "launch/config.py": "if TYPE_CHECKING:\n    from bitextmine.launch import job\n",
+        },
+    )
     launch = ["bitextmine.launch", "bitextmine.launch.runner", "bitextmine.launch.job"]
     assert _cycle(_graph(package)) == [*launch, "bitextmine.launch"]
     (package / "launch/job.py").write_text("from bitextmine.launch import config\n")

@@ -1,5 +1,5 @@
-"""The device names and checks of bitextmine/devices.py, where they live, under their former module name
-for the importers not yet pointed there."""
+"""The former home of device choice, now bitextmine/devices.py: kept while mining/arrays.py,
+steps/mine.py and train/loop.py still import it from here."""
 
 from bitextmine.devices import DEVICE_NAME, check_device, pick_device
 

@@ -26,4 +26,5 @@ class Job:
 
 
 def count_attempts(count: int) -> str:
+    """How many times a job ran, in words, for the runners' failure messages."""
     return "1 attempt" if count == 1 else f"{count} attempts"

@@ -28,7 +28,7 @@ from typer.core import TyperGroup
 
 from bitextmine.cli.laser_flags import NoSuchOption, with_laser_hint
 from bitextmine.cli.metavars import name_types
-from bitextmine.encoder.devices import DEVICE_NAME
+from bitextmine.devices import DEVICE_NAME
 from bitextmine.encoder.threads import usable_cores
 from bitextmine.errors import BitextmineError, BitextmineWarning, is_out_of_memory, os_error_message
 from bitextmine.mining.margin import MARGINS, MAX_K

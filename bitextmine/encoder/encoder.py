@@ -10,9 +10,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
+from bitextmine.devices import pick_device
 from bitextmine.encoder.attention import select_attention, without_cudnn_attention
 from bitextmine.encoder.batching import default_max_tokens, token_budget_batches
-from bitextmine.encoder.devices import pick_device
 from bitextmine.encoder.head import SentenceHead, load_head
 from bitextmine.encoder.loading import LoadedModel, load_model, lowercase_inputs, model_fingerprint
 from bitextmine.encoder.packed import PackedBertForward, head_dim_of, supports_packing

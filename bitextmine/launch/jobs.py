@@ -14,34 +14,17 @@ from __future__ import annotations
 
 import logging
 import traceback
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 from bitextmine.errors import BitextmineError, is_out_of_memory
 from bitextmine.launch.config import LauncherConfig
+from bitextmine.launch.job import Job, count_attempts
 from bitextmine.launch.processes import run_in_processes
 from bitextmine.progress import Advance
 
 _log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Job:
-    """`fn(*args, progress=...)` writes `outputs`; it reports exactly `work` units through `progress`
-    (rows, queries) when run in this process. A job run elsewhere is counted as `work` once it ends."""
-
-    name: str
-    fn: Callable[..., Any]
-    args: tuple = ()
-    outputs: tuple[Path, ...] = ()
-    work: int = 1
-
-    def done(self) -> bool:
-        """Whether an earlier run left every output (a job that declares none is never done)."""
-        return bool(self.outputs) and all(Path(path).is_file() for path in self.outputs)
 
 
 def run_jobs(
@@ -117,7 +100,3 @@ def _run_here(job: Job, retries: int, progress: Advance) -> Any:
                     f"(at {where.filename}:{where.lineno})"
                 ) from exc
             attempt += 1
-
-
-def count_attempts(count: int) -> str:
-    return "1 attempt" if count == 1 else f"{count} attempts"

@@ -23,7 +23,7 @@ from typing import Any
 
 from bitextmine.errors import BitextmineError
 from bitextmine.launch.config import LauncherConfig
-from bitextmine.launch.jobs import Job, count_attempts
+from bitextmine.launch.job import Job, count_attempts
 from bitextmine.progress import Advance
 
 _DEFAULT_POLL_SECONDS = {"slurm": 5.0, "submitit-local": 0.5}

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy.typing as npt
 
-from bitextmine.encoder.devices import pick_device
+from bitextmine.devices import pick_device
 from bitextmine.errors import BitextmineValueError, BitextmineWarning
 from bitextmine.mining.selection import Candidates, select_candidates
 from bitextmine.mining.settings import MiningSettings

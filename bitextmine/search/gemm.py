@@ -31,6 +31,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from bitextmine.devices import pick_device
 from bitextmine.search.knn import Neighbours, QueryBlocks
 
 GROUP = 64  # columns a group in `block_top` (CUDA)
@@ -104,9 +105,9 @@ class GemmPlan:
 
     @classmethod
     def for_device(cls, device: str = "cpu", precision: str = "auto") -> GemmPlan:
-        """bf16 on CPUs with native bf16 arithmetic, fp16 on CUDA (the float16 shards convert exactly),
-        else fp32; `precision` (fp32, bf16, fp16) overrides."""
-        dev = torch.device(device)
+        """On `device` (auto, cpu, cuda, cuda:N): bf16 on CPUs with native bf16 arithmetic, fp16 on CUDA
+        (the float16 shards convert exactly), else fp32; `precision` (fp32, bf16, fp16) overrides."""
+        dev = pick_device(device)
         dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
         if dtype is None:
             dtype = _default_dtype(dev)

@@ -24,6 +24,7 @@ import numpy as np
 from bitextmine.search.cost import ExactCost
 from bitextmine.search.factory import EXACT, add_vectors, new_index
 from bitextmine.search.factory_choice import choose_factory
+from bitextmine.search.faiss_gpu import check_gpu, on_device
 from bitextmine.search.index_files import IndexInfo
 from bitextmine.search.index_io import read_index, write_index
 from bitextmine.search.recall_tuning import (
@@ -47,9 +48,7 @@ from bitextmine.search.sharded import (
     plan_id,
 )
 from bitextmine.search.training import (
-    check_gpu,
     check_training_sample,
-    on_device,
     sample_and_train,
     train_on,
     training_rows,

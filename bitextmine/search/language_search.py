@@ -90,7 +90,6 @@ def exact_both_ways(
 def _exact_plan(device: str) -> GemmPlan:
     """How exact search runs on `device` (auto, cpu, cuda, cuda:N). torch is imported here only: IVF and
     other FAISS searches run without it."""
-    from bitextmine.encoder.devices import pick_device
     from bitextmine.search.gemm import GemmPlan
 
-    return GemmPlan.for_device(str(pick_device(device)))
+    return GemmPlan.for_device(device)

@@ -183,10 +183,9 @@ def _exact_cost(
         sample, other_rows = vectors.take(np.arange(min(SAMPLE_QUERIES, len(vectors)))), None
     else:
         sample, other_rows = queries[1], len(open_language(workspace, queries[0]).vectors)
-    from bitextmine.encoder.devices import pick_device  # torch: imported where exact search runs
-    from bitextmine.search.gemm import GemmPlan
+    from bitextmine.search.gemm import GemmPlan  # torch: imported where exact search runs
 
-    plan = GemmPlan.for_device(str(pick_device("cuda" if options.gpu else "cpu")))
+    plan = GemmPlan.for_device("cuda" if options.gpu else "cpu")
     return measure_exact_cost(vectors, sample, other_rows, plan)
 
 

@@ -22,7 +22,7 @@ from bitextmine.calibration.thresholds import (
     resolve_threshold,
     size_drift_note,
 )
-from bitextmine.encoder.devices import check_device
+from bitextmine.devices import check_device
 from bitextmine.errors import BitextmineError, BitextmineValueError, warn_user, whole_number
 from bitextmine.files import OutputTarget, atomic_open, output_target, save_array, write_json
 from bitextmine.launch.config import LauncherConfig

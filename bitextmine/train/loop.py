@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from bitextmine.encoder.devices import pick_device
+from bitextmine.devices import pick_device
 from bitextmine.encoder.loading import load_model, lowercase_inputs
 from bitextmine.encoder.precision import bf16_is_native
 from bitextmine.encoder.settings import BITEXTMINE_CONFIG, EncoderSettings, resolve_settings

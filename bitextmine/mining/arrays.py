@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy.typing as npt
 
-from bitextmine.devices import pick_device
 from bitextmine.errors import BitextmineValueError, BitextmineWarning
 from bitextmine.mining.selection import Candidates, select_candidates
 from bitextmine.mining.settings import MiningSettings
@@ -40,7 +39,7 @@ def mine_arrays(
     Bad input (not 2-D, not finite, not unit vectors, different dimensions, a setting `mine` refuses, a
     device not here, a scratch folder missing) is a one-line ValueError."""
     MiningSettings(k, margin, strategy)
-    plan = GemmPlan.for_device(str(pick_device(device)))
+    plan = GemmPlan.for_device(device)
     if scratch is not None and not Path(scratch).is_dir():
         raise BitextmineValueError(f"scratch {scratch}: not an existing folder")
     src, tgt = unit_rows("src", src, normalize), unit_rows("tgt", tgt, normalize)

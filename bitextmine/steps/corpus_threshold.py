@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -24,12 +24,10 @@ from bitextmine.calibration.planted import (
 from bitextmine.calibration.thresholds import ThresholdChoice
 from bitextmine.errors import BitextmineError
 from bitextmine.mining.selection import Selection
+from bitextmine.mining.settings import MiningSettings
 from bitextmine.search.knn import Neighbours
 from bitextmine.search.language_search import BaseSearch
 from bitextmine.workspace.layout import Workspace
-
-if TYPE_CHECKING:
-    from bitextmine.steps.mine import MineOptions
 
 PLANTING_COUNTS = (
     "planted_pairs",
@@ -79,37 +77,34 @@ def calibration_pairs(store: Path, fingerprint: str, pair: str, dim: int) -> Cal
     return pairs
 
 
+def language_search(workspace: Workspace, base: BaseSearch) -> Search:
+    """Queries held in memory searched against `base`'s language of `workspace`, k neighbours each."""
+
+    def search(queries: np.ndarray, k: int) -> Neighbours:
+        return replace(base, k=k).neighbours(workspace, lambda: [(0, queries)], len(queries))
+
+    return search
+
+
 def in_corpus(
     pairs: CalibrationPairs,
     threshold: ThresholdChoice,
+    learn: bool,
     selection: Selection,
-    workspace: Workspace,
-    langs: tuple[str, str],
-    options: MineOptions,
+    searches: tuple[Search, Search],
+    settings: MiningSettings,
 ) -> InCorpus:
-    """Plant `pairs` in the corpus of `langs` (source, target) whose candidates `selection` holds, searched
-    as `options` searches it; for `options.threshold` "auto", the threshold is the one learned there
-    (unless too few pairs are found: then `threshold` stays, the calibrated one), else the estimate is
-    taken at `threshold`."""
-    learn = options.threshold == "auto"
-
-    def search_with(lang: str) -> Search:
-        base = BaseSearch(lang, options.k, options.nprobe, options.max_codes, options.device)
-
-        def search(queries: np.ndarray, k: int) -> Neighbours:
-            return replace(base, k=k).neighbours(workspace, lambda: [(0, queries)], len(queries))
-
-        return search
-
+    """Plant `pairs` in the corpus whose candidates `selection` holds and whose source and target sides
+    `searches` search; where `learn`, the threshold is the one learned there (unless too few pairs are
+    found: then `threshold` stays, the calibrated one), else the estimate is taken at `threshold`."""
     means = CorpusMeans(np.asarray(selection.fwd_means), np.asarray(selection.bwd_means))
     planted = plant(
         pairs,
-        search_with(langs[0]),
-        search_with(langs[1]),
+        *searches,
         means,
-        k=options.k,
-        margin=options.margin,
-        strategy=options.strategy,
+        k=settings.k,
+        margin=settings.margin,
+        strategy=settings.strategy,
     )
     counts = CorpusCounts(selection.records["score"], selection.decoys, selection.directions)
     estimate = learn_threshold(planted, counts) if learn else estimate_at(planted, counts, threshold.value)

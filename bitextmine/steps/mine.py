@@ -44,7 +44,7 @@ from bitextmine.search.index_io import IndexCache
 from bitextmine.search.ivf_scan import query_block_rows
 from bitextmine.search.knn import Neighbours
 from bitextmine.search.language_search import BaseSearch, exact_both_ways
-from bitextmine.steps.corpus_threshold import InCorpus, calibration_pairs, in_corpus
+from bitextmine.steps.corpus_threshold import InCorpus, calibration_pairs, in_corpus, language_search
 from bitextmine.text.languages import check_lang
 from bitextmine.workspace.embeddings import check_same_dimension
 from bitextmine.workspace.external import is_external
@@ -101,6 +101,10 @@ class MineOptions(MiningSettings):  # k, margin, strategy, then:
         own = [workspace.mined_file(src, tgt, fmt) for fmt in FORMATS]
         target = output_target(self.output, inputs=[*inputs, self.thresholds], workspace=workspace, own=own)
         return target, output_format(Path(self.output), self.format)
+
+    def base_search(self, lang: str) -> BaseSearch:
+        """The k-NN search of `lang`'s index with these options."""
+        return BaseSearch(lang, self.k, self.nprobe, self.max_codes, self.device)
 
     def to_json(self) -> dict[str, Any]:
         paths = {"output": self.output, "thresholds": self.thresholds}
@@ -250,7 +254,11 @@ def _mine(
     selection = select_candidates(fwd, bwd, sizes, options.margin, options.strategy, scratch)
     planting = None
     if pairs is not None and threshold is not None:
-        planting = in_corpus(pairs, threshold, selection, workspace, (src_lang, tgt_lang), options)
+        searches = tuple(
+            language_search(workspace, options.base_search(lang)) for lang in (src_lang, tgt_lang)
+        )
+        learn = options.threshold == "auto"
+        planting = in_corpus(pairs, threshold, learn, selection, searches, options)
         threshold = planting.threshold
     candidates = selection.records
     above = len(candidates) if threshold is None else _count_at_least(candidates["score"], threshold.value)

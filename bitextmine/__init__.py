@@ -56,6 +56,7 @@ _EXPORTS = {
     "EvaluateOptions": "bitextmine.evaluation.bucc",
     "MiningSettings": "bitextmine.mining.settings",
     "read_bucc": "bitextmine.calibration.bucc",
+    "read_aligned": "bitextmine.calibration.aligned_pairs",
     "sample_split": "bitextmine.calibration.bucc",
     "score_mined_file": "bitextmine.calibration.split_mining",
     # not "train": that is the subpackage bitextmine.train, which its import would bind over the function
@@ -111,6 +112,7 @@ __all__ = [
     "mine_arrays",
     "mine_sentences",
     "parse_filters",
+    "read_aligned",
     "read_bitext",
     "read_bucc",
     "sample_split",

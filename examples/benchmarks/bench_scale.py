@@ -15,7 +15,10 @@ The threshold is `calibrate`'s best-F1 threshold on the shared de-en dev split, 
 imported vectors carry no model fingerprint, so it is passed to `mine` as a number. `mine` writes every
 one-to-one candidate; precision, recall and F1 count those at or above the threshold against the
 subsample's hidden pairs, per source of the pairs (scale_quality.py), beside the best any threshold
-reaches and `mine`'s own estimate of the precision. Each index setting in SETTINGS (exact search,
+reaches. Then `calibrate --embeddings` on the dev split's vectors (encoded once, bf16 as the set is) stores
+its gold pairs in the workspace, and a second `mine --threshold auto` (on the saved neighbour lists) learns
+the threshold inside the corpus: its row gives the true P/R/F1 there and `mine`'s estimates of them.
+Each index setting in SETTINGS (exact search,
 `index`'s default, IVF with given lists and probes) has a workspace of its own, and its row gives the
 share of exact mining's pairs (above the threshold) that it keeps: the default index must keep at least
 99% of them, at the least time.

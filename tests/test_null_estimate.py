@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from bitextmine.mining.null_estimate import estimated_precision, runner_up_decoys
+from bitextmine.mining.null_estimate import DecoyCounts, runner_up_decoys
 from bitextmine.mining.selection import STRATEGIES, select_candidates
 from bitextmine.search.knn import Neighbours
 from tests.helpers import run
@@ -29,9 +29,9 @@ def test_precision_is_one_less_the_decoys_per_direction_over_the_candidates_reac
     scores = np.array([1.3, 1.2, 1.1, 1.0])
     decoys = np.array([1.25, 1.05, np.nan, 1.15, 0.9, 1.1])
     # 3 candidates reach 1.1; decoys 1.25, 1.15 and 1.1 do: 3 over 2 directions
-    assert estimated_precision(scores, decoys, 1.1, directions=2) == pytest.approx(1 - 1.5 / 3)
-    assert estimated_precision(scores, decoys, 1.1, directions=1) == 0.0  # never below 0
-    assert estimated_precision(scores, decoys, 2.0, directions=2) is None  # nothing reaches it
+    assert DecoyCounts(scores, decoys, directions=2).precision(1.1) == pytest.approx(1 - 1.5 / 3)
+    assert DecoyCounts(scores, decoys, directions=1).precision(1.1) == 0.0  # never below 0
+    assert DecoyCounts(scores, decoys, directions=2).precision(2.0) is None  # nothing reaches it
 
 
 def reference_decoys(src: np.ndarray, tgt: np.ndarray, k: int) -> np.ndarray:

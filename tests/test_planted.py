@@ -11,7 +11,6 @@ from bitextmine.calibration.planted import (
     DUPLICATE_COSINE,
     MIN_FOUND,
     CalibrationPairs,
-    CorpusCounts,
     CorpusMeans,
     Planted,
     estimate_at,
@@ -19,6 +18,7 @@ from bitextmine.calibration.planted import (
     plant,
 )
 from bitextmine.mining.margin import margin_scores
+from bitextmine.mining.null_estimate import DecoyCounts
 from bitextmine.search.knn import Neighbours
 from tests.helpers import random_unit, unit
 
@@ -126,7 +126,7 @@ def test_no_pair_left_to_plant_gives_no_estimate():
         k=K, margin="ratio", strategy="max",
     )  # fmt: skip
     assert planted.duplicates == len(pairs) and len(planted.found) == 0
-    counts = CorpusCounts(np.array([1.1, 1.0]), np.array([0.9, np.nan]), 2)
+    counts = DecoyCounts(np.array([1.1, 1.0]), np.array([0.9, np.nan]), 2)
     assert learn_threshold(planted, counts) is None and estimate_at(planted, counts, 1.0) is None
 
 
@@ -158,7 +158,7 @@ def test_the_threshold_has_the_best_estimated_f1_over_the_planted_scores(seed):
     decoys = np.concatenate([rng.normal(1.0, 0.025, 3000), [np.nan] * 10])
     found = np.concatenate([rng.normal(1.08, 0.03, 80), [-np.inf] * 20])
     planted = Planted(found, 0)
-    chosen = learn_threshold(planted, CorpusCounts(candidates, decoys, 2))
+    chosen = learn_threshold(planted, DecoyCounts(candidates, decoys, 2))
     threshold, total, f1 = brute_force_choice(found, candidates, decoys[~np.isnan(decoys)], 2)
     assert chosen.threshold == threshold and chosen.translations == total
     assert 2 * chosen.precision * chosen.recall / (chosen.precision + chosen.recall) == pytest.approx(f1)
@@ -168,4 +168,4 @@ def test_the_threshold_has_the_best_estimated_f1_over_the_planted_scores(seed):
 
 def test_too_few_found_pairs_give_no_threshold():
     found = np.array([1.1] * (MIN_FOUND - 1) + [-np.inf] * 50)
-    assert learn_threshold(Planted(found, 0), CorpusCounts(np.array([1.1, 1.0]), np.array([0.9]), 1)) is None
+    assert learn_threshold(Planted(found, 0), DecoyCounts(np.array([1.1, 1.0]), np.array([0.9]), 1)) is None

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from bitextmine.mining.margin import margin_scores
+from bitextmine.mining.null_estimate import DecoyCounts
 from bitextmine.search.knn import Neighbours, exact_knn
 
 # Same-side cosine from which a planted sentence counts as one the corpus already holds (a copy, or the
@@ -192,28 +193,7 @@ class CorpusEstimate:
     translations: int  # the corpus's translations, estimated
 
 
-class CorpusCounts:
-    """The corpus's candidates and decoys reaching a threshold: the candidates' scores and the decoys
-    (null_estimate.runner_up_decoys, NaN for none), sorted once, counted by bisection."""
-
-    def __init__(self, candidate_scores: np.ndarray, decoys: np.ndarray, directions: int) -> None:
-        self.candidates = np.sort(np.asarray(candidate_scores, dtype=np.float64))
-        finite = np.asarray(decoys, dtype=np.float64)
-        self.decoys = np.sort(finite[~np.isnan(finite)])
-        self.directions = directions
-
-    def kept(self, threshold: float) -> int:
-        return len(self.candidates) - int(np.searchsorted(self.candidates, threshold, side="left"))
-
-    def true(self, threshold: float) -> float:
-        """The candidates reaching `threshold` less the decoys reaching it per direction pooled, >= 0."""
-        false = (
-            len(self.decoys) - int(np.searchsorted(self.decoys, threshold, side="left"))
-        ) / self.directions
-        return max(0.0, self.kept(threshold) - false)
-
-
-def learn_threshold(planted: Planted, counts: CorpusCounts) -> CorpusEstimate | None:
+def learn_threshold(planted: Planted, counts: DecoyCounts) -> CorpusEstimate | None:
     """The planted score with the best estimated F1 on the corpus (module docstring); None where fewer
     than MIN_FOUND planted pairs are found."""
     translations = _translations(planted, counts)
@@ -226,13 +206,13 @@ def learn_threshold(planted: Planted, counts: CorpusCounts) -> CorpusEstimate | 
     return max(estimates, key=lambda e: (_f1(e), e.threshold))
 
 
-def estimate_at(planted: Planted, counts: CorpusCounts, threshold: float) -> CorpusEstimate | None:
+def estimate_at(planted: Planted, counts: DecoyCounts, threshold: float) -> CorpusEstimate | None:
     """The estimate at a given threshold; None where fewer than MIN_FOUND planted pairs are found."""
     translations = _translations(planted, counts)
     return None if translations is None else _estimate(planted, counts, threshold, translations)
 
 
-def _translations(planted: Planted, counts: CorpusCounts) -> int | None:
+def _translations(planted: Planted, counts: DecoyCounts) -> int | None:
     """The corpus's translations: the largest TP(t) / R(t) over the planted scores reached by at least
     MIN_FOUND planted pairs; None where fewer are found."""
     found = np.sort(planted.found[np.isfinite(planted.found)])[::-1]
@@ -241,9 +221,9 @@ def _translations(planted: Planted, counts: CorpusCounts) -> int | None:
     return int(max(counts.true(t) / planted.recall(t) for t in found[MIN_FOUND - 1 :]))
 
 
-def _estimate(planted: Planted, counts: CorpusCounts, threshold: float, translations: int) -> CorpusEstimate:
-    kept, true = counts.kept(threshold), counts.true(threshold)
-    precision = true / kept if kept else 0.0
+def _estimate(planted: Planted, counts: DecoyCounts, threshold: float, translations: int) -> CorpusEstimate:
+    true = counts.true(threshold)
+    precision = counts.precision(threshold) or 0.0
     recall = min(1.0, true / translations) if translations else 0.0
     return CorpusEstimate(threshold, precision, recall, planted.recall(threshold), translations)
 

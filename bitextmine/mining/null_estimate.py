@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import numpy as np
 
-COUNT_ROWS = 1_000_000  # scores counted at once
-
 # Directions whose queries' best candidates each strategy pools (mining/selection.py).
 POOLED_DIRECTIONS = {"max": 2, "intersect": 2, "fwd": 1, "bwd": 1}
 
@@ -31,20 +29,27 @@ def runner_up_decoys(scores: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(top).all(1), decoys, np.nan)
 
 
-def estimated_precision(
-    candidate_scores: np.ndarray, decoys: np.ndarray, threshold: float, directions: int
-) -> float | None:
-    """The estimated share of translations among the candidates scoring >= `threshold`: 1 less the decoys
-    reaching it (per direction pooled) over those candidates, at least 0; None when none reach it."""
-    kept = _count_at_least(candidate_scores, threshold)
-    if kept == 0:
-        return None
-    false = _count_at_least(decoys, threshold) / directions
-    return max(0.0, 1.0 - false / kept)
+class DecoyCounts:
+    """The candidates and the decoys reaching a threshold, counted by bisection: the candidates' scores
+    and the decoys (`runner_up_decoys`, NaN for none) are copied into memory once and sorted (8 bytes a
+    candidate and a query)."""
 
+    def __init__(self, candidate_scores: np.ndarray, decoys: np.ndarray, directions: int) -> None:
+        self.candidates = np.sort(np.asarray(candidate_scores, dtype=np.float64))
+        values = np.asarray(decoys, dtype=np.float64)
+        self.decoys = np.sort(values[~np.isnan(values)])
+        self.directions = directions
 
-def _count_at_least(values: np.ndarray, threshold: float) -> int:
-    return sum(
-        int(np.count_nonzero(np.asarray(values[a : a + COUNT_ROWS]) >= threshold))
-        for a in range(0, len(values), COUNT_ROWS)
-    )
+    def kept(self, threshold: float) -> int:
+        return len(self.candidates) - int(np.searchsorted(self.candidates, threshold, side="left"))
+
+    def true(self, threshold: float) -> float:
+        """The candidates reaching `threshold` less the decoys reaching it per direction pooled, >= 0."""
+        decoys = len(self.decoys) - int(np.searchsorted(self.decoys, threshold, side="left"))
+        return max(0.0, self.kept(threshold) - decoys / self.directions)
+
+    def precision(self, threshold: float) -> float | None:
+        """The estimated share of translations among the candidates reaching `threshold`; None when none
+        reach it."""
+        kept = self.kept(threshold)
+        return self.true(threshold) / kept if kept else None

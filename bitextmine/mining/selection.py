@@ -24,7 +24,7 @@ from bitextmine.errors import BitextmineError, BitextmineValueError, os_error_me
 from bitextmine.faults import crash_point
 from bitextmine.files import save_array
 from bitextmine.mining.margin import check_margin, margin_scores
-from bitextmine.mining.null_estimate import POOLED_DIRECTIONS, estimated_precision, runner_up_decoys
+from bitextmine.mining.null_estimate import POOLED_DIRECTIONS, DecoyCounts, runner_up_decoys
 from bitextmine.search.knn import Neighbours
 
 if TYPE_CHECKING:
@@ -104,9 +104,9 @@ class Selection(NamedTuple):
     fwd_means: np.ndarray
     bwd_means: np.ndarray
 
-    def estimated_precision(self, threshold: float) -> float | None:
-        """The estimated share of translations among the candidates scoring >= `threshold`."""
-        return estimated_precision(self.records["score"], self.decoys, threshold, self.directions)
+    def decoy_counts(self) -> DecoyCounts:
+        """The candidates and decoys reaching a threshold, for the estimated precision there."""
+        return DecoyCounts(self.records["score"], self.decoys, self.directions)
 
 
 @dataclass

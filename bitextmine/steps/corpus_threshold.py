@@ -13,7 +13,6 @@ import numpy as np
 from bitextmine.calibration.pairs_store import load_pairs, pairs_file
 from bitextmine.calibration.planted import (
     CalibrationPairs,
-    CorpusCounts,
     CorpusEstimate,
     CorpusMeans,
     Search,
@@ -23,6 +22,7 @@ from bitextmine.calibration.planted import (
 )
 from bitextmine.calibration.thresholds import ThresholdChoice
 from bitextmine.errors import BitextmineError
+from bitextmine.mining.null_estimate import DecoyCounts
 from bitextmine.mining.selection import Selection
 from bitextmine.mining.settings import MiningSettings
 from bitextmine.search.knn import Neighbours
@@ -91,12 +91,14 @@ def in_corpus(
     threshold: ThresholdChoice,
     learn: bool,
     selection: Selection,
+    counts: DecoyCounts,
     searches: tuple[Search, Search],
     settings: MiningSettings,
 ) -> InCorpus:
-    """Plant `pairs` in the corpus whose candidates `selection` holds and whose source and target sides
-    `searches` search; where `learn`, the threshold is the one learned there (unless too few pairs are
-    found: then `threshold` stays, the calibrated one), else the estimate is taken at `threshold`."""
+    """Plant `pairs` in the corpus whose candidates `selection` holds (`counts`: its decoy counts) and
+    whose source and target sides `searches` search; where `learn`, the threshold is the one learned
+    there (unless too few pairs are found: then `threshold` stays, the calibrated one), else the estimate
+    is taken at `threshold`."""
     means = CorpusMeans(np.asarray(selection.fwd_means), np.asarray(selection.bwd_means))
     planted = plant(
         pairs,
@@ -106,7 +108,6 @@ def in_corpus(
         margin=settings.margin,
         strategy=settings.strategy,
     )
-    counts = CorpusCounts(selection.records["score"], selection.decoys, selection.directions)
     estimate = learn_threshold(planted, counts) if learn else estimate_at(planted, counts, threshold.value)
     if learn and estimate is not None:
         source = (

@@ -252,17 +252,18 @@ def _mine(
     shutil.rmtree(scratch, ignore_errors=True)  # left by a killed run
     fwd, bwd = _neighbour_blocks(work, "fwd", sizes), _neighbour_blocks(work, "bwd", sizes[::-1])
     selection = select_candidates(fwd, bwd, sizes, options.margin, options.strategy, scratch)
+    counts = None if threshold is None else selection.decoy_counts()
     planting = None
-    if pairs is not None and threshold is not None:
+    if pairs is not None and counts is not None:
         searches = tuple(
             language_search(workspace, options.base_search(lang)) for lang in (src_lang, tgt_lang)
         )
         learn = options.threshold == "auto"
-        planting = in_corpus(pairs, threshold, learn, selection, searches, options)
+        planting = in_corpus(pairs, threshold, learn, selection, counts, searches, options)
         threshold = planting.threshold
     candidates = selection.records
-    above = len(candidates) if threshold is None else _count_at_least(candidates["score"], threshold.value)
-    precision = None if threshold is None else selection.estimated_precision(threshold.value)
+    above = len(candidates) if counts is None else counts.kept(threshold.value)
+    precision = None if counts is None else counts.precision(threshold.value)
     model = src.vectors.model
     settings = mining_settings(
         model.name, model.fingerprint, options.margin, options.k, threshold, options.filters
@@ -509,12 +510,6 @@ def _damaged_neighbours(path: Path, what: str) -> BitextmineError:
     return BitextmineError(
         f"{path}: damaged neighbour list ({what}); delete it and rerun `bitextmine mine`: it searches "
         "those queries again"
-    )
-
-
-def _count_at_least(scores: np.ndarray, threshold: float, chunk: int = SELECTION_BLOCK_ROWS) -> int:
-    return sum(
-        int(np.count_nonzero(scores[a : a + chunk] >= threshold)) for a in range(0, len(scores), chunk)
     )
 
 

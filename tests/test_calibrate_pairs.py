@@ -76,16 +76,23 @@ def test_mine_auto_learns_the_threshold_inside_the_corpus_from_the_calibration_p
     assert "estimated recall:" in output and "of 30 planted calibration pairs found" in output
     stats = json.loads((work / "mined" / "de-en.stats.json").read_text())
     assert stats["threshold"]["source"].startswith(
-        "learned inside this corpus from 30 planted calibration pairs"
+        "regional precision learned inside this corpus from 30 planted calibration pairs"
     )
+    assert stats["threshold"]["scale"] == "regional precision" and 0 <= stats["threshold"]["value"] <= 1
     assert stats["counts"]["planted_pairs"] == 30 and stats["counts"]["planted_recall"] > 50
     assert stats["counts"]["estimated_recall"] is not None
     mined = read_mined(work / "mined" / "de-en.tsv.zst")
+    assert len(mined) == stats["counts"]["above_threshold"] > 0
     assert not {s for row in mined for s in row[1:3]} & set(aligned)  # planted sentences never mined
 
-    learned = stats["threshold"]["value"]
-    code, output = run("mine", "de", "en", "-w", str(work), "--threshold", repr(learned), "--filters", "none")
+    code, output = run("mine", "de", "en", "-w", str(work), "--filters", "none")
     assert code == 0, output
-    assert read_mined(work / "mined" / "de-en.tsv.zst") == mined  # the corpus's pairs, as without planting
+    everything = read_mined(work / "mined" / "de-en.tsv.zst")
+    assert set(map(tuple, mined)) <= set(
+        map(tuple, everything)
+    )  # the corpus's candidates with their margins, as without planting
+
+    code, output = run("mine", "de", "en", "-w", str(work), "--threshold", "1.0", "--filters", "none")
+    assert code == 0, output
     given = json.loads((work / "mined" / "de-en.stats.json").read_text())
-    assert given["counts"]["estimated_recall"] == stats["counts"]["estimated_recall"]
+    assert given["threshold"]["scale"] == "margin" and given["counts"]["estimated_recall"] is not None

@@ -157,7 +157,7 @@ def test_the_threshold_has_the_best_estimated_f1_over_the_planted_scores(seed):
     candidates = np.sort(np.concatenate([translations, others[:1500]]))[::-1]
     decoys = np.concatenate([rng.normal(1.0, 0.025, 3000), [np.nan] * 10])
     found = np.concatenate([rng.normal(1.08, 0.03, 80), [-np.inf] * 20])
-    planted = Planted(found, 0)
+    planted = Planted(found, 0, np.arange(len(found)))
     chosen = learn_threshold(planted, DecoyCounts(candidates, decoys, 2))
     threshold, total, f1 = brute_force_choice(found, candidates, decoys[~np.isnan(decoys)], 2)
     assert chosen.threshold == threshold and chosen.translations == total
@@ -168,4 +168,5 @@ def test_the_threshold_has_the_best_estimated_f1_over_the_planted_scores(seed):
 
 def test_too_few_found_pairs_give_no_threshold():
     found = np.array([1.1] * (MIN_FOUND - 1) + [-np.inf] * 50)
-    assert learn_threshold(Planted(found, 0), DecoyCounts(np.array([1.1, 1.0]), np.array([0.9]), 1)) is None
+    counts = DecoyCounts(np.array([1.1, 1.0]), np.array([0.9]), 1)
+    assert learn_threshold(Planted(found, 0, np.arange(len(found))), counts) is None

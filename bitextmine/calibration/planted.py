@@ -25,11 +25,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
 from bitextmine.mining.margin import margin_scores
-from bitextmine.mining.null_estimate import DecoyCounts
 from bitextmine.search.knn import Neighbours, exact_knn
 
 # Same-side cosine from which a planted sentence counts as one the corpus already holds (a copy, or the
@@ -39,6 +39,17 @@ DUPLICATE_COSINE = 0.99
 MIN_FOUND = 10
 
 Search = Callable[[np.ndarray, int], Neighbours]  # the k nearest rows of one corpus side to each query
+
+
+class Counts(Protocol):
+    """The corpus's candidates reaching a threshold and the translations estimated among them: on the
+    margin (null_estimate.DecoyCounts) or on the regional precision (regional_precision.PrecisionCounts)."""
+
+    def kept(self, threshold: float) -> int: ...
+
+    def true(self, threshold: float) -> float: ...
+
+    def precision(self, threshold: float) -> float | None: ...
 
 
 @dataclass(frozen=True)
@@ -66,11 +77,12 @@ class CorpusMeans:
 
 @dataclass(frozen=True)
 class Planted:
-    """The planted pairs' scores where found one-to-one (-inf where not), and how many pairs were left
-    out as copies of corpus sentences."""
+    """The planted pairs' scores where found one-to-one (-inf where not), which calibration pairs they
+    are, and how many pairs were left out as copies of corpus sentences."""
 
     found: np.ndarray  # float64 [planted pairs]
     duplicates: int
+    rows: np.ndarray  # int64 [planted pairs]: their rows in the calibration pairs
 
     def recall(self, threshold: float) -> float:
         return float(np.mean(self.found >= threshold)) if len(self.found) else 0.0
@@ -89,15 +101,16 @@ def plant(
     """Plant `pairs` in the corpus that `search_src` and `search_tgt` search (its source and target
     sides, whose neighbourhood means are `means`) and find them as mining would (module docstring)."""
     copies = _copies(pairs.src, search_src) | _copies(pairs.tgt, search_tgt)
-    pairs = pairs.subset(np.flatnonzero(~copies))
+    rows = np.flatnonzero(~copies)
+    pairs = pairs.subset(rows)
     if not len(pairs):
-        return Planted(np.zeros(0), int(copies.sum()))
+        return Planted(np.zeros(0), int(copies.sum()), rows)
     fwd = _neighbours(pairs.src, search_tgt, pairs.tgt, len(means.bwd), k)
     bwd = _neighbours(pairs.tgt, search_src, pairs.src, len(means.fwd), k)
     fwd_scores = _scores(fwd, fwd.mean, np.concatenate([means.bwd, bwd.mean]), margin, forward=True)
     bwd_scores = _scores(bwd, bwd.mean, np.concatenate([means.fwd, fwd.mean]), margin, forward=False)
     pool = _pool(fwd, fwd_scores, bwd, bwd_scores, (len(means.fwd), len(means.bwd)), strategy)
-    return Planted(_found(pool, len(means.fwd), len(means.bwd), len(pairs)), int(copies.sum()))
+    return Planted(_found(pool, len(means.fwd), len(means.bwd), len(pairs)), int(copies.sum()), rows)
 
 
 def _copies(planted: np.ndarray, search_own_side: Search) -> np.ndarray:
@@ -193,7 +206,7 @@ class CorpusEstimate:
     translations: int  # the corpus's translations, estimated
 
 
-def learn_threshold(planted: Planted, counts: DecoyCounts) -> CorpusEstimate | None:
+def learn_threshold(planted: Planted, counts: Counts) -> CorpusEstimate | None:
     """The planted score with the best estimated F1 on the corpus (module docstring); None where fewer
     than MIN_FOUND planted pairs are found."""
     translations = _translations(planted, counts)
@@ -206,13 +219,13 @@ def learn_threshold(planted: Planted, counts: DecoyCounts) -> CorpusEstimate | N
     return max(estimates, key=lambda e: (_f1(e), e.threshold))
 
 
-def estimate_at(planted: Planted, counts: DecoyCounts, threshold: float) -> CorpusEstimate | None:
+def estimate_at(planted: Planted, counts: Counts, threshold: float) -> CorpusEstimate | None:
     """The estimate at a given threshold; None where fewer than MIN_FOUND planted pairs are found."""
     translations = _translations(planted, counts)
     return None if translations is None else _estimate(planted, counts, threshold, translations)
 
 
-def _translations(planted: Planted, counts: DecoyCounts) -> int | None:
+def _translations(planted: Planted, counts: Counts) -> int | None:
     """The corpus's translations: the largest TP(t) / R(t) over the planted scores reached by at least
     MIN_FOUND planted pairs; None where fewer are found."""
     found = np.sort(planted.found[np.isfinite(planted.found)])[::-1]
@@ -221,7 +234,7 @@ def _translations(planted: Planted, counts: DecoyCounts) -> int | None:
     return int(max(counts.true(t) / planted.recall(t) for t in found[MIN_FOUND - 1 :]))
 
 
-def _estimate(planted: Planted, counts: DecoyCounts, threshold: float, translations: int) -> CorpusEstimate:
+def _estimate(planted: Planted, counts: Counts, threshold: float, translations: int) -> CorpusEstimate:
     true = counts.true(threshold)
     precision = counts.precision(threshold) or 0.0
     recall = min(1.0, true / translations) if translations else 0.0

@@ -140,6 +140,7 @@ class ThresholdChoice:
     pair: str
     source: str
     calibrated_on: int | None = None  # sentences of the split it was calibrated on; None: unknown or given
+    scale: str = "margin"  # what it thresholds: the margin score, or the regional precision
 
 
 # A corpus this many times the size of the calibration split is where the scale benchmark saw a calibrated

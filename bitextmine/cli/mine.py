@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import typer
 from rich.table import Table
 
-from bitextmine.calibration.thresholds import parse_threshold
+from bitextmine.calibration.thresholds import ThresholdChoice, parse_threshold
 from bitextmine.cli.app import (
     DeviceOption,
     JsonOption,
@@ -187,15 +187,19 @@ def print_mine_summary(summary: MineSummary) -> None:
             )
     else:
         out.print(no_threshold_note(summary), highlight=False, markup=False, soft_wrap=True)
-    kept = f"{summary.kept:,} pairs" + (
-        "" if summary.threshold is None else f" with score >= {summary.threshold.value:.4f}"
-    )
+    reaching = "" if summary.threshold is None else f" with {_reaching(summary.threshold)}"
+    kept = f"{summary.kept:,} pairs{reaching}"
     out.print(
         f"{summary.pair}: {counts['src_sentences']:,} x {counts['tgt_sentences']:,} sentences, "
         f"{counts['one_to_one_candidates']:,} one-to-one candidates, {kept} -> {summary.output} "
         f"({summary.seconds:.1f} s)",
         highlight=False,
     )
+
+
+def _reaching(threshold: ThresholdChoice) -> str:
+    name = "score" if threshold.scale == "margin" else threshold.scale
+    return f"{name} >= {threshold.value:.4f}"
 
 
 def no_threshold_note(summary: MineSummary) -> str:

@@ -110,10 +110,12 @@ def check_translation_pair(fmt: str, src_lang: str, tgt_lang: str) -> None:
 
 
 class Threshold(Protocol):
-    """The threshold a command applied (calibration's `ThresholdChoice`): its value and where it came from."""
+    """The threshold a command applied (calibration's `ThresholdChoice`): its value, where it came from and
+    what it thresholds (the margin, or the regional precision)."""
 
     value: float
     source: str
+    scale: str
 
 
 def mining_settings(
@@ -132,6 +134,7 @@ def mining_settings(
         "k": k,
         "threshold": None if threshold is None else threshold.value,
         "threshold_source": None if threshold is None else threshold.source,
+        "threshold_scale": None if threshold is None else threshold.scale,
         "filters": asdict(filters),
     }
 

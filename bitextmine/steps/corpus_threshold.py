@@ -1,6 +1,10 @@
 """The threshold `mine` learns inside the corpus it mines: the calibration pairs kept beside the threshold
 store (calibration/pairs_store.py) planted in the corpus (calibration/planted.py), searched with the
-corpus's own indexes after its candidates are selected."""
+corpus's own indexes after its candidates are selected.
+
+A learned threshold is one on the pairs' regional precision (mining/regional_precision.py): the corpus's
+candidates and the planted pairs each scored in their regions, the translations kept estimated as the
+sum of the kept candidates' precisions. A given threshold stays a margin, estimated from the decoys."""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from bitextmine.calibration.planted import (
     CalibrationPairs,
     CorpusEstimate,
     CorpusMeans,
+    Planted,
     Search,
     estimate_at,
     learn_threshold,
@@ -23,12 +28,15 @@ from bitextmine.calibration.planted import (
 from bitextmine.calibration.thresholds import ThresholdChoice
 from bitextmine.errors import BitextmineError
 from bitextmine.mining.null_estimate import DecoyCounts
+from bitextmine.mining.regional_precision import PrecisionCounts, RegionLabels, regional_precision
+from bitextmine.mining.regions import Rows, fit_regions
 from bitextmine.mining.selection import Selection
 from bitextmine.mining.settings import MiningSettings
 from bitextmine.search.knn import Neighbours
 from bitextmine.search.language_search import BaseSearch
 from bitextmine.workspace.layout import Workspace
 
+REGIONAL_SCALE = "regional precision"
 PLANTING_COUNTS = (
     "planted_pairs",
     "planted_duplicates",
@@ -47,6 +55,14 @@ class InCorpus:
     estimate: CorpusEstimate | None
     planted: int  # calibration pairs planted
     duplicates: int  # calibration pairs left out because the corpus holds one of their sentences
+    pair_precision: np.ndarray | None = None  # each candidate's, where the threshold is on that scale
+
+    def kept_rows(self) -> np.ndarray | None:
+        """The candidates the learned threshold keeps (rows of the selection, best first); None where the
+        threshold is a margin, which keeps a prefix of them."""
+        if self.pair_precision is None:
+            return None
+        return np.flatnonzero(self.pair_precision >= self.threshold.value)
 
     @staticmethod
     def counts_absent() -> dict[str, Any]:
@@ -92,27 +108,67 @@ def in_corpus(
     learn: bool,
     selection: Selection,
     counts: DecoyCounts,
-    searches: tuple[Search, Search],
+    corpus: tuple[Search, Search, Rows, Rows],
     settings: MiningSettings,
 ) -> InCorpus:
     """Plant `pairs` in the corpus whose candidates `selection` holds (`counts`: its decoy counts) and
-    whose source and target sides `searches` search; where `learn`, the threshold is the one learned
-    there (unless too few pairs are found: then `threshold` stays, the calibrated one), else the estimate
-    is taken at `threshold`."""
+    whose source and target sides `corpus` searches and holds; where `learn`, the threshold is the
+    regional precision learned there (unless too few pairs are found: then `threshold` stays, the
+    calibrated margin), else the estimate is taken at `threshold`."""
     means = CorpusMeans(np.asarray(selection.fwd_means), np.asarray(selection.bwd_means))
     planted = plant(
         pairs,
-        *searches,
+        corpus[0],
+        corpus[1],
         means,
         k=settings.k,
         margin=settings.margin,
         strategy=settings.strategy,
     )
-    estimate = learn_threshold(planted, counts) if learn else estimate_at(planted, counts, threshold.value)
-    if learn and estimate is not None:
-        source = (
-            f"learned inside this corpus from {len(planted.found):,} planted calibration pairs "
-            f"({threshold.source})"
-        )
-        threshold = ThresholdChoice(estimate.threshold, threshold.pair, source)
-    return InCorpus(threshold, estimate, len(planted.found), planted.duplicates)
+    if not learn:
+        estimate = estimate_at(planted, counts, threshold.value)
+        return InCorpus(threshold, estimate, len(planted.found), planted.duplicates)
+    precision, planted_precision = _regional(selection, pairs.subset(planted.rows), planted, corpus[2:])
+    estimate = _half_the_best_f1(planted_precision, PrecisionCounts(precision))
+    if estimate is None:
+        return InCorpus(threshold, None, len(planted.found), planted.duplicates)
+    source = (
+        f"regional precision learned inside this corpus from {len(planted.found):,} planted calibration "
+        f"pairs ({threshold.source})"
+    )
+    learned = ThresholdChoice(estimate.threshold, threshold.pair, source, scale=REGIONAL_SCALE)
+    return InCorpus(learned, estimate, len(planted.found), planted.duplicates, precision)
+
+
+def _half_the_best_f1(planted: Planted, counts: PrecisionCounts) -> CorpusEstimate | None:
+    """The estimate at half the best F1 that the planted pairs estimate over the regional precision: the
+    threshold that keeps every pair whose local precision is at least half the F1 reached (F1's
+    optimum, mining/regional_precision.py). The best estimated F1's own threshold sits higher where the
+    estimates err (the precisions err low, the planted pairs are found more easily than the corpus's
+    hardest), which costs recall."""
+    best = learn_threshold(planted, counts)
+    if best is None:
+        return None
+    f1 = 2 * best.precision * best.recall / (best.precision + best.recall) if best.precision else 0.0
+    return estimate_at(planted, counts, f1 / 2)
+
+
+def _regional(
+    selection: Selection, pairs: CalibrationPairs, planted: Planted, corpus: tuple[Rows, Rows]
+) -> tuple[np.ndarray, Planted]:
+    """The regional precision of every candidate, and the planted pairs with theirs in place of their
+    margins (regions fitted on the corpus's two sides)."""
+    regions = fit_regions(corpus)
+    labels = RegionLabels.of(regions, *corpus)
+    records = selection.records
+    scores, rows = np.asarray(records["score"]), (np.asarray(records["src"]), np.asarray(records["tgt"]))
+    curves = regional_precision(scores, rows, np.asarray(selection.decoys), labels)
+    precision = curves.of(scores, labels.src[:, rows[0]], labels.tgt[:, rows[1]])
+    found = np.isfinite(planted.found)
+    planted_precision = np.full(len(planted.found), -np.inf)
+    planted_precision[found] = curves.of(
+        planted.found[found],
+        regions.assign_array(pairs.src[found]),
+        regions.assign_array(pairs.tgt[found]),
+    )
+    return precision, replace(planted, found=planted_precision)

@@ -259,16 +259,23 @@ def _mine(
             language_search(workspace, options.base_search(lang)) for lang in (src_lang, tgt_lang)
         )
         learn = options.threshold == "auto"
-        planting = in_corpus(pairs, threshold, learn, selection, counts, searches, options)
+        corpus = (*searches, src.vectors, tgt.vectors)
+        planting = in_corpus(pairs, threshold, learn, selection, counts, corpus, options)
         threshold = planting.threshold
     candidates = selection.records
-    above = len(candidates) if counts is None else counts.kept(threshold.value)
-    precision = None if counts is None else counts.precision(threshold.value)
+    kept_rows = None if planting is None else planting.kept_rows()
+    if kept_rows is not None:
+        above, precision = len(kept_rows), planting.estimate.precision
+        reaching = candidates[kept_rows]
+    else:
+        above = len(candidates) if counts is None else counts.kept(threshold.value)
+        precision = None if counts is None else counts.precision(threshold.value)
+        reaching = candidates[:above]
     model = src.vectors.model
     settings = mining_settings(
         model.name, model.fingerprint, options.margin, options.k, threshold, options.filters
     )
-    written = write_mined(target, fmt, candidates[:above], src, tgt, pair_filter, settings)
+    written = write_mined(target, fmt, reaching, src, tgt, pair_filter, settings)
     counts = {
         "src_sentences": sizes[0],
         "tgt_sentences": sizes[1],
@@ -280,7 +287,7 @@ def _mine(
         **(InCorpus.counts_absent() if planting is None else planting.counts()),
     }
     histogram = score_histogram(candidates["score"])
-    del candidates, selection
+    del candidates, reaching, selection
     shutil.rmtree(scratch)
     _remove_other_plans(work)
     summary = MineSummary(

@@ -1,0 +1,108 @@
+"""Regions of the embedding space that both languages share: spherical k-means over a sample of both
+sides' vectors, run with several seeds (`Regions`), and every sentence's region in each clustering.
+
+Margin scores mean different things in dense regions (templates, captions, short everyday sentences:
+neighbours nearly as close as a translation) and sparse ones, so `mining/regional_precision.py` reads a
+pair's score against the candidates and decoys of its own region. One clustering can split a dense
+region or merge it with a sparse one, depending on its seed; the precision is averaged over clusterings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Protocol
+
+import faiss
+import numpy as np
+
+REGIONS = 32
+CLUSTERINGS = 8
+TRAIN_PER_REGION = 256  # sampled rows a centroid: what FAISS's k-means keeps at most
+MIN_PER_REGION = 39  # FAISS warns below this many training rows a centroid
+KMEANS_ITERATIONS = 20
+ASSIGN_ROWS = 65_536  # rows assigned at a time (float32: 100 MB at 384 dimensions)
+
+
+class Rows(Protocol):
+    """Rows of float32 unit vectors (a workspace language's `ShardedVectors`, or `ArrayRows`)."""
+
+    def __len__(self) -> int: ...
+
+    def blocks(self, block_rows: int) -> Iterator[tuple[int, np.ndarray]]: ...
+
+    def take(self, rows: np.ndarray) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class ArrayRows:
+    """An in-memory array as `Rows`."""
+
+    array: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.array)
+
+    def blocks(self, block_rows: int) -> Iterator[tuple[int, np.ndarray]]:
+        for start in range(0, len(self.array), block_rows):
+            yield start, np.ascontiguousarray(self.array[start : start + block_rows], dtype=np.float32)
+
+    def take(self, rows: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(self.array[rows], dtype=np.float32)
+
+
+@dataclass(frozen=True)
+class Regions:
+    """`CLUSTERINGS` sets of centroids (float32 [clusterings, regions, dim], unit rows)."""
+
+    centroids: np.ndarray
+
+    @property
+    def count(self) -> int:
+        """Regions in each clustering."""
+        return self.centroids.shape[1]
+
+    def assign(self, rows: Rows) -> np.ndarray:
+        """Each row's region in every clustering: int16 [clusterings, rows], read ASSIGN_ROWS at a time."""
+        labels = np.zeros((len(self.centroids), len(rows)), np.int16)
+        for start, block in rows.blocks(ASSIGN_ROWS):
+            labels[:, start : start + len(block)] = self.assign_array(block)
+        return labels
+
+    def assign_array(self, vectors: np.ndarray) -> np.ndarray:
+        """`assign` for vectors in memory."""
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        return np.stack([(vectors @ centroids.T).argmax(1) for centroids in self.centroids]).astype(np.int16)
+
+
+def fit_regions(
+    sources: tuple[Rows, Rows], regions: int = REGIONS, clusterings: int = CLUSTERINGS, seed: int = 0
+) -> Regions:
+    """Regions of both languages' vectors together (`sources`), each clustering trained on its own
+    sample of TRAIN_PER_REGION rows a region, drawn evenly from the two sides; fewer regions where the
+    rows are too few for MIN_PER_REGION a region."""
+    total = sum(len(rows) for rows in sources)
+    regions = max(1, min(regions, total // MIN_PER_REGION))
+    rng = np.random.default_rng(seed)
+    samples = (_sample(sources, regions * TRAIN_PER_REGION, rng) for _ in range(clusterings))
+    return Regions(np.stack([_kmeans(sample, regions, seed + i) for i, sample in enumerate(samples)]))
+
+
+def _sample(sources: tuple[Rows, Rows], rows: int, rng: np.random.Generator) -> np.ndarray:
+    """At most `rows` rows, half from each side where each has enough, in row order within a side."""
+    share = [min(len(source), rows // 2) for source in sources]
+    share[0] = min(len(sources[0]), rows - share[1])
+    parts = [
+        source.take(np.sort(rng.choice(len(source), size=take, replace=False)))
+        for source, take in zip(sources, share, strict=True)
+        if take
+    ]
+    return np.ascontiguousarray(np.concatenate(parts), dtype=np.float32)
+
+
+def _kmeans(sample: np.ndarray, regions: int, seed: int) -> np.ndarray:
+    kmeans = faiss.Kmeans(
+        sample.shape[1], regions, niter=KMEANS_ITERATIONS, seed=seed, spherical=True, verbose=False
+    )
+    kmeans.train(sample)
+    return kmeans.centroids.astype(np.float32)

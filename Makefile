@@ -45,9 +45,9 @@ test: install
 test-fast: install
 	$(BIN)/pytest -q -m "not integration"
 
-# The Slurm launcher on a real one-node cluster (tests/test_slurm_real.py, ~3 min): .ci/slurm-one-node.sh installs
-# slurm-wlm and munge (root, apt-get), starts the daemons and stops them afterwards. Skipped, saying why, where
-# Slurm cannot be installed or run; a failing test fails.
+# The Slurm launcher on a real one-node cluster (tests/launch/test_slurm_real.py, ~3 min): .ci/slurm-one-node.sh
+# installs slurm-wlm and munge (root, apt-get), starts the daemons and stops them afterwards. Skipped, saying why,
+# where Slurm cannot be installed or run; a failing test fails.
 test-slurm: install
 	.ci/slurm-one-node.sh run env BITEXTMINE_REQUIRE_SLURM=1 $(BIN)/pytest -q -m slurm; status=$$?; \
 	if [ $$status = 77 ]; then echo "make test-slurm: SKIPPED: no Slurm cluster can be set up here (why: above)"; \

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A one-node Slurm cluster on this machine, for `make test-slurm` (tests/test_slurm_real.py).
+# A one-node Slurm cluster on this machine, for `make test-slurm` (tests/launch/test_slurm_real.py).
 #
 #   .ci/slurm-one-node.sh [start]   install slurm-wlm and munge with apt if missing, write
 #                                   /etc/slurm/slurm.conf for this host (its CPUs and memory, partition

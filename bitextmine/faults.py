@@ -5,7 +5,7 @@ Every atomic write passes `before-rename` (the file is complete under its tempor
 steps add their own points where work lives outside files (e.g. between index query blocks). With
 the variable unset this is one environment lookup; with it set, the N-th (default first) pass
 through NAME sends SIGKILL to the process itself: no cleanup, no `finally`, like a power cut or
-the out-of-memory killer. tests/test_faults.py uses it to prove that reruns resume byte-identically.
+the out-of-memory killer. tests/product/test_faults.py uses it to prove that reruns resume byte-identically.
 """
 
 from __future__ import annotations

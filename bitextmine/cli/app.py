@@ -347,7 +347,7 @@ def require_model(model: str | None) -> str:
 
 
 PrecisionOption = Annotated[
-    Literal["auto", "fp32", "bf16", "int8"],  # encoder/precision.py's PRECISIONS (tests/test_cli_choices.py)
+    Literal["auto", "fp32", "bf16", "int8"],  # encoder/precision.py's PRECISIONS (tests/cli/test_choices.py)
     typer.Option(
         help="fp32, bf16, int8 (CPU) or auto: bf16 where the GPU or CPU (AVX512-BF16/AMX) runs it "
         "natively, else fp32."

@@ -35,7 +35,7 @@ from bitextmine.text.lid import RULE_CONFIDENCE
 from bitextmine.text.reader import Columns
 from bitextmine.workspace.layout import DEFAULT_WORKDIR, Workspace
 
-# encoder/st_files.py's POOLING_MODES (tests/test_cli_choices.py)
+# encoder/st_files.py's POOLING_MODES (tests/cli/test_choices.py)
 Pooling = Literal["cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken"]
 
 

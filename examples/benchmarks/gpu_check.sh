@@ -13,5 +13,5 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 timeout "${CHECK_SECONDS:-400}" python3 examples/benchmarks/gpu_check.py --model-shape .gpu-data/model-shape \
   --sentences .gpu-data/sentences.txt.zst --out "$OUT" "$@" 2>&1 | tee "$OUT/gpu_check.log"
 [ "${TEST_SECONDS:-100}" = 0 ] && exit 0
-timeout "${TEST_SECONDS:-100}" python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_gemm.py -k cuda \
-  2>&1 | tail -25 | tee "$OUT/gpu_tests.log"
+timeout "${TEST_SECONDS:-100}" python3 -m pytest -q -p no:cacheprovider tests/encoder/test_cuda.py tests/search/test_gemm.py \
+  -k cuda 2>&1 | tail -25 | tee "$OUT/gpu_tests.log"

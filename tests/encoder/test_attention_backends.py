@@ -1,5 +1,5 @@
 """Choosing the packed attention on CUDA (PyTorch varlen, xFormers, SDPA) and the GPU backends' plumbing,
-checked on the CPU through stand-ins for their kernels; tests/test_cuda.py runs the real ones on a GPU."""
+checked on the CPU through stand-ins for their kernels; test_cuda.py beside it runs the real ones on a GPU."""
 
 from __future__ import annotations
 

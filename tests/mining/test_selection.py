@@ -1,5 +1,5 @@
 """Candidate selection in blocks: the same pairs as one in-memory pass, in memory that does not grow with
-the corpus. (Selection against the brute-force miner is tested through `mine_arrays` in test_mine.)"""
+the corpus. (Selection against the brute-force miner is tested through `mine_arrays` in test_mine_arrays.)"""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from bitextmine.mining.margin import MARGINS
 from bitextmine.mining.selection import STRATEGIES, Candidates, Pair, _greedy, select_candidates
 from bitextmine.search.knn import Neighbours, exact_knn
 
-from .test_mine import bitext
+from .test_mine_arrays import bitext
 
 
 def in_blocks(lists: Neighbours, rows: int):

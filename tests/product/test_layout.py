@@ -4,11 +4,12 @@ repository refers to nothing outside itself."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "bitextmine"
 
 # A module may import its own subpackage and those of a lower rank, never a higher one. The base
@@ -204,13 +205,15 @@ def _imports_a_test_module(source: str) -> list[str]:
     for node in ast.walk(ast.parse(source)):
         names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
         names += [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
-        found += [name for name in names if name.startswith("tests.test_")]
+        found += [name for name in names if re.fullmatch(r"tests\.(\w+\.)*test_\w+", name)]
     return found
 
 
 def test_no_test_module_imports_another():
     """What tests share lives in tests/helpers.py, tests/st_models.py and conftest.py."""
-    tests = Path(__file__).parent
-    offenders = {path.name: _imports_a_test_module(path.read_text()) for path in tests.glob("test_*.py")}
+    tests = REPO / "tests"
+    offenders = {path.name: _imports_a_test_module(path.read_text()) for path in tests.rglob("test_*.py")}
     assert {name: found for name, found in offenders.items() if found} == {}
-    assert _imports_a_test_module("from tests.test_faults import outputs") == ["tests.test_faults"]
+    assert _imports_a_test_module("from tests.product.test_faults import outputs") == [
+        "tests.product.test_faults"
+    ]

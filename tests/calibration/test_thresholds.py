@@ -249,7 +249,7 @@ for i in range(40):
 def test_concurrent_calibrations_of_different_pairs_all_survive(tmp_path):
     """Two processes storing 40 pairs each into one store at the same moment: all 80 records remain."""
     store, start = tmp_path / "thresholds.json", tmp_path / "go"
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     writers = [
         subprocess.Popen([sys.executable, "-c", WRITER, str(store), prefix, str(start)], cwd=root)
         for prefix in ("a", "b")

@@ -12,7 +12,7 @@ import pytest
 
 from tests.helpers import sentences
 
-SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "benchmarks" / "gpu_check.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "benchmarks" / "gpu_check.py"
 
 
 @pytest.mark.integration

@@ -21,9 +21,9 @@ from bitextmine.errors import BitextmineError
 from bitextmine.launch.config import LauncherConfig, load_launcher_config
 from bitextmine.launch.jobs import Job, run_jobs
 from bitextmine.launch.submitit_runner import _executor
-from tests import launcher_jobs
+from tests.launch import launcher_jobs
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BOTH = pytest.mark.parametrize(
     "launcher", ["local", pytest.param("submitit-local", marks=pytest.mark.integration)]
 )
@@ -31,7 +31,7 @@ BOTH = pytest.mark.parametrize(
 
 @pytest.fixture(autouse=True)
 def importable_tests(monkeypatch) -> None:
-    """submitit's job processes unpickle tests.launcher_jobs, whatever the working directory."""
+    """submitit's job processes unpickle tests.launch.launcher_jobs, whatever the working directory."""
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
 
 
@@ -213,7 +213,7 @@ def test_a_worker_process_that_dies_is_a_one_line_error_naming_its_job(tmp_path)
 def test_local_workers_exit_once_the_command_is_killed(tmp_path):
     script = (
         "import sys; from pathlib import Path; from bitextmine.launch.jobs import Job, run_jobs; "
-        "from tests.launcher_jobs import sleep_long; "
+        "from tests.launch.launcher_jobs import sleep_long; "
         "run_jobs([Job(str(i), sleep_long, (Path(sys.argv[1]) / str(i),)) for i in (0, 1)], workers=2)"
     )
     command = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)])

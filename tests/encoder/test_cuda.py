@@ -1,7 +1,7 @@
 """The GPU paths against their CPU references: packed varlen and xFormers attention, bf16 encoding,
 backward.
 
-Skipped without CUDA (CI has none); run them on a GPU machine with `pytest tests/test_cuda.py`.
+Skipped without CUDA (CI has none); run them on a GPU machine with `pytest tests/encoder/test_cuda.py`.
 """
 
 from __future__ import annotations

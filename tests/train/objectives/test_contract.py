@@ -31,7 +31,7 @@ from bitextmine.train.objectives.settings import ObjectiveOptions, ObjectiveSett
 from tests import helpers
 from tests.helpers import run
 
-FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "train_1e66aa2.json").read_text())
+FIXTURE = json.loads((Path(__file__).parents[2] / "fixtures" / "train_1e66aa2.json").read_text())
 CLI_ARGS = (
     "--objectives contrastive,xtr=0.5 --projection --temperature 0.1 --max-steps 2 --checkpoint-every 1"
 )

@@ -1,5 +1,5 @@
-"""Module-level job functions for tests/test_launcher.py: submitit and the local process pool pickle them
-by reference, so the job processes import this module."""
+"""Module-level job functions for tests/launch/test_launcher.py: submitit and the local process pool pickle
+them by reference, so the job processes import this module."""
 
 from __future__ import annotations
 

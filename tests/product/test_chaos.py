@@ -39,7 +39,7 @@ PRELOAD = [
     "bitextmine.steps.encode",
     "bitextmine.steps.index",
     "bitextmine.steps.mine",
-    "tests.test_chaos",
+    "tests.product.test_chaos",
 ]
 
 

@@ -150,7 +150,7 @@ def test_the_old_thresholds_of_a_model_dir_are_still_read(tmp_path, bucc, tiny_m
 
 
 def test_bad_choices_are_one_line_errors(tmp_path, bucc, tiny_model_dir):
-    """Two rules at once, a calibration that is missing (a bad value alone: tests/test_cli_choices.py)."""
+    """Two rules at once, a calibration that is missing (a bad value alone: tests/cli/test_choices.py)."""
     model, work = tiny_model_dir("bert"), tmp_path / "w"
     code, output = calibrate(bucc, model, work, "--target-precision", "0.9", "--plateau", "1")
     assert code == 1 and "--target-precision and --plateau are two rules" in output, output

@@ -1,0 +1,170 @@
+"""Regional precision (mining/regional_precision.py, mining/regions.py) against brute-force numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bitextmine.mining.regional_precision import (
+    PrecisionCounts,
+    RegionCurve,
+    RegionLabels,
+    concave_slopes,
+    region_curve,
+    regional_precision,
+)
+from bitextmine.mining.regions import ArrayRows, Regions, fit_regions
+
+
+def brute_majorant_slopes(gains: np.ndarray) -> np.ndarray:
+    """The least concave majorant at each integer x (the largest interpolation between two points around
+    it), differenced."""
+    ys = np.concatenate([[0.0], gains])
+    n = len(ys)
+    majorant = np.array(
+        [
+            max(
+                ys[a] + (ys[b] - ys[a]) * (x - a) / (b - a) if b > a else ys[a]
+                for a in range(x + 1)
+                for b in range(x, n)
+            )
+            for x in range(n)
+        ]
+    )
+    return np.diff(majorant)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_concave_slopes_are_those_of_the_least_concave_majorant(seed):
+    rng = np.random.default_rng(seed)
+    gains = np.cumsum(rng.choice([1.0, 0.0, -0.5, 0.3], size=rng.integers(1, 40)))
+    slopes = concave_slopes(gains)
+    np.testing.assert_allclose(slopes, brute_majorant_slopes(gains), atol=1e-12)
+    assert np.all(np.diff(slopes) <= 1e-12)  # non-increasing
+    assert np.all(np.cumsum(slopes) >= gains - 1e-9)  # above every point
+
+
+def brute_region_precision(scores: np.ndarray, decoys: np.ndarray) -> np.ndarray:
+    """Per candidate in decreasing score order: the majorant slope of (i, i - decoys reaching it)."""
+    ordered = np.sort(scores)[::-1]
+    gains = np.array([i + 1 - np.sum(decoys >= s) for i, s in enumerate(ordered)], dtype=float)
+    return np.clip(brute_majorant_slopes(gains), 0, 1)
+
+
+def test_region_curve_counts_every_decoy_as_one_false_pair():
+    rng = np.random.default_rng(3)
+    scores, decoys = rng.normal(1.02, 0.03, 30), rng.normal(1.0, 0.02, 25)
+    curve = region_curve(scores, decoys)
+    np.testing.assert_allclose(curve.precision, brute_region_precision(scores, decoys), atol=1e-12)
+    np.testing.assert_array_equal(curve.scores, np.sort(scores)[::-1])
+
+
+def test_a_region_without_decoys_is_all_translations_and_one_of_only_decoys_none():
+    assert region_curve(np.array([1.0, 0.9, 0.8]), np.zeros(0)).precision.tolist() == [1.0, 1.0, 1.0]
+    flooded = region_curve(np.array([1.0, 0.9]), np.array([1.1, 1.05, 0.95]))
+    assert flooded.precision.tolist() == [0.0, 0.0]
+
+
+def test_region_curve_lookup_of_other_scores():
+    curve = RegionCurve(np.array([1.1, 1.0, 0.9]), np.array([1.0, 0.5, 0.2]))
+    np.testing.assert_array_equal(curve.at(np.array([1.1, 1.0, 0.9])), [1.0, 0.5, 0.2])
+    # above them all: the best's; between two: the lowest candidate at least as high; below all: the last
+    np.testing.assert_array_equal(curve.at(np.array([2.0, 1.05, 0.95, 0.1])), [1.0, 1.0, 0.5, 0.2])
+    assert RegionCurve(np.zeros(0), np.zeros(0)).at(np.array([1.0])).tolist() == [0.0]
+
+
+def test_regional_precision_is_the_mean_over_clusterings_and_sides_of_each_region_curve():
+    rng = np.random.default_rng(0)
+    n_src, n_tgt, pairs, clusterings, regions = 40, 50, 30, 3, 4
+    src_rows, tgt_rows = rng.permutation(n_src)[:pairs], rng.permutation(n_tgt)[:pairs]
+    scores = rng.normal(1.02, 0.04, pairs)
+    decoys = rng.normal(1.0, 0.03, n_src + n_tgt)
+    decoys[rng.random(len(decoys)) < 0.2] = np.nan  # queries without a decoy
+    labels = RegionLabels(
+        rng.integers(0, regions, (clusterings, n_src)).astype(np.int16),
+        rng.integers(0, regions, (clusterings, n_tgt)).astype(np.int16),
+        regions,
+    )
+    curves = regional_precision(scores, (src_rows, tgt_rows), decoys, labels)
+    got = curves.of(scores, labels.src[:, src_rows], labels.tgt[:, tgt_rows])
+
+    query_regions = np.concatenate([labels.src, labels.tgt], axis=1)
+    expected = np.zeros(pairs)
+    for c in range(clusterings):
+        for pair_regions in (labels.src[c, src_rows], labels.tgt[c, tgt_rows]):
+            for r in range(regions):
+                mine = pair_regions == r
+                if not mine.any():
+                    continue
+                region_decoys = decoys[(query_regions[c] == r) & np.isfinite(decoys)]
+                precision = brute_region_precision(scores[mine], region_decoys)
+                order = np.argsort(-scores[mine], kind="stable")
+                ranked = np.empty(mine.sum())
+                ranked[order] = precision
+                expected[mine] += ranked
+    np.testing.assert_allclose(got, expected / (2 * clusterings), atol=1e-12)
+
+
+def test_regional_precision_separates_a_dense_region_that_no_single_margin_threshold_serves():
+    """Two regions: in the dense one translations score 0.99 and false pairs 0.97, in the sparse one
+    translations 1.06 and false pairs 1.00. One margin threshold loses one region's translations or
+    takes the other's false pairs; the regional precision keeps each region's translations only."""
+    rng = np.random.default_rng(1)
+    per, false_per = 200, 400
+    true_scores = np.concatenate([rng.normal(0.99, 0.004, per), rng.normal(1.06, 0.004, per)])
+    false_scores = np.concatenate([rng.normal(0.97, 0.004, false_per), rng.normal(1.0, 0.004, false_per)])
+    scores = np.concatenate([true_scores, false_scores])
+    truth = np.arange(len(scores)) < 2 * per
+    region = np.concatenate([np.zeros(per), np.ones(per), np.zeros(false_per), np.ones(false_per)])
+    # every candidate's two sentences are queries of its region; a false pair's decoys score as it does,
+    # a translation's lie below it
+    src_decoys = np.where(truth, scores - 0.05, scores + rng.normal(0, 0.002, len(scores)))
+    decoys = np.concatenate([src_decoys, np.full(len(scores), np.nan)])
+    rows = np.arange(len(scores))
+    labels = RegionLabels(region[None].astype(np.int16), region[None].astype(np.int16), 2)
+    precision = regional_precision(scores, (rows, rows), decoys, labels).of(
+        scores, labels.src[:, rows], labels.tgt[:, rows]
+    )
+
+    def best_f1(score: np.ndarray) -> float:
+        order = np.argsort(-score, kind="stable")
+        hits = np.cumsum(truth[order])
+        return float(np.max(2 * hits / (np.arange(1, len(order) + 1) + truth.sum())))
+
+    assert best_f1(scores) < 0.8
+    assert best_f1(precision) > 0.98
+    kept = precision >= 0.5
+    assert kept[truth].mean() > 0.95 and not kept[~truth].any()
+
+
+def test_precision_counts_against_sums():
+    rng = np.random.default_rng(2)
+    precision = rng.random(50)
+    counts = PrecisionCounts(precision)
+    for threshold in (0.0, 0.3, precision[7], 0.99, 1.5):
+        kept = precision >= threshold
+        assert counts.kept(threshold) == kept.sum()
+        assert counts.true(threshold) == pytest.approx(precision[kept].sum())
+        expected = precision[kept].mean() if kept.any() else None
+        assert counts.precision(threshold) == (pytest.approx(expected) if kept.any() else None)
+
+
+def test_regions_assign_each_row_to_its_nearest_centroid_in_every_clustering():
+    rng = np.random.default_rng(4)
+    src = rng.normal(size=(500, 8)).astype(np.float32)
+    tgt = rng.normal(size=(300, 8)).astype(np.float32)
+    src /= np.linalg.norm(src, axis=1, keepdims=True)
+    tgt /= np.linalg.norm(tgt, axis=1, keepdims=True)
+    regions = fit_regions((ArrayRows(src), ArrayRows(tgt)), regions=4, clusterings=3, seed=5)
+    assert regions.centroids.shape == (3, 4, 8)
+    labels = regions.assign(ArrayRows(src))
+    expected = np.stack([(src @ c.T).argmax(1) for c in regions.centroids])
+    np.testing.assert_array_equal(labels, expected)
+    again = fit_regions((ArrayRows(src), ArrayRows(tgt)), regions=4, clusterings=3, seed=5)
+    np.testing.assert_array_equal(again.centroids, regions.centroids)  # the seed fixes them
+
+
+def test_few_rows_get_fewer_regions():
+    rows = np.eye(4, dtype=np.float32)[np.arange(60) % 4]
+    regions = fit_regions((ArrayRows(rows), ArrayRows(rows)), regions=32, clusterings=2)
+    assert isinstance(regions, Regions) and regions.count == 120 // 39

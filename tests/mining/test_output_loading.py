@@ -66,6 +66,7 @@ def test_the_parquet_schema_says_what_made_the_pairs(tmp_path):
         "k": 4,
         "threshold": 1.06,
         "threshold_source": "given",
+        "threshold_scale": "margin",
         "filters": asdict(FilterSettings(letters=True)),
         "bitextmine_version": __version__,
     }

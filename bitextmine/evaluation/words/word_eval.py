@@ -68,17 +68,24 @@ class Stat:
 
 
 @dataclass
+class WordSources:
+    """Where the lines and the dictionary were read from, which the report gives ahead of the figures
+    (empty where they were given in memory)."""
+
+    parallel: list[str] = field(default_factory=list)  # the PREFIXes of PREFIX.X and PREFIX.Y
+    dictionary: str | None = None
+    keep_identical: bool = False  # dictionary entries whose two words are the same string were kept
+
+
+@dataclass
 class WordAlignmentData:
-    """What the words benchmark measures on: line-aligned sentences of a pair and a bilingual dictionary,
-    with where they were read from (`read`), which the report gives ahead of the figures."""
+    """What the words benchmark measures on: line-aligned sentences of a pair and a bilingual dictionary."""
 
     langs: tuple[str, str]
     src: list[str]
     tgt: list[str]
     dictionary: Dictionary
-    parallel: list[str] = field(default_factory=list)  # the PREFIXes read (none: lines given in memory)
-    dictionary_path: str | None = None
-    keep_identical: bool = False  # dictionary entries whose two words are the same string were kept
+    sources: WordSources = field(default_factory=WordSources)
 
     @classmethod
     def read(
@@ -92,20 +99,15 @@ class WordAlignmentData:
             src += more_src
             tgt += more_tgt
         words = read_dictionary(dictionary, keep_identical)
-        return cls(langs, src, tgt, words, [str(p) for p in parallel], str(dictionary), keep_identical)
-
-    def sources(self) -> dict[str, Any]:
-        return {
-            "parallel": self.parallel,
-            "dictionary": self.dictionary_path,
-            "keep_identical": self.keep_identical,
-        }
+        return cls(
+            langs, src, tgt, words, WordSources([str(p) for p in parallel], str(dictionary), keep_identical)
+        )
 
 
 @dataclass
 class WordEvalResult:
     model: str  # the name the model was loaded by
-    sources: dict[str, Any]  # WordAlignmentData.sources
+    sources: WordSources
     langs: tuple[str, str]
     settings: WordEvalSettings
     pool: int  # parallel lines in the pool
@@ -147,7 +149,7 @@ class WordEvalResult:
     def to_json(self) -> dict[str, Any]:
         return {
             "model": self.model,
-            **self.sources,
+            **asdict(self.sources),
             "benchmark": "words",
             "pair": self.pair,
             "settings": asdict(self.settings),
@@ -216,7 +218,7 @@ def evaluate_words(
     distinct = len({p.types for p in pairs})
     encoded = 2 * len(lines)
     return WordEvalResult(
-        model.loaded.name, data.sources(), langs, settings, len(pool), len(pairs), distinct, encoded, scores
+        model.loaded.name, data.sources, langs, settings, len(pool), len(pairs), distinct, encoded, scores
     )
 
 

@@ -108,8 +108,8 @@ def test_the_layer_analyses_are_evaluators(encoder: SentenceEncoder, tmp_path: P
     """`eval words` and `eval tokens` run beside the others, on the encoder's model; the primary figure
     of each is the one its report (`--json`) gives."""
     english, german = TRAINING_TEXT[0::2], TRAINING_TEXT[1::2]
-    (tmp_path / "news.de").write_text("".join(line + "\n" for line in german))
-    (tmp_path / "news.en").write_text("".join(line + "\n" for line in english))
+    (tmp_path / "news.de").write_text("".join(line + "\n" for line in german), encoding="utf-8")
+    (tmp_path / "news.en").write_text("".join(line + "\n" for line in english), encoding="utf-8")
     (tmp_path / "de-en.txt").write_text("hund dog\nmann man\nkinder children\n")
     data = WordAlignmentData.read(("de", "en"), [tmp_path / "news"], tmp_path / "de-en.txt")
     settings = WordEvalSettings(pairs=2, sentence_pairs=3, samplings=3, k=2, pool=4)
@@ -117,9 +117,9 @@ def test_the_layer_analyses_are_evaluators(encoder: SentenceEncoder, tmp_path: P
     tokens = TokenMatchingEvaluator({"eng": english, "deu": german}, TokenMatchSettings(query_sentences=2))
     row = run_evaluators([words, tokens], encoder)
     assert [words.primary_metric, tokens.primary_metric] == ["words/de-en/strong", "tokens/translation"]
-    pooled = ["words/de-en/weak", "words/de-en/strong", "words/de-en/cls", "words/de-en/mean"]
+    at_best_layers = ["words/de-en/weak", "words/de-en/strong", "words/de-en/cls", "words/de-en/mean"]
     assert list(row) == [
-        *pooled,
+        *at_best_layers,
         "tokens/other",
         "tokens/same_language",
         "tokens/same_sentence",

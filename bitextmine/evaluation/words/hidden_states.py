@@ -47,7 +47,9 @@ def load_layer_encoder(name_or_path: str, device: str = "auto") -> SentenceEncod
     """The model as `eval words` and `eval tokens` analyse it: in fp32, with bitextmine's encoder settings
     (prefix, max length) and no packed forward to set up, as its hidden states come from the padded one."""
     encoder = SentenceEncoder.load(name_or_path, device=device, packed=False, precision="fp32")
-    HiddenStates.of(encoder)  # a tokenizer without character offsets fails at loading, as it always has
+    HiddenStates.of(
+        encoder
+    )  # a tokenizer without character offsets fails at loading, not once the evaluation has begun
     return encoder
 
 

@@ -27,17 +27,17 @@ from bitextmine.cli.output import ProgressDisplay, json_target, print_results, r
 from bitextmine.mining.margin import MAX_K
 
 if TYPE_CHECKING:
-    from bitextmine.evaluation.words.hidden_states import HiddenStates
+    from bitextmine.encoder.encoder import SentenceEncoder
     from bitextmine.evaluation.words.word_eval import WordEvalResult
 
 SamplingsOption = Annotated[int, typer.Option(min=1, help="Samplings; mean and std over them.")]
 SeedOption = Annotated[int, typer.Option(help="Random seed of every sampling.", min=0)]
 
 
-def _load(model: str | None, device: str) -> HiddenStates:
-    from bitextmine.evaluation.words.hidden_states import HiddenStates
+def _load(model: str | None, device: str) -> SentenceEncoder:
+    from bitextmine.evaluation.words.hidden_states import load_layer_encoder
 
-    return HiddenStates.load(require_model(model), device)
+    return load_layer_encoder(require_model(model), device)
 
 
 @eval_app.command("words")
@@ -78,8 +78,11 @@ def eval_words(
     table is the same retrieval on the first token (CLS) or the mean of the tokens, at the first, best
     and last layer.
     """
-    from bitextmine.evaluation.words.alignment import read_dictionary, read_parallel
-    from bitextmine.evaluation.words.word_eval import WordEvalSettings, evaluate_words
+    from bitextmine.evaluation.words.word_eval import (
+        WordAlignmentData,
+        WordAlignmentEvaluator,
+        WordEvalSettings,
+    )
     from bitextmine.text.languages import parse_pair
 
     set_threads(threads)
@@ -87,27 +90,17 @@ def eval_words(
     with user_errors():
         texts = [f for prefix in parallel for f in prefix.parent.glob(f"{glob.escape(prefix.name)}.*")]
         json_out = json_target(json_path, inputs=[*texts, dictionary])
-        langs = parse_pair(pair)
-        src, tgt = [], []
-        for prefix in parallel:
-            more_src, more_tgt = read_parallel(prefix, *langs)
-            src += more_src
-            tgt += more_tgt
-        words_dict = read_dictionary(dictionary, keep_identical)
-        hidden = _load(model, device)
+        data = WordAlignmentData.read(parse_pair(pair), parallel, dictionary, keep_identical)
+        encoder = _load(model, device)
         progress = ProgressDisplay(f"encoding {pair}", None)  # the total is known once sentences are planned
         with progress:
-            result = evaluate_words(
-                src, tgt, langs, words_dict, hidden, settings, progress.advance, progress.set_total
-            )
+            result = WordAlignmentEvaluator(data, settings, progress.advance, progress.set_total)(encoder)
     info(
         f"pool {result.pool:,} lines: {result.extracted:,} translated-in-context pairs "
         f"({result.distinct:,} distinct); {result.encoded:,} sentences encoded"
     )
     out.print(_words_table(result))
-    inputs = {"model": model, "parallel": [str(p) for p in parallel], "dictionary": str(dictionary)}
-    summary = {**inputs, "keep_identical": keep_identical, **result.to_json()}
-    print_results(_sentences_table(result), summary, json_out)
+    print_results(_sentences_table(result), result.to_json(), json_out)
 
 
 def _cell(result: WordEvalResult, metric: str, layer: int, direction: int) -> str:
@@ -186,8 +179,8 @@ def eval_tokens(
     from bitextmine.evaluation.retrieval import flores_languages
     from bitextmine.evaluation.words.token_matching import (
         CATEGORIES,
+        TokenMatchingEvaluator,
         TokenMatchSettings,
-        evaluate_token_matching,
         read_nway,
     )
 
@@ -201,14 +194,14 @@ def eval_tokens(
             else [lang.strip() for lang in langs.split(",") if lang.strip()]
         )
         texts = read_nway(flores, chosen, english, split, sentences)
-        hidden = _load(model, device)
+        encoder = _load(model, device)
         progress = ProgressDisplay("encoding tokens", None)
         with progress:
-            result = evaluate_token_matching(texts, hidden, settings, progress.advance, progress.set_total)
+            result = TokenMatchingEvaluator(texts, settings, progress.advance, progress.set_total)(encoder)
     title = (
         f"token matching (last layer): {result.queries:,} queries × {neighbors} neighbours among "
         f"{result.candidates:,} tokens of {len(result.langs)} languages"
     )
     columns = [*(f"% {c.replace('_', ' ')}" for c in CATEGORIES), "same language & same token"]
     row = [*(f"{result.percent(c):.2f}" for c in CATEGORIES), f"{result.same_language_same_token:,}"]
-    print_results(results_table(title, columns, [row]), {"model": model, **result.to_json()}, json_out)
+    print_results(results_table(title, columns, [row]), result.to_json(), json_out)

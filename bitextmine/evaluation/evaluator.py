@@ -4,6 +4,11 @@ An `Evaluator` is built with what it measures on (a split, a folder, languages, 
 the encoder to measure; it returns an `Evaluation`, whose `to_json()` is what `eval --json` writes and
 whose `metrics()` are the figures `train` logs. A new benchmark is one class of this contract: `train`
 and `eval` run whatever evaluators they are given (`run_evaluators`), with no list of names to edit.
+
+The encoder is the one input, for the analyses of a model's layers too (`words/`: word alignment, token
+matching), which read hidden states rather than sentence vectors: a `SentenceEncoder` holds the model,
+its tokenizer, prefix and max length, all that they need (`HiddenStates.of`), so no evaluator needs a
+second kind of input and train's model is measured as it is, in whatever precision it runs.
 """
 
 from __future__ import annotations

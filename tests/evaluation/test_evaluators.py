@@ -16,8 +16,10 @@ from bitextmine.errors import BitextmineError
 from bitextmine.evaluation.bucc import BuccEvaluator, EvaluateOptions
 from bitextmine.evaluation.evaluator import Evaluator, run_evaluators
 from bitextmine.evaluation.retrieval import TatoebaEvaluator, TatoebaResult, TatoebaRow, XsimEvaluator
+from bitextmine.evaluation.words.token_matching import TokenMatchingEvaluator, TokenMatchSettings
+from bitextmine.evaluation.words.word_eval import WordAlignmentData, WordAlignmentEvaluator, WordEvalSettings
 from bitextmine.train.evaluation import EvalSets, evaluate_model
-from tests.helpers import sentences, write_bucc
+from tests.helpers import TRAINING_TEXT, sentences, write_bucc
 
 
 @dataclass
@@ -100,3 +102,35 @@ def test_tatoeba_rows_average_the_logged_figures() -> None:
     """train's tatoeba/avg has always been the mean of the rounded per-language figures."""
     result = TatoebaResult([TatoebaRow("deu", 3, 100 / 3, 100 / 3), TatoebaRow("fra", 3, 200 / 3, 200 / 3)])
     assert result.metrics() == {"tatoeba/deu": 33.33, "tatoeba/fra": 66.67, "tatoeba/avg": 50.0}
+
+
+def test_the_layer_analyses_are_evaluators(encoder: SentenceEncoder, tmp_path: Path) -> None:
+    """`eval words` and `eval tokens` run beside the others, on the encoder's model; the primary figure
+    of each is the one its report (`--json`) gives."""
+    english, german = TRAINING_TEXT[0::2], TRAINING_TEXT[1::2]
+    (tmp_path / "news.de").write_text("".join(line + "\n" for line in german), encoding="utf-8")
+    (tmp_path / "news.en").write_text("".join(line + "\n" for line in english), encoding="utf-8")
+    (tmp_path / "de-en.txt").write_text("hund dog\nmann man\nkinder children\n")
+    data = WordAlignmentData.read(("de", "en"), [tmp_path / "news"], tmp_path / "de-en.txt")
+    settings = WordEvalSettings(pairs=2, sentence_pairs=3, samplings=3, k=2, pool=4)
+    words = WordAlignmentEvaluator(data, settings)
+    tokens = TokenMatchingEvaluator({"eng": english, "deu": german}, TokenMatchSettings(query_sentences=2))
+    row = run_evaluators([words, tokens], encoder)
+    assert [words.primary_metric, tokens.primary_metric] == ["words/de-en/strong", "tokens/translation"]
+    at_best_layers = ["words/de-en/weak", "words/de-en/strong", "words/de-en/cls", "words/de-en/mean"]
+    assert list(row) == [
+        *at_best_layers,
+        "tokens/other",
+        "tokens/same_language",
+        "tokens/same_sentence",
+        "tokens/translation",
+    ]
+    assert [words.greater_is_better, tokens.greater_is_better] == [True, True]
+
+    report = words(encoder).to_json()
+    assert report["model"] == encoder.loaded.name and report["parallel"] == [str(tmp_path / "news")]
+    strong = report["words"]["strong"]
+    best = strong["layers"][strong["best_layer"]]
+    assert row["words/de-en/strong"] == round((best["de->en"]["mean"] + best["en->de"]["mean"]) / 2, 2)
+    report = tokens(encoder).to_json()
+    assert row["tokens/translation"] == round(report["percent"]["translation"], 2)

@@ -25,6 +25,7 @@ from bitextmine.evaluation.words.alignment import (
 from bitextmine.evaluation.words.csls import knn_mean, weak_alignment, word_alignment
 from bitextmine.evaluation.words.hidden_states import HiddenStates
 from bitextmine.evaluation.words.word_eval import (
+    WordAlignmentData,
     WordEvalSettings,
     evaluate_words,
     pool_lines,
@@ -315,7 +316,8 @@ def test_evaluate_words_on_a_tiny_model(tiny_model_dir):
     states = tiny_states(tiny_model_dir)
     settings = WordEvalSettings(pairs=2, sentence_pairs=3, samplings=3, k=2, pool=4)
     planned, done = [], []
-    result = evaluate_words(german, english, ("de", "en"), d, states, settings, done.append, planned.append)
+    data = WordAlignmentData(("de", "en"), german, english, d)
+    result = evaluate_words(data, states, settings, done.append, planned.append)
     assert (result.pool, result.extracted, result.distinct) == (4, 3, 3)
     assert planned == [result.encoded] == [sum(done)] == [8]
     assert set(result.scores) == {"weak", "strong", "cls", "mean"}
@@ -325,9 +327,9 @@ def test_evaluate_words_on_a_tiny_model(tiny_model_dir):
     assert report["words"]["weak"]["layers"][2]["de->en"].keys() == {"mean", "std"}
     assert report["sentences"]["mean"]["last_layer"] == 2
     with pytest.raises(BitextmineError, match="only 3 distinct word pairs"):
-        evaluate_words(german, english, ("de", "en"), d, states, WordEvalSettings(pairs=4, sentence_pairs=2))
+        evaluate_words(data, states, WordEvalSettings(pairs=4, sentence_pairs=2))
     with pytest.raises(BitextmineError, match="only 4 non-empty parallel lines"):
-        evaluate_words(german, english, ("de", "en"), d, states, WordEvalSettings(pairs=2, sentence_pairs=5))
+        evaluate_words(data, states, WordEvalSettings(pairs=2, sentence_pairs=5))
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -5,9 +5,10 @@ are kept, layer 0 being the input embedding layer (``hidden_states[0]`` of a Hug
 12-block model gives 13 layers. MEXMA §5.5 looks at the last layer's tokens.
 
 Sentences get the model's prefix (e.g. e5's ``"query: "``, from the encoder settings as everywhere in
-bitextmine) and are run through the ordinary padded forward in float32, in length-sorted token-budget
-batches. Each token is mapped back to its characters in the sentence with the fast tokenizer's offsets;
-special tokens and the tokens of the prefix are marked as not *content*. A token that straddles the end
+bitextmine) and are run through the ordinary padded forward, in length-sorted token-budget batches, in
+float32 as `load_layer_encoder` loads the model (an evaluator reads the model of the encoder it is given).
+Each token is mapped back to its characters in the sentence with the fast tokenizer's offsets; special
+tokens and the tokens of the prefix are marked as not *content*. A token that straddles the end
 of the prefix (SentencePiece glues the prefix's trailing space to the first word) is content.
 """
 
@@ -42,6 +43,16 @@ class TokenizedSentence:
         ]
 
 
+def load_layer_encoder(name_or_path: str, device: str = "auto") -> SentenceEncoder:
+    """The model as `eval words` and `eval tokens` analyse it: in fp32, with bitextmine's encoder settings
+    (prefix, max length) and no packed forward to set up, as its hidden states come from the padded one."""
+    encoder = SentenceEncoder.load(name_or_path, device=device, packed=False, precision="fp32")
+    HiddenStates.of(
+        encoder
+    )  # a tokenizer without character offsets fails at loading, not once the evaluation has begun
+    return encoder
+
+
 class HiddenStates:
     """A model, its tokenizer and prefix; yields every sentence's hidden states at chosen layers."""
 
@@ -57,9 +68,9 @@ class HiddenStates:
         self.device = next(loaded.model.parameters()).device
 
     @classmethod
-    def load(cls, name_or_path: str, device: str = "auto") -> HiddenStates:
-        """The model in fp32 with bitextmine's encoder settings (prefix, max length)."""
-        encoder = SentenceEncoder.load(name_or_path, device=device, packed=False, precision="fp32")
+    def of(cls, encoder: SentenceEncoder) -> HiddenStates:
+        """The states of `encoder`'s model as the encoder holds it (device, precision), with its prefix and
+        max length: what the layer analyses' evaluators read."""
         return cls(encoder.loaded, encoder.settings.prefix, encoder.max_length)
 
     @property

@@ -15,7 +15,8 @@ sentences, the query itself excluded, are classified by the sentence they belong
 Special tokens and the tokens of the model's prefix are neither queries nor candidates. The paper used
 FLORES-200 devtest in 81 languages; the sentence, language, query and neighbour counts are parameters.
 Candidates are streamed: only the running top-k of each query is kept, so memory does not grow with
-the number of languages.
+the number of languages. `TokenMatchingEvaluator` runs the analysis on the model of a `SentenceEncoder`,
+under the evaluator contract (evaluation/evaluator.py).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from bitextmine.encoder.encoder import SentenceEncoder
+from bitextmine.evaluation.evaluator import Evaluator
 from bitextmine.evaluation.retrieval import check_aligned, check_known, flores_languages, read_flores
 from bitextmine.evaluation.words.hidden_states import HiddenStates, TokenizedSentence
 
@@ -95,6 +98,7 @@ class TokenMatchResult:
     candidates: int  # tokens searched
     counts: dict[str, int]
     same_language_same_token: int
+    model: str | None = None  # the name the model was loaded by (None: vectors built by hand)
 
     @property
     def matches(self) -> int:
@@ -103,8 +107,13 @@ class TokenMatchResult:
     def percent(self, category: str) -> float:
         return 100.0 * self.counts[category] / self.matches if self.matches else 0.0
 
+    def metrics(self) -> dict[str, float]:
+        """`tokens/CATEGORY`: the percentage of the neighbours found in each category."""
+        return {f"tokens/{c}": round(self.percent(c), 2) for c in CATEGORIES}
+
     def to_json(self) -> dict[str, Any]:
         return {
+            "model": self.model,
             "benchmark": "tokens",
             "langs": self.langs,
             "sentences_per_language": self.sentences,
@@ -119,9 +128,14 @@ class TokenMatchResult:
 
 
 def summarize(
-    top: RunningTopK, langs: list[str], sentences: int, settings: TokenMatchSettings, candidates: int
+    top: RunningTopK,
+    langs: list[str],
+    sentences: int,
+    settings: TokenMatchSettings,
+    candidates: int,
+    model: str | None = None,
 ) -> TokenMatchResult:
-    """Category counts of the neighbours found; the queries are in langs[0]."""
+    """Category counts of the neighbours found; the queries are in langs[0]; `model`: its name."""
     category = categorize(top.query_keys, top.keys, 0).masked_fill(~top.found, -1)
     same_token = top.keys[..., TOKEN] == top.query_keys[:, None, TOKEN]
     same_language = category == CATEGORIES.index("same_language")
@@ -133,6 +147,7 @@ def summarize(
         candidates,
         {c: int((category == i).sum()) for i, c in enumerate(CATEGORIES)},
         int((same_language & same_token).sum()),
+        model,
     )
 
 
@@ -179,7 +194,29 @@ def evaluate_token_matching(
     candidates = 0
     for index, lang in enumerate(order):
         candidates += _search(model, model.tokenize(texts[lang]), index, top, progress)
-    return summarize(top, order, len(texts[order[0]]), settings, candidates)
+    return summarize(top, order, len(texts[order[0]]), settings, candidates, model.loaded.name)
+
+
+@dataclass
+class TokenMatchingEvaluator(Evaluator):
+    """`evaluate_token_matching` on the last layer of the encoder's model (`HiddenStates.of`).
+
+    The primary metric is the share of translation neighbours, tokens matched to their equivalent in a
+    translation of their sentence: the paper's sign of tokens aligned across languages, and the column
+    its encoders are ranked by for that. The other categories tell what else the tokens encode (their
+    context, their word form), which the paper weighs model by model rather than as better or worse.
+    """
+
+    texts: dict[str, list[str]]  # line-aligned, the query language first (`read_nway`)
+    settings: TokenMatchSettings = TokenMatchSettings()
+    progress: Callable[[int], None] | None = None  # sentences encoded
+    on_plan: Callable[[int], None] | None = None  # sentences to encode, before encoding
+
+    primary_metric = "tokens/translation"
+
+    def __call__(self, encoder: SentenceEncoder) -> TokenMatchResult:
+        states = HiddenStates.of(encoder)
+        return evaluate_token_matching(self.texts, states, self.settings, self.progress, self.on_plan)
 
 
 def _query_top_k(

@@ -14,20 +14,32 @@
 The pool is a seeded random subset of the parallel lines (10 000 by default, the number of WMT19
 sentences of §V-B); only the lines some sampling uses are encoded, once. Every score is given in both
 directions (x -> y and y -> x).
+
+`WordAlignmentEvaluator` runs this on the model of a `SentenceEncoder`, under the evaluator contract
+(evaluation/evaluator.py): `eval words` and a script or `train` alike.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from bitextmine.encoder.encoder import SentenceEncoder
 from bitextmine.errors import BitextmineError
-from bitextmine.evaluation.words.alignment import Dictionary, WordPair, extract_pairs
+from bitextmine.evaluation.evaluator import Evaluator
+from bitextmine.evaluation.words.alignment import (
+    Dictionary,
+    WordPair,
+    extract_pairs,
+    read_dictionary,
+    read_parallel,
+)
 from bitextmine.evaluation.words.csls import Directions, weak_alignment, word_alignment
 from bitextmine.evaluation.words.hidden_states import HiddenStates, TokenizedSentence
 
@@ -56,7 +68,46 @@ class Stat:
 
 
 @dataclass
+class WordSources:
+    """Where the lines and the dictionary were read from, which the report gives ahead of the figures
+    (empty where they were given in memory)."""
+
+    parallel: list[str] = field(default_factory=list)  # the PREFIXes of PREFIX.X and PREFIX.Y
+    dictionary: str | None = None
+    keep_identical: bool = False  # dictionary entries whose two words are the same string were kept
+
+
+@dataclass
+class WordAlignmentData:
+    """What the words benchmark measures on: line-aligned sentences of a pair and a bilingual dictionary."""
+
+    langs: tuple[str, str]
+    src: list[str]
+    tgt: list[str]
+    dictionary: Dictionary
+    sources: WordSources = field(default_factory=WordSources)
+
+    @classmethod
+    def read(
+        cls, langs: tuple[str, str], parallel: Sequence[Path], dictionary: Path, keep_identical: bool = False
+    ) -> WordAlignmentData:
+        """PREFIX.X and PREFIX.Y of every prefix, one after another, and the dictionary (MUSE format)."""
+        src: list[str] = []
+        tgt: list[str] = []
+        for prefix in parallel:
+            more_src, more_tgt = read_parallel(prefix, *langs)
+            src += more_src
+            tgt += more_tgt
+        words = read_dictionary(dictionary, keep_identical)
+        return cls(
+            langs, src, tgt, words, WordSources([str(p) for p in parallel], str(dictionary), keep_identical)
+        )
+
+
+@dataclass
 class WordEvalResult:
+    model: str  # the name the model was loaded by
+    sources: WordSources
     langs: tuple[str, str]
     settings: WordEvalSettings
     pool: int  # parallel lines in the pool
@@ -64,6 +115,10 @@ class WordEvalResult:
     distinct: int  # distinct (x word, y word) types among them
     encoded: int  # sentences encoded (both sides)
     scores: dict[str, np.ndarray]  # metric -> [samplings, layers, 2 directions], percent
+
+    @property
+    def pair(self) -> str:
+        return "-".join(self.langs)
 
     @property
     def directions(self) -> tuple[str, str]:
@@ -81,10 +136,22 @@ class WordEvalResult:
         """First, best and last layer (Table I rows; Tables III-IV give best and last)."""
         return {"first": 0, "best": self.best_layer(metric), "last": self.scores[metric].shape[1] - 1}
 
+    def best(self, metric: str) -> float:
+        """The score at the best layer, the mean of both directions' means over the samplings."""
+        layer = self.best_layer(metric)
+        return statistics.fmean(self.stat(metric, layer, direction).mean for direction in (0, 1))
+
+    def metrics(self) -> dict[str, float]:
+        """`words/PAIR/weak`, `/strong`, `/cls` and `/mean`: each metric and pooling at its best layer."""
+        names = WORD_METRICS + SENTENCE_POOLINGS
+        return {f"words/{self.pair}/{name}": round(self.best(name), 2) for name in names}
+
     def to_json(self) -> dict[str, Any]:
         return {
+            "model": self.model,
+            **asdict(self.sources),
             "benchmark": "words",
-            "pair": "-".join(self.langs),
+            "pair": self.pair,
             "settings": asdict(self.settings),
             "pool_lines": self.pool,
             "extracted_pairs": self.extracted,
@@ -125,19 +192,17 @@ class _Plan:
 
 
 def evaluate_words(
-    src_lines: Sequence[str],
-    tgt_lines: Sequence[str],
-    langs: tuple[str, str],
-    dictionary: Dictionary,
+    data: WordAlignmentData,
     model: HiddenStates,
     settings: WordEvalSettings = WordEvalSettings(),
     progress: Callable[[int], None] | None = None,
     on_plan: Callable[[int], None] | None = None,
 ) -> WordEvalResult:
     """Scores of every layer; `on_plan` gets the number of sentences to encode before encoding."""
+    src_lines, tgt_lines, langs = data.src, data.tgt, data.langs
     rng = np.random.default_rng(settings.seed)
     pool = pool_lines(len(src_lines), settings.pool, rng)
-    pairs = extract_pairs(src_lines, tgt_lines, langs, dictionary, pool)
+    pairs = extract_pairs(src_lines, tgt_lines, langs, data.dictionary, pool)
     src_tok = dict(zip(pool, model.tokenize([src_lines[i] for i in pool]), strict=True))
     tgt_tok = dict(zip(pool, model.tokenize([tgt_lines[i] for i in pool]), strict=True))
     pairs = [p for p in pairs if src_tok[p.line].tokens_of(p.src.start, p.src.end)]
@@ -151,7 +216,37 @@ def evaluate_words(
     tgt_words, tgt_sents = _vectors(model, tgt_tok, lines, pairs, plan, "tgt", progress)
     scores = _score(src_words, tgt_words, src_sents, tgt_sents, plan, settings.k)
     distinct = len({p.types for p in pairs})
-    return WordEvalResult(langs, settings, len(pool), len(pairs), distinct, 2 * len(lines), scores)
+    encoded = 2 * len(lines)
+    return WordEvalResult(
+        model.loaded.name, data.sources, langs, settings, len(pool), len(pairs), distinct, encoded, scores
+    )
+
+
+@dataclass
+class WordAlignmentEvaluator(Evaluator):
+    """`evaluate_words` on the hidden states of every layer of the encoder's model (`HiddenStates.of`).
+
+    The primary metric is strong alignment at the best layer. Strong: the paper's stricter criterion
+    (§III-D), a word's translation nearer than every other word of either language, where weak alignment
+    asks only for the other language's, which a model keeping each language in a region of its own can
+    pass; translations that meet whatever the language are what ranking across languages needs. At the
+    best layer, not the last: the paper finds the last layers less aligned than middle ones and models
+    differ in depth, so the figure ranks models by the alignment they reach, wherever it is (the table
+    marks the layer).
+    """
+
+    data: WordAlignmentData
+    settings: WordEvalSettings = WordEvalSettings()
+    progress: Callable[[int], None] | None = None  # sentences encoded
+    on_plan: Callable[[int], None] | None = None  # sentences to encode, once the samplings are drawn
+
+    @property
+    def primary_metric(self) -> str:
+        return f"words/{'-'.join(self.data.langs)}/strong"
+
+    def __call__(self, encoder: SentenceEncoder) -> WordEvalResult:
+        states = HiddenStates.of(encoder)
+        return evaluate_words(self.data, states, self.settings, self.progress, self.on_plan)
 
 
 def pool_lines(total: int, size: int, rng: np.random.Generator) -> list[int]:

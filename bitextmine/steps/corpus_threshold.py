@@ -16,6 +16,7 @@ import numpy as np
 
 from bitextmine.calibration.pairs_store import load_pairs, pairs_file
 from bitextmine.calibration.planted import (
+    MIN_FOUND,
     CalibrationPairs,
     CorpusEstimate,
     CorpusMeans,
@@ -128,6 +129,8 @@ def in_corpus(
     if not learn:
         estimate = estimate_at(planted, counts, threshold.value)
         return InCorpus(threshold, estimate, len(planted.found), planted.duplicates)
+    if np.isfinite(planted.found).sum() < MIN_FOUND:  # too few to learn from: no regions fitted
+        return InCorpus(threshold, None, len(planted.found), planted.duplicates)
     precision, planted_precision = _regional(selection, pairs.subset(planted.rows), planted, corpus[2:])
     estimate = _half_the_best_f1(planted_precision, PrecisionCounts(precision))
     if estimate is None:

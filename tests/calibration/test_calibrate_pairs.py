@@ -74,6 +74,7 @@ def test_mine_auto_learns_the_threshold_inside_the_corpus_from_the_calibration_p
     code, output = run("mine", "de", "en", "-w", str(work), "--threshold", "auto", "--filters", "none")
     assert code == 0, output
     assert "estimated recall:" in output and "of 30 planted calibration pairs found" in output
+    assert "pairs with regional precision >= " in output
     stats = json.loads((work / "mined" / "de-en.stats.json").read_text())
     assert stats["threshold"]["source"].startswith(
         "regional precision learned inside this corpus from 30 planted calibration pairs"

@@ -71,3 +71,47 @@ def test_mine_files_passes_its_share_of_mines_flags(options_made, tmp_path, monk
     (options,) = options_made
     assert {name: getattr(options, name) for name in shared} == {name: MINE_FLAGS[name][1] for name in shared}
     assert (options.model, options.job_rows, options.force) == ("m", MineOptions.job_rows, False)
+
+
+@pytest.fixture
+def train_configs(monkeypatch) -> list:
+    """The TrainConfig each `train` builds; no training runs."""
+    import bitextmine.train.loop as loop
+
+    seen: list[loop.TrainConfig] = []
+
+    def stub(config: loop.TrainConfig, reporter) -> loop.TrainSummary:
+        seen.append(config)
+        return loop.TrainSummary(0, 0, 0, 0.0, 0, 0.0, {}, config.out)
+
+    monkeypatch.setattr(loop, "train", stub)
+    return seen
+
+
+def test_every_train_flag_but_the_runs_own_is_a_field_of_train_flags():
+    import typer.main
+
+    from bitextmine.cli import app
+    from bitextmine.cli.train_flags import TrainFlags
+
+    command = typer.main.get_command(app).commands["train"]
+    settings = {param.name for param in command.params if param.expose_value} - {
+        "recipe",
+        "threads",
+        "json_path",
+    }
+    assert settings == {field.name for field in fields(TrainFlags)}
+
+
+def test_the_vmsst_layer_flags_reach_its_settings_and_are_stored_only_when_given(train_configs, tmp_path):
+    from bitextmine.train.objectives.settings import VmsstSettings
+
+    common = ["train", "--data", "x", "--out", str(tmp_path), "--base", "b", "--max-steps", "1"]
+    layers = ["--vmsst-language-layers", "3", "--vmsst-decoder-layers", "2"]
+    assert run(*common, "--objectives", "vmsst", *layers)[0] == 0
+    assert run(*common, "--objectives", "vmsst")[0] == 0
+    with_flags, without = (config.options.of("vmsst") for config in train_configs)
+    assert (with_flags.vmsst_language_layers, with_flags.vmsst_decoder_layers) == (3, 2)
+    assert without == VmsstSettings()
+    assert list(train_configs[0].options)[-2:] == ["vmsst_language_layers", "vmsst_decoder_layers"]
+    assert "vmsst_language_layers" not in train_configs[1].options  # checkpoints from before still resume

@@ -290,6 +290,11 @@ def given(ctx: typer.Context, name: str) -> bool:
     return source is not None and source.name != "DEFAULT"
 
 
+def given_names(ctx: typer.Context) -> set[str]:
+    """The names of the parameters given (command line or environment), not left at their defaults."""
+    return {param.name for param in ctx.command.params if param.name is not None and given(ctx, param.name)}
+
+
 def fail(exc: BitextmineError) -> NoReturn:
     print_message(str(exc), "error")
     raise typer.Exit(EXIT_USER_ERROR)

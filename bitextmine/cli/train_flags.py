@@ -16,6 +16,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class TrainFlags:
+    """Every `train` flag but the run's own (--recipe, --threads, --json), as given or defaulted."""
+
     data: list[str]
     out_dir: Path
     objectives: str
@@ -65,6 +67,7 @@ class TrainFlags:
     device: str
 
     def config(self) -> TrainConfig:
+        """The TrainConfig of these flags (which checks them)."""
         from bitextmine.train.evaluation import EvalSets
         from bitextmine.train.loop import TrainConfig
 

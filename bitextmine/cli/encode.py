@@ -234,17 +234,10 @@ def encode(
         )
         json_out = json_target(json_path, inputs=[*files, embeddings], workspace=workspace)
         if embeddings is not None:
-            model_flags = {
-                "--pooling": pooling is not None,
-                "--prefix": prefix is not None,
-                "--max-length": max_length is not None,
-                "--padded": padded,
-                "--attention": attention != "auto",
-                "--precision": precision != "auto",
-                "--device": device != "auto",
-                "--launcher": cluster.launcher not in (None, "local"),
-            }
-            refuse_flags(model_flags, "--embeddings imports vectors in this process, without a model")
+            used = _model_flags_used(
+                pooling, prefix, max_length, padded, attention, precision, device, cluster
+            )
+            refuse_flags(used, "--embeddings imports vectors in this process, without a model")
     if embeddings is not None:
         summary = _import(workspace, files, lang, embeddings, model_name, dim, embeddings_dtype, options)
     else:
@@ -258,6 +251,29 @@ def encode(
                 summary = encode_files(workspace, files, lang, spec, options, progress, launcher=config)
     out.print(_summary_table(summary))
     emit_json(json_out, summary.to_json())
+
+
+def _model_flags_used(
+    pooling: str | None,
+    prefix: str | None,
+    max_length: int | None,
+    padded: bool,
+    attention: str,
+    precision: str,
+    device: str,
+    cluster: LauncherFlags,
+) -> dict[str, bool]:
+    """Whether each flag of encoding with a model (or in other processes) was used, by flag."""
+    return {
+        "--pooling": pooling is not None,
+        "--prefix": prefix is not None,
+        "--max-length": max_length is not None,
+        "--padded": padded,
+        "--attention": attention != "auto",
+        "--precision": precision != "auto",
+        "--device": device != "auto",
+        "--launcher": cluster.launcher not in (None, "local"),
+    }
 
 
 def _columns(text_column: int | None, meta_column: int | None) -> Columns | None:

@@ -245,7 +245,9 @@ def encode(
         set_threads(threads)
         overrides = {"pooling": pooling, "prefix": prefix, "max_length": max_length}
         with user_errors():
-            spec = encoder_spec(model, device, precision, overrides, max_tokens, padded, attention)
+            spec = encoder_spec(
+                model, device, precision, overrides, max_tokens=max_tokens, padded=padded, attention=attention
+            )
             config = cluster.config("encode", workspace.logs_dir("encode"))
             with ProgressDisplay() as progress:
                 summary = encode_files(workspace, files, lang, spec, options, progress, launcher=config)

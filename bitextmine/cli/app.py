@@ -290,6 +290,19 @@ def given(ctx: typer.Context, name: str) -> bool:
     return source is not None and source.name != "DEFAULT"
 
 
+def given_names(ctx: typer.Context) -> set[str]:
+    """The names of the parameters given (command line or environment), not left at their defaults."""
+    return {param.name for param in ctx.command.params if param.name is not None and given(ctx, param.name)}
+
+
+def refuse_flags(used: dict[str, bool], reason: str) -> None:
+    """`REASON: FLAGS cannot apply`, a BitextmineError naming the flags of `used` that were used, if any
+    was: options that would be ignored are refused instead."""
+    flags = [flag for flag, was_used in used.items() if was_used]
+    if flags:
+        raise BitextmineError(f"{reason}: {', '.join(flags)} cannot apply")
+
+
 def fail(exc: BitextmineError) -> NoReturn:
     print_message(str(exc), "error")
     raise typer.Exit(EXIT_USER_ERROR)

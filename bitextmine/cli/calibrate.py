@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -25,6 +25,7 @@ from bitextmine.cli.app import (
     checked_by,
     load_encoder,
     out,
+    refuse_flags,
     require_model,
     set_threads,
     user_errors,
@@ -34,6 +35,9 @@ from bitextmine.cli.plots import CURVES, curve_lines, curve_range, save_calibrat
 from bitextmine.errors import BitextmineError
 from bitextmine.files import output_target
 from bitextmine.workspace.layout import DEFAULT_WORKDIR, Workspace
+
+if TYPE_CHECKING:
+    from bitextmine.steps.calibrate import Calibration
 
 
 @app.command()
@@ -141,9 +145,8 @@ def calibrate(
         model_given = context.get_parameter_source("model").name == "COMMANDLINE"  # not BITEXTMINE_MODEL
         _check_vector_options(embeddings, model_name, model_given, device, precision, threads)
         _check_source(bucc, pairs, embeddings)
-        inputs = [*(pairs or bucc_files(bucc, pair, split)), store]
-        if embeddings is not None:
-            inputs += split_vectors_files(embeddings, pair, split)
+        vectors = [] if embeddings is None else split_vectors_files(embeddings, pair, split)
+        inputs = [*(pairs or bucc_files(bucc, pair, split)), store, *vectors]
         json_out = json_target(json_path, inputs=[*inputs, plot], workspace=workspace)
         plot_out = None if plot is None else output_target(plot, inputs=inputs, workspace=workspace)
         data = read_aligned(*pairs, pair) if pairs else read_bucc(bucc, pair, split)
@@ -158,6 +161,17 @@ def calibrate(
         title = f"calibrate {pair} {data.split} ({margin} margin, {strategy})"
         if plot_out is not None:
             save_calibration_plot(plot_out, report["curve"], report["chosen"], title)
+    _print_calibration(calibration, report, title, vectors)
+    if plot is not None:
+        out.print(f"plot written to {plot}", highlight=False, soft_wrap=True)
+    emit_json(json_out, report)
+
+
+def _print_calibration(
+    calibration: Calibration, report: dict[str, Any], title: str, vectors: list[Path]
+) -> None:
+    """The scores at the threshold, the curve, what was stored where, and where the vectors came from
+    (`vectors`: the files of --embeddings)."""
     result = calibration.result
     out.print(scores_table(title, result.scores, result.threshold, result.candidates))
     for line in _curve_plot(report):
@@ -180,11 +194,8 @@ def calibrate(
     if calibration.sources is not None:
         out.print(calibration.sources.describe(), highlight=False, soft_wrap=True)
     else:
-        files = " and ".join(map(str, split_vectors_files(embeddings, pair, split)))
+        files = " and ".join(map(str, vectors))
         out.print(f"sentence vectors: read from {files}", highlight=False, markup=False, soft_wrap=True)
-    if plot is not None:
-        out.print(f"plot written to {plot}", highlight=False, soft_wrap=True)
-    emit_json(json_out, report)
 
 
 def _check_source(bucc: Path | None, pairs: tuple[Path, Path] | None, embeddings: Path | None) -> None:
@@ -210,17 +221,13 @@ def _check_vector_options(
         if model_name is not None:
             raise BitextmineError("--model-name names the model of --embeddings: add --embeddings DIR")
         return
-    given = {
+    used = {
         "--model": model_given,
         "--device": device != "auto",
         "--precision": precision != "auto",
         "--threads": threads is not None,
     }
-    if any(given.values()):
-        flags = ", ".join(flag for flag, used in given.items() if used)
-        raise BitextmineError(
-            f"--embeddings calibrates vectors made elsewhere, without a model: {flags} cannot apply"
-        )
+    refuse_flags(used, "--embeddings calibrates vectors made elsewhere, without a model")
 
 
 def _curve_plot(report: dict[str, Any]) -> list[str]:

@@ -21,8 +21,8 @@ from bitextmine.cli.app import (
     check_known_langs,
     checked_by,
     encoder_spec,
-    fail,
     out,
+    refuse_flags,
     require_model,
     set_threads,
     user_errors,
@@ -219,63 +219,71 @@ def encode(
     from bitextmine.steps.encode import encode as encode_files
 
     check_known_langs([lang], force_lang, lid_lang)
-    if lid == "off" and (lid_lang is not None or lid_min_confidence is not None):
-        fail(
-            BitextmineError(
-                "--lid-lang and --lid-min-confidence apply to language identification, not to --lid off"
-            )
-        )
-    options = EncodeOptions(
-        shard_size=shard_size,
-        dedup=dedup,
-        max_chars=max_chars,
-        overwrite=overwrite,
-        columns=_columns(text_column, meta_column),
-        lid=lid,
-        lid_lang=lid_lang,
-        lid_min_confidence=lid_min_confidence,
-        corpus_workers=corpus_workers,
-    )
     workspace = Workspace(workdir)
     with user_errors():
+        options = EncodeOptions(
+            shard_size=shard_size,
+            dedup=dedup,
+            max_chars=max_chars,
+            overwrite=overwrite,
+            columns=_columns(text_column, meta_column),
+            lid=lid,
+            lid_lang=lid_lang,
+            lid_min_confidence=lid_min_confidence,
+            corpus_workers=corpus_workers,
+        )
         json_out = json_target(json_path, inputs=[*files, embeddings], workspace=workspace)
+        if embeddings is not None:
+            used = _model_flags_used(
+                pooling, prefix, max_length, padded, attention, precision, device, cluster
+            )
+            refuse_flags(used, "--embeddings imports vectors in this process, without a model")
     if embeddings is not None:
-        given = {
-            "--pooling": pooling is not None,
-            "--prefix": prefix is not None,
-            "--max-length": max_length is not None,
-            "--padded": padded,
-            "--attention": attention != "auto",
-            "--precision": precision != "auto",
-            "--device": device != "auto",
-            "--launcher": cluster.launcher not in (None, "local"),
-        }
-        if any(given.values()):
-            flags = ", ".join(flag for flag, used in given.items() if used)
-            message = f"--embeddings imports vectors in this process, without a model: {flags} cannot apply"
-            fail(BitextmineError(message))
         summary = _import(workspace, files, lang, embeddings, model_name, dim, embeddings_dtype, options)
-        emit_json(json_out, summary.to_json())
-        return
-    model = require_model(model)
-    set_threads(threads)
-    overrides = {"pooling": pooling, "prefix": prefix, "max_length": max_length}
-    with user_errors():
-        spec = encoder_spec(model, device, precision, overrides, max_tokens, padded, attention)
-        config = cluster.config("encode", workspace.logs_dir("encode"))
-        with ProgressDisplay() as progress:
-            summary = encode_files(workspace, files, lang, spec, options, progress, launcher=config)
+    else:
+        model = require_model(model)
+        set_threads(threads)
+        overrides = {"pooling": pooling, "prefix": prefix, "max_length": max_length}
+        with user_errors():
+            spec = encoder_spec(
+                model, device, precision, overrides, max_tokens=max_tokens, padded=padded, attention=attention
+            )
+            config = cluster.config("encode", workspace.logs_dir("encode"))
+            with ProgressDisplay() as progress:
+                summary = encode_files(workspace, files, lang, spec, options, progress, launcher=config)
     out.print(_summary_table(summary))
     emit_json(json_out, summary.to_json())
+
+
+def _model_flags_used(
+    pooling: str | None,
+    prefix: str | None,
+    max_length: int | None,
+    padded: bool,
+    attention: str,
+    precision: str,
+    device: str,
+    cluster: LauncherFlags,
+) -> dict[str, bool]:
+    """Whether each flag of encoding with a model (or in other processes) was used, by flag."""
+    return {
+        "--pooling": pooling is not None,
+        "--prefix": prefix is not None,
+        "--max-length": max_length is not None,
+        "--padded": padded,
+        "--attention": attention != "auto",
+        "--precision": precision != "auto",
+        "--device": device != "auto",
+        "--launcher": cluster.launcher not in (None, "local"),
+    }
 
 
 def _columns(text_column: int | None, meta_column: int | None) -> Columns | None:
     if text_column is None:
         if meta_column is not None:
-            fail(BitextmineError("--meta-column needs --text-column: which column holds the sentence?"))
+            raise BitextmineError("--meta-column needs --text-column: which column holds the sentence?")
         return None
-    with user_errors():
-        return Columns(text_column, meta_column)
+    return Columns(text_column, meta_column)
 
 
 def _import(workspace, files, lang, embeddings, model_name, dim, dtype, options):
@@ -283,7 +291,7 @@ def _import(workspace, files, lang, embeddings, model_name, dim, dtype, options)
     from bitextmine.steps.encode import import_embeddings
 
     with user_errors(), ProgressDisplay() as progress:
-        summary = import_embeddings(
+        return import_embeddings(
             workspace,
             files,
             lang,
@@ -294,5 +302,3 @@ def _import(workspace, files, lang, embeddings, model_name, dim, dtype, options)
             options=options,
             progress=progress,
         )
-    out.print(_summary_table(summary))
-    return summary

@@ -110,7 +110,12 @@ def eval_bucc(
     workspace = Workspace(workdir)
     with user_errors():
         options = EvaluateOptions(
-            k, margin, strategy, threshold, thresholds, filter_settings(filters, filter_items)
+            k=k,
+            margin=margin,
+            strategy=strategy,
+            threshold=threshold,
+            thresholds=thresholds,
+            filters=filter_settings(filters, filter_items),
         )
         inputs = [*bucc_files(bucc, pair, split), mined, thresholds]
         json_out = json_target(json_path, inputs=inputs, workspace=workspace)
@@ -158,7 +163,9 @@ def eval_tatoeba(
         json_out = json_target(json_path, inputs=data.glob("*"), workspace=workspace)
         encoder = load_encoder(require_model(model), device, precision)
         chosen = _languages(langs, lambda: tatoeba_languages(data))
-        evaluator = TatoebaEvaluator(data, chosen, workspace, progress=lambda lang: info(f"tatoeba {lang}"))
+        evaluator = TatoebaEvaluator(
+            data, chosen, workspace=workspace, progress=lambda lang: info(f"tatoeba {lang}")
+        )
         result = evaluator(encoder)
     rows = [(r.lang, f"{r.pairs:,}", f"{r.xx_to_eng:.1f}", f"{r.eng_to_xx:.1f}") for r in result.rows]
     rows.append(("average", "", f"{result.average_xx_to_eng:.2f}", f"{result.average_eng_to_xx:.2f}"))
@@ -191,7 +198,14 @@ def eval_xsim(
         encoder = load_encoder(require_model(model), device, precision)
         chosen = [lang for lang in _languages(langs, lambda: flores_languages(data, split)) if lang != target]
         evaluator = XsimEvaluator(
-            data, chosen, target, split, margin, k, workspace, progress=lambda lang: info(f"xsim {lang}")
+            data,
+            chosen,
+            target=target,
+            split=split,
+            margin=margin,
+            k=k,
+            workspace=workspace,
+            progress=lambda lang: info(f"xsim {lang}"),
         )
         result = evaluator(encoder)
     rows = [(r.lang, f"{r.sentences:,}", f"{r.errors:,}", f"{r.error_rate:.2f}") for r in result.rows]

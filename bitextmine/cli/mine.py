@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 from rich.table import Table
@@ -40,7 +39,7 @@ from bitextmine.text.languages import check_lang
 from bitextmine.workspace.layout import DEFAULT_WORKDIR, Workspace
 
 if TYPE_CHECKING:
-    from bitextmine.steps.mine import MineOptions, MineSummary
+    from bitextmine.steps.mine import MineSummary
 
 OutputFormat = Literal["tsv.zst", "tsv.gz", "tsv", "jsonl", "parquet"]  # mining.mined_file.FORMATS
 
@@ -48,7 +47,6 @@ OutputFormat = Literal["tsv.zst", "tsv.gz", "tsv", "jsonl", "parquet"]  # mining
 @app.command()
 @with_launcher_options
 def mine(
-    context: typer.Context,
     src: Annotated[str, typer.Argument(help="Source language (e.g. de).", callback=checked_by(check_lang))],
     tgt: Annotated[str, typer.Argument(help="Target language (e.g. en).", callback=checked_by(check_lang))],
     workdir: WorkdirOption = DEFAULT_WORKDIR,
@@ -122,29 +120,34 @@ def mine(
     tsv.gz, tsv, jsonl or parquet. Two languages encoded by different models are refused unless --force.
     --json gets the stats file's content.
     """
+    from bitextmine.steps.mine import MineOptions
     from bitextmine.steps.mine import mine as mine_pair
 
     workspace = Workspace(workdir)
     bound_threads(threads)
     with user_errors():
-        options = mine_options(context.params)
+        options = MineOptions(
+            k=k,
+            margin=margin,
+            strategy=strategy,
+            threshold=threshold,
+            nprobe=nprobe,
+            device=device,
+            max_codes=max_codes,
+            thresholds=thresholds,
+            model=model,
+            job_rows=job_rows,
+            force=force,
+            filters=mine_filter_settings(filters, filter_items, src, tgt),
+            output=pairs_output(output),
+            format=output_format,
+        )
         json_out = json_target(json_path, inputs=[thresholds, options.output], workspace=workspace)
         config = cluster.config("mine", workspace.logs_dir("mine"))
         with ProgressDisplay() as progress:
             summary = mine_pair(workspace, src, tgt, options, progress, launcher=config)
     print_mine_summary(summary)
     emit_json(json_out, summary.to_json())
-
-
-def mine_options(flags: dict[str, Any]) -> MineOptions:
-    """The MineOptions of a command's parsed flags (`typer.Context.params`): those named as its fields,
-    the pair filters of --filters and --filter, and --format (`mine` has every flag, `mine-files` some)."""
-    from bitextmine.steps.mine import MineOptions
-
-    given = {f.name: flags[f.name] for f in fields(MineOptions) if f.name in flags and f.name != "filters"}
-    filters = mine_filter_settings(flags["filters"], flags["filter_items"], flags["src"], flags["tgt"])
-    output = pairs_output(given.pop("output", None))
-    return MineOptions(**given, output=output, filters=filters, format=flags["output_format"])
 
 
 def pairs_output(output: Path | None) -> Path | None:

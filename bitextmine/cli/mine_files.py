@@ -28,15 +28,14 @@ from bitextmine.cli.app import (
     set_threads,
     user_errors,
 )
-from bitextmine.cli.filter_options import FilterOption, MineFiltersOption
-from bitextmine.cli.mine import OutputFormat, mine_options, print_mine_summary
+from bitextmine.cli.filter_options import FilterOption, MineFiltersOption, mine_filter_settings
+from bitextmine.cli.mine import OutputFormat, pairs_output, print_mine_summary
 from bitextmine.cli.output import ProgressDisplay, emit_json, json_target
 from bitextmine.workspace.layout import Workspace
 
 
 @app.command("mine-files")
 def mine_files(
-    context: typer.Context,
     src_file: Annotated[Path, typer.Argument(help="Source text file, one sentence a line (.gz, .zst, .xz).")],
     tgt_file: Annotated[Path, typer.Argument(help="Target text file, one sentence a line.")],
     src: Annotated[str, typer.Option("--src", help="Source language (e.g. de).")],
@@ -86,12 +85,24 @@ def mine_files(
     options are `mine`'s; the summary is mine's, with the workspace. --json gets the steps' results.
     """
     from bitextmine.steps.encode import EncodeOptions
+    from bitextmine.steps.mine import MineOptions
     from bitextmine.steps.mine_files import default_workdir
     from bitextmine.steps.mine_files import mine_files as mine_both
 
     check_known_langs([src, tgt], force_lang)
     with user_errors():
-        options = mine_options(context.params)
+        options = MineOptions(
+            k=k,
+            margin=margin,
+            strategy=strategy,
+            threshold=threshold,
+            thresholds=thresholds,
+            filters=mine_filter_settings(filters, filter_items, src, tgt),
+            output=pairs_output(output),
+            format=output_format,
+            device=device,
+            model=model,
+        )
         workspace = Workspace(workdir or default_workdir(options.output, output_format, f"{src}-{tgt}"))
         inputs = [src_file, tgt_file, thresholds, options.output]
         json_out = json_target(json_path, inputs=inputs, workspace=workspace)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
@@ -34,6 +34,9 @@ from bitextmine.files import output_target
 from bitextmine.text.bitext import check_columns
 from bitextmine.text.languages import check_lang
 from bitextmine.workspace.layout import DEFAULT_WORKDIR, Workspace
+
+if TYPE_CHECKING:
+    from bitextmine.steps.score import ScoreSummary
 
 Neighbourhood = Literal["bitext", "workspace"]  # steps/score.py's NEIGHBOURHOODS
 
@@ -126,6 +129,12 @@ def score(
         encoder = load_encoder(require_model(model), device, precision)
         with ProgressDisplay() as progress:
             summary = score_bitext(workspace, data, (src, tgt), encoder, output, options, progress)
+    _print_score_summary(summary)
+    emit_json(json_out, summary.to_json())
+
+
+def _print_score_summary(summary: ScoreSummary) -> None:
+    """The first pairs written, the filters' drops, the threshold and the counts."""
     out.print(preview_table(f"first pairs written {summary.pair}, in input order", summary.written.preview))
     if summary.filtered:
         out.print(
@@ -141,7 +150,6 @@ def score(
         f"{summary.written.path} ({summary.seconds:.1f} s)",
         highlight=False,
     )
-    emit_json(json_out, summary.to_json())
 
 
 def _asked_for(context: typer.Context, workspace: Workspace) -> bool:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 from rich.live import Live
@@ -18,7 +19,7 @@ from bitextmine.cli.app import (
     app,
     checked_by,
     err,
-    given,
+    given_names,
     info,
     out,
     positive,
@@ -28,6 +29,7 @@ from bitextmine.cli.app import (
     warn,
 )
 from bitextmine.cli.output import ProgressDisplay, emit_json, fields_table, json_target
+from bitextmine.cli.train_flags import TrainFlags
 from bitextmine.progress import LOG_EVERY_SECONDS, Progress
 from bitextmine.train.objectives.names import parse_objectives
 from bitextmine.train.objectives.settings import (
@@ -39,6 +41,9 @@ from bitextmine.train.objectives.settings import (
     objective_names,
 )
 from bitextmine.train.recipes import RECIPES, recipe_named, with_recipe
+
+if TYPE_CHECKING:
+    from bitextmine.train.loop import TrainSummary
 
 SHOWN_TERMS = 6
 
@@ -118,35 +123,6 @@ class _LiveReporter:
             (f"{key} (step {self.evaluated_at})", f"{value:.2f}") for key, value in self.evaluation.items()
         ]
         return rows
-
-
-def _settings(ctx: typer.Context, recipe: str | None) -> dict[str, Any]:
-    """The command's parameters, with the recipe's settings where the command line gave none."""
-    if recipe is None:
-        return dict(ctx.params)
-    explicit = {name for name in ctx.params if given(ctx, name)}
-    settings = with_recipe(recipe, ctx.params, explicit)
-    chosen = {k: v for k, v in RECIPES[recipe].settings.items() if k not in explicit}
-    info(f"train: recipe {recipe}: " + ", ".join(f"{k} {v}" for k, v in chosen.items()))
-    return settings
-
-
-def _objective_options(p: dict[str, Any]) -> dict[str, Any]:
-    """The objectives' settings among the command's parameters, by option name."""
-    options = {
-        "temperature": p["temperature"],
-        "margin": p["margin"],
-        "projection": p["projection"],
-        "mask_ratio": p["mask_ratio"],
-        "token_gradients": not p["no_token_gradients"],
-        "mexma_alignment": p["mexma_alignment"],
-        "vmsst_lambda": p["vmsst_lambda"],
-        "vmsst_kl_steps": p["vmsst_kl_steps"],
-    }
-    # the settings of later flags only where they differ from their defaults, so that checkpoints of runs
-    # from before those flags still resume
-    later = (DistillSettings, "teacher"), (RtlSettings, "rtl_layers"), (VmsstSettings, "vmsst_latent_dim")
-    return options | {name: p[name] for cls, name in later if p[name] != getattr(cls, name)}
 
 
 @app.command()
@@ -291,6 +267,15 @@ def train(
         int | None,
         typer.Option(help="VMSST: size of the latent variables \\[default: the hidden size].", min=1),
     ] = VmsstSettings.vmsst_latent_dim,
+    vmsst_language_layers: Annotated[
+        int,
+        typer.Option(
+            help="VMSST: layers of the language encoder, copies of the encoder's first ones.", min=1
+        ),
+    ] = VmsstSettings.vmsst_language_layers,
+    vmsst_decoder_layers: Annotated[
+        int, typer.Option(help="VMSST: layers of the decoder.", min=1)
+    ] = VmsstSettings.vmsst_decoder_layers,
     teacher: Annotated[
         str | None,
         typer.Option(help="distill: the frozen teacher model (dir or hub id) \\[default: --base]."),
@@ -316,60 +301,85 @@ def train(
     per-step records to OUT/train_log.jsonl, and the final model (weights, tokenizer, bitextmine.json)
     to OUT, which `bitextmine encode --model OUT` loads.
     """
-    from bitextmine.train.evaluation import EvalSets
-    from bitextmine.train.loop import TrainConfig
     from bitextmine.train.loop import train as run_training
 
     set_threads(threads)
     reporter = _LiveReporter()
+    flags = TrainFlags(
+        data=data,
+        out_dir=out_dir,
+        objectives=objectives,
+        base=base,
+        from_scratch=from_scratch,
+        exclude=exclude,
+        min_score=min_score,
+        weight_by_score=weight_by_score,
+        max_steps=max_steps,
+        max_minutes=max_minutes,
+        lr=lr,
+        warmup_steps=warmup_steps,
+        grad_accum=grad_accum,
+        clip=clip,
+        bf16=bf16,
+        seed=seed,
+        max_tokens=max_tokens,
+        max_pairs=max_pairs,
+        max_length=max_length,
+        checkpoint_every=checkpoint_every,
+        eval_every=eval_every,
+        eval_bucc=eval_bucc,
+        eval_tatoeba=eval_tatoeba,
+        eval_langs=eval_langs,
+        eval_max_sentences=eval_max_sentences,
+        temperature=temperature,
+        margin=margin,
+        projection=projection,
+        hard_negatives=hard_negatives,
+        hard_negative_refresh=hard_negative_refresh,
+        hard_negative_pool=hard_negative_pool,
+        mask_ratio=mask_ratio,
+        no_token_gradients=no_token_gradients,
+        mexma_alignment=mexma_alignment,
+        rtl_layers=rtl_layers,
+        vmsst_lambda=vmsst_lambda,
+        vmsst_kl_steps=vmsst_kl_steps,
+        vmsst_latent_dim=vmsst_latent_dim,
+        vmsst_language_layers=vmsst_language_layers,
+        vmsst_decoder_layers=vmsst_decoder_layers,
+        teacher=teacher,
+        vocab_size=vocab_size,
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        padded=padded,
+        device=device,
+    )
     with user_errors():
-        p = _settings(ctx, recipe)
-        json_out = json_target(json_path, inputs=[*p["data"], *Path(p["out_dir"]).glob("*")])
-        config = TrainConfig(
-            data=p["data"],
-            out=p["out_dir"],
-            objectives=parse_objectives(p["objectives"]),
-            base=p["base"],
-            from_scratch=p["from_scratch"],
-            exclude=p["exclude"] or [],
-            min_score=p["min_score"],
-            weight_by_score=p["weight_by_score"],
-            max_steps=p["max_steps"],
-            max_minutes=p["max_minutes"],
-            lr=p["lr"],
-            warmup_steps=p["warmup_steps"],
-            grad_accum=p["grad_accum"],
-            clip=p["clip"],
-            bf16=p["bf16"],
-            seed=p["seed"],
-            max_tokens=p["max_tokens"],
-            max_pairs=p["max_pairs"],
-            max_length=p["max_length"],
-            checkpoint_every=p["checkpoint_every"],
-            eval_every=p["eval_every"],
-            eval_sets=EvalSets(
-                list(p["eval_bucc"] or []),
-                p["eval_tatoeba"],
-                [x.strip() for x in p["eval_langs"].split(",") if x.strip()],
-                p["eval_max_sentences"],
-            ),
-            packed=not p["padded"],
-            device=p["device"],
-            options=_objective_options(p),
-            scratch={k: p[k] for k in ("vocab_size", "layers", "hidden", "heads")},
-            hard_negatives=p["hard_negatives"],
-            hard_negative_refresh=p["hard_negative_refresh"],
-            hard_negative_pool=p["hard_negative_pool"],
-        )
+        flags = _with_recipe(flags, recipe, given_names(ctx))
+        json_out = json_target(json_path, inputs=[*flags.data, *Path(flags.out_dir).glob("*")])
+        config = flags.config()
         out_dir.mkdir(parents=True, exist_ok=True)
         try:
             summary = run_training(config, reporter)
         finally:
             reporter.close()
-    evaluation = ", ".join(f"{k} {v:.2f}" for k, v in summary.evaluation.items()) or "no evaluation sets"
-    out.print(
-        f"trained {summary.steps:,} steps ({summary.pairs:,} pairs, {summary.tokens:,} tokens) in "
-        f"{summary.seconds / 60:.1f} min; loss {summary.final_loss:.4f}; {evaluation} -> {summary.out}",
-        highlight=False,
-    )
+    out.print(_summary_line(summary), highlight=False)
     emit_json(json_out, asdict(summary))
+
+
+def _with_recipe(flags: TrainFlags, recipe: str | None, given: set[str]) -> TrainFlags:
+    """`flags` with recipe `recipe`'s settings in place of every flag not in `given` (those the command line
+    gave), which are said on stderr."""
+    if recipe is None:
+        return flags
+    chosen = with_recipe(recipe, {}, given)  # the recipe's settings of the flags not given
+    info(f"train: recipe {recipe}: " + ", ".join(f"{k} {v}" for k, v in chosen.items()))
+    return dataclasses.replace(flags, **chosen)
+
+
+def _summary_line(summary: TrainSummary) -> str:
+    evaluation = ", ".join(f"{k} {v:.2f}" for k, v in summary.evaluation.items()) or "no evaluation sets"
+    return (
+        f"trained {summary.steps:,} steps ({summary.pairs:,} pairs, {summary.tokens:,} tokens) in "
+        f"{summary.seconds / 60:.1f} min; loss {summary.final_loss:.4f}; {evaluation} -> {summary.out}"
+    )

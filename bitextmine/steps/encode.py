@@ -59,7 +59,7 @@ class EncodeOptions:
             )
         if self.lid == "off" and (self.lid_lang is not None or self.lid_min_confidence is not None):
             raise BitextmineValueError(
-                "lid_lang and lid_min_confidence apply to lid reject or accept, not off"
+                "--lid-lang and --lid-min-confidence apply to language identification, not to --lid off"
             )
         if self.lid_min_confidence is not None and not 0 <= self.lid_min_confidence <= 1:
             raise BitextmineValueError(

@@ -232,7 +232,7 @@ def test_by_default_a_language_lid_does_not_know_is_kept_whole_with_a_warning() 
         ({"lid": True}, "unknown language identification rule True"),
         ({"lid": "strict"}, "choose reject, accept or off"),
         ({"lid_min_confidence": 1.5}, r"\[0, 1\]"),
-        ({"lid": "off", "lid_lang": "de"}, "not off"),
+        ({"lid": "off", "lid_lang": "de"}, "not to --lid off"),
     ],
 )
 def test_bad_lid_options_are_refused_when_made(options: dict, message: str) -> None:

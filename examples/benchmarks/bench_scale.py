@@ -499,11 +499,11 @@ def _auto_section(rows: list[dict]) -> list[str]:
         "## The threshold learned inside the corpus (`mine --threshold auto`)",
         "",
         "After `calibrate` on the dev split's vectors, `mine --threshold auto` plants the split's gold "
-        "pairs in the corpus and takes the threshold with the best estimated F1 (calibration/planted.py): "
-        "a margin until 2026-11-29, then one on each pair's regional precision "
-        "(mining/regional_precision.py; the threshold column then in [0, 1]). True P / R / F1 of the pairs "
-        "kept against the hidden pairs, per source; what `mine` estimated without them; the planted pairs' "
-        "recall; the oracle, the best F1 any single margin threshold reaches.",
+        "pairs in the corpus and keeps the pairs whose regional precision (mining/regional_precision.py, "
+        "in [0, 1]) reaches half the best F1 those pairs estimate (docs/design.md, thresholds at scale). "
+        "True P / R / F1 of the pairs kept against the hidden pairs, per source; what `mine` estimated "
+        "without them; the planted pairs' recall; the oracle, the best F1 any single margin threshold "
+        "reaches.",
         "",
     ]
     body = [

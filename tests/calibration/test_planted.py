@@ -19,7 +19,9 @@ from bitextmine.calibration.planted import (
 )
 from bitextmine.mining.margin import margin_scores
 from bitextmine.mining.null_estimate import DecoyCounts
+from bitextmine.mining.regional_precision import PrecisionCounts
 from bitextmine.search.knn import Neighbours
+from bitextmine.steps.corpus_threshold import _half_the_best_f1
 from tests.helpers import random_unit, unit
 
 K = 3
@@ -170,3 +172,28 @@ def test_too_few_found_pairs_give_no_threshold():
     found = np.array([1.1] * (MIN_FOUND - 1) + [-np.inf] * 50)
     counts = DecoyCounts(np.array([1.1, 1.0]), np.array([0.9]), 1)
     assert learn_threshold(Planted(found, 0, np.arange(len(found))), counts) is None
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_regional_threshold_is_half_the_best_f1_the_planted_precisions_estimate(seed):
+    """steps/corpus_threshold's rule, against sums over the arrays: TP(t) the kept precisions' sum."""
+    rng = np.random.default_rng(seed)
+    precision = np.concatenate([rng.uniform(0.7, 1.0, 200), rng.uniform(0.0, 0.3, 2000)])
+    found = np.concatenate([rng.uniform(0.5, 1.0, 60), [-np.inf] * 15])
+    chosen = _half_the_best_f1(Planted(found, 0, np.arange(len(found))), PrecisionCounts(precision))
+
+    def true(t):
+        return precision[precision >= t].sum()
+
+    finite = found[np.isfinite(found)]
+    reached = [t for t in finite if (finite >= t).sum() >= MIN_FOUND]
+    translations = int(max(true(t) / np.mean(found >= t) for t in reached))
+
+    def f1(t):
+        p, r = true(t) / max((precision >= t).sum(), 1), min(1.0, true(t) / translations)
+        return 2 * p * r / (p + r)
+
+    half = max(f1(t) for t in np.unique(finite)) / 2
+    assert chosen.threshold == pytest.approx(half)
+    assert chosen.precision == pytest.approx(true(half) / (precision >= half).sum())
+    assert chosen.planted_recall == pytest.approx(np.mean(found >= half))

@@ -38,6 +38,10 @@ from bitextmine.search.language_search import BaseSearch
 from bitextmine.workspace.layout import Workspace
 
 REGIONAL_SCALE = "regional precision"
+# Half of an F1 of 50%: where the planted pairs estimate less (translations too rare for the estimates to
+# hold), the regional precisions of false pairs (a few of a pair's sixteen regions' tops) would pass a
+# lower threshold in their thousands.
+LOWEST_REGIONAL_THRESHOLD = 0.25
 PLANTING_COUNTS = (
     "planted_pairs",
     "planted_duplicates",
@@ -144,16 +148,16 @@ def in_corpus(
 
 
 def _half_the_best_f1(planted: Planted, counts: PrecisionCounts) -> CorpusEstimate | None:
-    """The estimate at half the best F1 that the planted pairs estimate over the regional precision: the
-    threshold that keeps every pair whose local precision is at least half the F1 reached (F1's
-    optimum, mining/regional_precision.py). The best estimated F1's own threshold sits higher where the
-    estimates err (the precisions err low, the planted pairs are found more easily than the corpus's
-    hardest), which costs recall."""
+    """The estimate at half the best F1 that the planted pairs estimate over the regional precision, and
+    at least LOWEST_REGIONAL_THRESHOLD: the threshold that keeps every pair whose local precision is at
+    least half the F1 reached (F1's optimum, mining/regional_precision.py). The best estimated F1's own
+    threshold sits higher where the estimates err (the precisions err low, the planted pairs are found
+    more easily than the corpus's hardest), which costs recall."""
     best = learn_threshold(planted, counts)
     if best is None:
         return None
     f1 = 2 * best.precision * best.recall / (best.precision + best.recall) if best.precision else 0.0
-    return estimate_at(planted, counts, f1 / 2)
+    return estimate_at(planted, counts, max(f1 / 2, LOWEST_REGIONAL_THRESHOLD))
 
 
 def _regional(

@@ -40,7 +40,8 @@ from bitextmine.workspace.layout import Workspace
 REGIONAL_SCALE = "regional precision"
 # Half of an F1 of 50%: where the planted pairs estimate less (translations too rare for the estimates to
 # hold), the regional precisions of false pairs (a few of a pair's sixteen regions' tops) would pass a
-# lower threshold in their thousands.
+# lower threshold in their thousands. Below it a pair counts as no translation in the estimates too, or
+# those thousands of small precisions would add up to translations the corpus does not hold.
 LOWEST_REGIONAL_THRESHOLD = 0.25
 PLANTING_COUNTS = (
     "planted_pairs",
@@ -136,7 +137,8 @@ def in_corpus(
     if np.isfinite(planted.found).sum() < MIN_FOUND:  # too few to learn from: no regions fitted
         return InCorpus(threshold, None, len(planted.found), planted.duplicates)
     precision, planted_precision = _regional(selection, pairs.subset(planted.rows), planted, corpus[2:])
-    estimate = _half_the_best_f1(planted_precision, PrecisionCounts(precision))
+    above_floor = np.where(precision >= LOWEST_REGIONAL_THRESHOLD, precision, 0.0)
+    estimate = _half_the_best_f1(planted_precision, PrecisionCounts(above_floor))
     if estimate is None:
         return InCorpus(threshold, None, len(planted.found), planted.duplicates)
     source = (

@@ -205,6 +205,11 @@ class CorpusEstimate:
     planted_recall: float  # share of the planted pairs found at the threshold
     translations: int  # the corpus's translations, estimated
 
+    @property
+    def f1(self) -> float:
+        total = self.precision + self.recall
+        return 2 * self.precision * self.recall / total if total else 0.0
+
 
 def learn_threshold(planted: Planted, counts: Counts) -> CorpusEstimate | None:
     """The planted score with the best estimated F1 on the corpus (module docstring); None where fewer
@@ -216,7 +221,7 @@ def learn_threshold(planted: Planted, counts: Counts) -> CorpusEstimate | None:
         _estimate(planted, counts, float(t), translations)
         for t in np.unique(planted.found[np.isfinite(planted.found)])
     ]
-    return max(estimates, key=lambda e: (_f1(e), e.threshold))
+    return max(estimates, key=lambda e: (e.f1, e.threshold))
 
 
 def estimate_at(planted: Planted, counts: Counts, threshold: float) -> CorpusEstimate | None:
@@ -239,8 +244,3 @@ def _estimate(planted: Planted, counts: Counts, threshold: float, translations: 
     precision = counts.precision(threshold) or 0.0
     recall = min(1.0, true / translations) if translations else 0.0
     return CorpusEstimate(threshold, precision, recall, planted.recall(threshold), translations)
-
-
-def _f1(estimate: CorpusEstimate) -> float:
-    total = estimate.precision + estimate.recall
-    return 2 * estimate.precision * estimate.recall / total if total else 0.0

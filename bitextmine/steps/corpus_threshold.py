@@ -158,8 +158,7 @@ def _half_the_best_f1(planted: Planted, counts: PrecisionCounts) -> CorpusEstima
     best = learn_threshold(planted, counts)
     if best is None:
         return None
-    f1 = 2 * best.precision * best.recall / (best.precision + best.recall) if best.precision else 0.0
-    return estimate_at(planted, counts, max(f1 / 2, LOWEST_REGIONAL_THRESHOLD))
+    return estimate_at(planted, counts, max(best.f1 / 2, LOWEST_REGIONAL_THRESHOLD))
 
 
 def _regional(

@@ -7,14 +7,17 @@ Within one region, the decoys of its queries (mining/null_estimate.py) reaching 
 false pairs among its candidates reaching t, so TP(t) = kept(t) - false(t) estimates its translations.
 Each decoy counts as one false pair: counted per direction pooled, as the corpus-wide estimate counts
 them, a region without translations comes out near half precision at its top (the one-to-one pass keeps
-the better of each sentence's competing candidates, which score above their queries' decoys); counted
-whole, near none, while translations keep a high precision (examples/benchmarks/results/
-bench_scale_real.md). Taken by decreasing score, each candidate adds about one to TP if it is a
-translation and zero if not; the slopes of TP's least concave majorant (`concave_slopes`, the Grenander
-estimator) are non-increasing, and the slope at a candidate estimates the share of translations among
-the candidates scored like it in its region: its local precision, clipped to [0, 1]. A pair's regional
-precision is the mean of its local precisions over the clusterings, in its source's region and in its
-target's.
+the better of each sentence's competing candidates, which score above their queries' decoys). But a
+sentence with a translation has a decoy too, which stands for no false pair: where translations are
+dense their decoys would sink the region's precision. So the precisions are estimated again, each
+decoy of a query whose own candidate is likely a translation now counting as the chance that it is
+none (one minus that candidate's precision).
+
+Taken by decreasing score, each candidate adds about one to TP if it is a translation and zero if not;
+the slopes of TP's least concave majorant (`concave_slopes`, the Grenander estimator) are
+non-increasing, and the slope at a candidate estimates the share of translations among the candidates
+scored like it in its region: its local precision, clipped to [0, 1]. A pair's regional precision is the
+mean of its local precisions over the clusterings, in its source's region and in its target's.
 
 F1 is highest where every pair kept has a local precision of at least half the F1 reached, wherever it
 lies: a threshold on the regional precision keeps, in every region, the candidates down to the score
@@ -29,6 +32,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from bitextmine.mining.regions import Regions, Rows
+
+REWEIGHTINGS = 2  # passes after the first: the precisions settle in two
+# A decoy weighs less only where its query's candidate is more likely a translation than not: a false
+# pair that lowered its own decoy would raise its own precision, pass after pass.
+LIKELY_TRANSLATION = 0.5
 
 
 def concave_slopes(gains: np.ndarray) -> np.ndarray:
@@ -67,11 +75,15 @@ class RegionCurve:
         return self.precision[np.maximum(reached, 1) - 1]
 
 
-def region_curve(scores: np.ndarray, decoys: np.ndarray) -> RegionCurve:
-    """The curve of one region's candidate `scores` and its queries' `decoys` (finite only)."""
+def region_curve(scores: np.ndarray, decoys: np.ndarray, weights: np.ndarray | None = None) -> RegionCurve:
+    """The curve of one region's candidate `scores` and its queries' `decoys` (finite only), each decoy
+    counting as `weights` false pairs (one each by default)."""
     ordered = np.sort(np.asarray(scores, dtype=np.float64))[::-1]
-    decoys = np.sort(np.asarray(decoys, dtype=np.float64))
-    false = len(decoys) - np.searchsorted(decoys, ordered, side="left")
+    decoys = np.asarray(decoys, dtype=np.float64)
+    weights = np.ones(len(decoys)) if weights is None else np.asarray(weights, dtype=np.float64)
+    order = np.argsort(decoys, kind="stable")
+    below = np.concatenate([[0.0], np.cumsum(weights[order])])  # weight of the decoys below each
+    false = below[-1] - below[np.searchsorted(decoys[order], ordered, side="left")]
     gains = np.arange(1, len(ordered) + 1) - false
     return RegionCurve(ordered, np.clip(concave_slopes(gains), 0.0, 1.0))
 
@@ -115,18 +127,41 @@ def regional_precision(
     pair_rows: tuple[np.ndarray, np.ndarray],
     decoys: np.ndarray,
     labels: RegionLabels,
-) -> RegionalPrecision:
+    rounds: int = REWEIGHTINGS,
+) -> tuple[RegionalPrecision, np.ndarray]:
     """The curves of the one-to-one candidates (`scores`, their source and target rows `pair_rows`),
     with the queries' `decoys` (source queries, then target queries; NaN for none) counted in their
-    query's region."""
+    query's region, and the candidates' regional precision: after a first pass with every decoy one false
+    pair, `rounds` more with the decoys of queries whose candidate is likely a translation weighing the
+    chance that it is none (module docstring)."""
+    weights = np.ones(len(decoys))
+    for round_ in range(rounds + 1):
+        curves = _curves(scores, pair_rows, decoys, weights, labels)
+        precision = curves.of(scores, labels.src[:, pair_rows[0]], labels.tgt[:, pair_rows[1]])
+        if round_ < rounds:
+            weights = np.ones(len(decoys))
+            likely = np.where(precision >= LIKELY_TRANSLATION, 1.0 - precision, 1.0)
+            weights[pair_rows[0]] = likely
+            weights[len(labels.src[0]) + pair_rows[1]] = likely
+    return curves, precision
+
+
+def _curves(
+    scores: np.ndarray,
+    pair_rows: tuple[np.ndarray, np.ndarray],
+    decoys: np.ndarray,
+    weights: np.ndarray,
+    labels: RegionLabels,
+) -> RegionalPrecision:
     query_regions = np.concatenate([labels.src, labels.tgt], axis=1)
     finite = np.isfinite(decoys)
 
     def curves(pair_regions: np.ndarray) -> list[list[RegionCurve]]:
         return [
             [
-                region_curve(scores[pair_regions[c] == r], decoys[finite & (query_regions[c] == r)])
+                region_curve(scores[pair_regions[c] == r], decoys[mine], weights[mine])
                 for r in range(labels.regions)
+                for mine in (finite & (query_regions[c] == r),)
             ]
             for c in range(len(labels.src))
         ]

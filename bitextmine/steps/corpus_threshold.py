@@ -170,8 +170,7 @@ def _regional(
     labels = RegionLabels.of(regions, *corpus)
     records = selection.records
     scores, rows = np.asarray(records["score"]), (np.asarray(records["src"]), np.asarray(records["tgt"]))
-    curves = regional_precision(scores, rows, np.asarray(selection.decoys), labels)
-    precision = curves.of(scores, labels.src[:, rows[0]], labels.tgt[:, rows[1]])
+    curves, precision = regional_precision(scores, rows, np.asarray(selection.decoys), labels)
     found = np.isfinite(planted.found)
     planted_precision = np.full(len(planted.found), -np.inf)
     planted_precision[found] = curves.of(

@@ -44,10 +44,11 @@ def test_concave_slopes_are_those_of_the_least_concave_majorant(seed):
     assert np.all(np.cumsum(slopes) >= gains - 1e-9)  # above every point
 
 
-def brute_region_precision(scores: np.ndarray, decoys: np.ndarray) -> np.ndarray:
-    """Per candidate in decreasing score order: the majorant slope of (i, i - decoys reaching it)."""
+def brute_region_precision(scores: np.ndarray, decoys: np.ndarray, weights=None) -> np.ndarray:
+    """Per candidate in decreasing score order: the majorant slope of (i, i - decoys' weight reaching it)."""
     ordered = np.sort(scores)[::-1]
-    gains = np.array([i + 1 - np.sum(decoys >= s) for i, s in enumerate(ordered)], dtype=float)
+    weights = np.ones(len(decoys)) if weights is None else weights
+    gains = np.array([i + 1 - np.sum(weights[decoys >= s]) for i, s in enumerate(ordered)], dtype=float)
     return np.clip(brute_majorant_slopes(gains), 0, 1)
 
 
@@ -73,11 +74,28 @@ def test_region_curve_lookup_of_other_scores():
     assert RegionCurve(np.zeros(0), np.zeros(0)).at(np.array([1.0])).tolist() == [0.0]
 
 
-def test_regional_precision_is_the_mean_over_clusterings_and_sides_of_each_region_curve():
-    rng = np.random.default_rng(0)
-    n_src, n_tgt, pairs, clusterings, regions = 40, 50, 30, 3, 4
+def brute_regional(scores, src_rows, tgt_rows, decoys, weights, labels):
+    """The mean over clusterings and both sides of each region's brute-force curve at each pair."""
+    query_regions = np.concatenate([labels.src, labels.tgt], axis=1)
+    total = np.zeros(len(scores))
+    for c in range(len(labels.src)):
+        for pair_regions in (labels.src[c, src_rows], labels.tgt[c, tgt_rows]):
+            for r in range(labels.regions):
+                mine = pair_regions == r
+                if not mine.any():
+                    continue
+                chosen = (query_regions[c] == r) & np.isfinite(decoys)
+                precision = brute_region_precision(scores[mine], decoys[chosen], weights[chosen])
+                ranked = np.empty(mine.sum())
+                ranked[np.argsort(-scores[mine], kind="stable")] = precision
+                total[mine] += ranked
+    return total / (2 * len(labels.src))
+
+
+def random_candidates(seed, n_src=40, n_tgt=50, pairs=30, clusterings=3, regions=4):
+    rng = np.random.default_rng(seed)
     src_rows, tgt_rows = rng.permutation(n_src)[:pairs], rng.permutation(n_tgt)[:pairs]
-    scores = rng.normal(1.02, 0.04, pairs)
+    scores = np.concatenate([rng.normal(1.08, 0.02, pairs // 3), rng.normal(1.0, 0.03, pairs - pairs // 3)])
     decoys = rng.normal(1.0, 0.03, n_src + n_tgt)
     decoys[rng.random(len(decoys)) < 0.2] = np.nan  # queries without a decoy
     labels = RegionLabels(
@@ -85,24 +103,31 @@ def test_regional_precision_is_the_mean_over_clusterings_and_sides_of_each_regio
         rng.integers(0, regions, (clusterings, n_tgt)).astype(np.int16),
         regions,
     )
-    curves = regional_precision(scores, (src_rows, tgt_rows), decoys, labels)
-    got = curves.of(scores, labels.src[:, src_rows], labels.tgt[:, tgt_rows])
+    return scores, src_rows, tgt_rows, decoys, labels
 
-    query_regions = np.concatenate([labels.src, labels.tgt], axis=1)
-    expected = np.zeros(pairs)
-    for c in range(clusterings):
-        for pair_regions in (labels.src[c, src_rows], labels.tgt[c, tgt_rows]):
-            for r in range(regions):
-                mine = pair_regions == r
-                if not mine.any():
-                    continue
-                region_decoys = decoys[(query_regions[c] == r) & np.isfinite(decoys)]
-                precision = brute_region_precision(scores[mine], region_decoys)
-                order = np.argsort(-scores[mine], kind="stable")
-                ranked = np.empty(mine.sum())
-                ranked[order] = precision
-                expected[mine] += ranked
-    np.testing.assert_allclose(got, expected / (2 * clusterings), atol=1e-12)
+
+@pytest.mark.parametrize("seed", range(3))
+def test_regional_precision_is_the_mean_over_clusterings_and_sides_of_each_region_curve(seed):
+    scores, src_rows, tgt_rows, decoys, labels = random_candidates(seed)
+    curves, precision = regional_precision(scores, (src_rows, tgt_rows), decoys, labels, rounds=0)
+    got = curves.of(scores, labels.src[:, src_rows], labels.tgt[:, tgt_rows])
+    np.testing.assert_array_equal(precision, got)
+    expected = brute_regional(scores, src_rows, tgt_rows, decoys, np.ones(len(decoys)), labels)
+    np.testing.assert_allclose(got, expected, atol=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_each_reweighting_weighs_a_likely_translations_decoy_by_the_chance_it_is_none(seed):
+    scores, src_rows, tgt_rows, decoys, labels = random_candidates(seed)
+    weights = np.ones(len(decoys))
+    expected = brute_regional(scores, src_rows, tgt_rows, decoys, weights, labels)
+    for rounds in (1, 2):
+        weights = np.ones(len(decoys))
+        likely = np.where(expected >= 0.5, 1 - expected, 1.0)
+        weights[src_rows], weights[len(labels.src[0]) + tgt_rows] = likely, likely
+        expected = brute_regional(scores, src_rows, tgt_rows, decoys, weights, labels)
+        _, precision = regional_precision(scores, (src_rows, tgt_rows), decoys, labels, rounds=rounds)
+        np.testing.assert_allclose(precision, expected, atol=1e-12)
 
 
 def test_regional_precision_separates_a_dense_region_that_no_single_margin_threshold_serves():
@@ -122,9 +147,7 @@ def test_regional_precision_separates_a_dense_region_that_no_single_margin_thres
     decoys = np.concatenate([src_decoys, np.full(len(scores), np.nan)])
     rows = np.arange(len(scores))
     labels = RegionLabels(region[None].astype(np.int16), region[None].astype(np.int16), 2)
-    precision = regional_precision(scores, (rows, rows), decoys, labels).of(
-        scores, labels.src[:, rows], labels.tgt[:, rows]
-    )
+    _, precision = regional_precision(scores, (rows, rows), decoys, labels)
 
     def best_f1(score: np.ndarray) -> float:
         order = np.argsort(-score, kind="stable")

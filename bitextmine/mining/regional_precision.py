@@ -142,7 +142,7 @@ def regional_precision(
             weights = np.ones(len(decoys))
             likely = np.where(precision >= LIKELY_TRANSLATION, 1.0 - precision, 1.0)
             weights[pair_rows[0]] = likely
-            weights[len(labels.src[0]) + pair_rows[1]] = likely
+            weights[labels.src.shape[1] + pair_rows[1]] = likely  # target queries follow the sources
     return curves, precision
 
 

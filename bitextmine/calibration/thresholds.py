@@ -132,6 +132,12 @@ class ThresholdRecord:
         return ThresholdKey(self.fingerprint, self.margin, self.k, self.pair)
 
 
+# What a threshold applies to: the margin score, or each pair's regional precision
+# (mining/regional_precision.py) that `mine --threshold auto` learns inside the corpus.
+MARGIN_SCALE = "margin"
+REGIONAL_SCALE = "regional precision"
+
+
 @dataclass(frozen=True)
 class ThresholdChoice:
     """The threshold a run uses, the pair it was calibrated for and where it came from, for people."""
@@ -140,7 +146,7 @@ class ThresholdChoice:
     pair: str
     source: str
     calibrated_on: int | None = None  # sentences of the split it was calibrated on; None: unknown or given
-    scale: str = "margin"  # what it thresholds: the margin score, or the regional precision
+    scale: str = MARGIN_SCALE  # what it thresholds: MARGIN_SCALE or REGIONAL_SCALE
 
 
 # A corpus this many times the size of the calibration split is where the scale benchmark saw a calibrated

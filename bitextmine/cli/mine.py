@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 import typer
 from rich.table import Table
 
-from bitextmine.calibration.thresholds import ThresholdChoice, parse_threshold
+from bitextmine.calibration.thresholds import MARGIN_SCALE, ThresholdChoice, parse_threshold
 from bitextmine.cli.app import (
     DeviceOption,
     JsonOption,
@@ -201,7 +201,7 @@ def print_mine_summary(summary: MineSummary) -> None:
 
 
 def _reaching(threshold: ThresholdChoice) -> str:
-    name = "score" if threshold.scale == "margin" else threshold.scale
+    name = "score" if threshold.scale == MARGIN_SCALE else threshold.scale
     return f"{name} >= {threshold.value:.4f}"
 
 

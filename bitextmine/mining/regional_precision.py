@@ -28,10 +28,14 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from bitextmine.mining.regions import Regions, Rows
+from bitextmine.mining.regions import Regions
+
+if TYPE_CHECKING:
+    from bitextmine.search.gemm import VectorSource
 
 REWEIGHTINGS = 2  # passes after the first: the precisions settle in two
 # A decoy weighs less only where its query's candidate is more likely a translation than not: a false
@@ -98,7 +102,7 @@ class RegionLabels:
     regions: int
 
     @classmethod
-    def of(cls, regions: Regions, src: Rows, tgt: Rows) -> RegionLabels:
+    def of(cls, regions: Regions, src: VectorSource, tgt: VectorSource) -> RegionLabels:
         return cls(regions.assign(src), regions.assign(tgt), regions.count)
 
 

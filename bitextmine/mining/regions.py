@@ -9,12 +9,14 @@ region or merge it with a sparse one, depending on its seed; the precision is av
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 import faiss
 import numpy as np
+
+if TYPE_CHECKING:
+    from bitextmine.search.gemm import VectorSource  # a type only: torch is not imported to mine
 
 REGIONS = 32
 CLUSTERINGS = 8
@@ -22,33 +24,6 @@ TRAIN_PER_REGION = 256  # sampled rows a centroid: what FAISS's k-means keeps at
 MIN_PER_REGION = 39  # FAISS warns below this many training rows a centroid
 KMEANS_ITERATIONS = 20
 ASSIGN_ROWS = 65_536  # rows assigned at a time (float32: 100 MB at 384 dimensions)
-
-
-class Rows(Protocol):
-    """Rows of float32 unit vectors (a workspace language's `ShardedVectors`, or `ArrayRows`)."""
-
-    def __len__(self) -> int: ...
-
-    def blocks(self, block_rows: int) -> Iterator[tuple[int, np.ndarray]]: ...
-
-    def take(self, rows: np.ndarray) -> np.ndarray: ...
-
-
-@dataclass(frozen=True)
-class ArrayRows:
-    """An in-memory array as `Rows`."""
-
-    array: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.array)
-
-    def blocks(self, block_rows: int) -> Iterator[tuple[int, np.ndarray]]:
-        for start in range(0, len(self.array), block_rows):
-            yield start, np.ascontiguousarray(self.array[start : start + block_rows], dtype=np.float32)
-
-    def take(self, rows: np.ndarray) -> np.ndarray:
-        return np.ascontiguousarray(self.array[rows], dtype=np.float32)
 
 
 @dataclass(frozen=True)
@@ -62,7 +37,7 @@ class Regions:
         """Regions in each clustering."""
         return self.centroids.shape[1]
 
-    def assign(self, rows: Rows) -> np.ndarray:
+    def assign(self, rows: VectorSource) -> np.ndarray:
         """Each row's region in every clustering: int16 [clusterings, rows], read ASSIGN_ROWS at a time."""
         labels = np.zeros((len(self.centroids), len(rows)), np.int16)
         for start, block in rows.blocks(ASSIGN_ROWS):
@@ -76,7 +51,10 @@ class Regions:
 
 
 def fit_regions(
-    sources: tuple[Rows, Rows], regions: int = REGIONS, clusterings: int = CLUSTERINGS, seed: int = 0
+    sources: tuple[VectorSource, VectorSource],
+    regions: int = REGIONS,
+    clusterings: int = CLUSTERINGS,
+    seed: int = 0,
 ) -> Regions:
     """Regions of both languages' vectors together (`sources`), each clustering trained on its own
     sample of TRAIN_PER_REGION rows a region, drawn evenly from the two sides; fewer regions where the
@@ -88,7 +66,7 @@ def fit_regions(
     return Regions(np.stack([_kmeans(sample, regions, seed + i) for i, sample in enumerate(samples)]))
 
 
-def _sample(sources: tuple[Rows, Rows], rows: int, rng: np.random.Generator) -> np.ndarray:
+def _sample(sources: tuple[VectorSource, VectorSource], rows: int, rng: np.random.Generator) -> np.ndarray:
     """At most `rows` rows, half from each side where each has enough, in row order within a side."""
     share = [min(len(source), rows // 2) for source in sources]
     share[0] = min(len(sources[0]), rows - share[1])

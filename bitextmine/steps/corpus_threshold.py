@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,20 +26,22 @@ from bitextmine.calibration.planted import (
     learn_threshold,
     plant,
 )
-from bitextmine.calibration.thresholds import ThresholdChoice
+from bitextmine.calibration.thresholds import REGIONAL_SCALE, ThresholdChoice
 from bitextmine.errors import BitextmineError
 from bitextmine.mining.null_estimate import DecoyCounts
 from bitextmine.mining.regional_precision import PrecisionCounts, RegionLabels, regional_precision
-from bitextmine.mining.regions import Rows, fit_regions
+from bitextmine.mining.regions import fit_regions
 from bitextmine.mining.selection import Selection
 from bitextmine.mining.settings import MiningSettings
 from bitextmine.search.knn import Neighbours
 from bitextmine.search.language_search import BaseSearch
 from bitextmine.workspace.layout import Workspace
 
-REGIONAL_SCALE = "regional precision"
+if TYPE_CHECKING:
+    from bitextmine.search.gemm import VectorSource
+
 # Half of an F1 of 50%: where the planted pairs estimate less (translations too rare for the estimates to
-# hold), the regional precisions of false pairs (a few of a pair's sixteen regions' tops) would pass a
+# hold), the regional precisions of false pairs (the tops of a few of the regions each is read in) pass a
 # lower threshold in their thousands. Below it a pair counts as no translation in the estimates too, or
 # those thousands of small precisions would add up to translations the corpus does not hold.
 LOWEST_REGIONAL_THRESHOLD = 0.25
@@ -114,7 +116,7 @@ def in_corpus(
     learn: bool,
     selection: Selection,
     counts: DecoyCounts,
-    corpus: tuple[Search, Search, Rows, Rows],
+    corpus: tuple[Search, Search, VectorSource, VectorSource],
     settings: MiningSettings,
 ) -> InCorpus:
     """Plant `pairs` in the corpus whose candidates `selection` holds (`counts`: its decoy counts) and
@@ -162,7 +164,7 @@ def _half_the_best_f1(planted: Planted, counts: PrecisionCounts) -> CorpusEstima
 
 
 def _regional(
-    selection: Selection, pairs: CalibrationPairs, planted: Planted, corpus: tuple[Rows, Rows]
+    selection: Selection, pairs: CalibrationPairs, planted: Planted, corpus: tuple[VectorSource, VectorSource]
 ) -> tuple[np.ndarray, Planted]:
     """The regional precision of every candidate, and the planted pairs with theirs in place of their
     margins (regions fitted on the corpus's two sides)."""

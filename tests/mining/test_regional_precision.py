@@ -13,7 +13,8 @@ from bitextmine.mining.regional_precision import (
     region_curve,
     regional_precision,
 )
-from bitextmine.mining.regions import ArrayRows, Regions, fit_regions
+from bitextmine.mining.regions import Regions, fit_regions
+from bitextmine.search.gemm import ArrayVectors
 
 
 def brute_majorant_slopes(gains: np.ndarray) -> np.ndarray:
@@ -178,16 +179,16 @@ def test_regions_assign_each_row_to_its_nearest_centroid_in_every_clustering():
     tgt = rng.normal(size=(300, 8)).astype(np.float32)
     src /= np.linalg.norm(src, axis=1, keepdims=True)
     tgt /= np.linalg.norm(tgt, axis=1, keepdims=True)
-    regions = fit_regions((ArrayRows(src), ArrayRows(tgt)), regions=4, clusterings=3, seed=5)
+    regions = fit_regions((ArrayVectors(src), ArrayVectors(tgt)), regions=4, clusterings=3, seed=5)
     assert regions.centroids.shape == (3, 4, 8)
-    labels = regions.assign(ArrayRows(src))
+    labels = regions.assign(ArrayVectors(src))
     expected = np.stack([(src @ c.T).argmax(1) for c in regions.centroids])
     np.testing.assert_array_equal(labels, expected)
-    again = fit_regions((ArrayRows(src), ArrayRows(tgt)), regions=4, clusterings=3, seed=5)
+    again = fit_regions((ArrayVectors(src), ArrayVectors(tgt)), regions=4, clusterings=3, seed=5)
     np.testing.assert_array_equal(again.centroids, regions.centroids)  # the seed fixes them
 
 
 def test_few_rows_get_fewer_regions():
     rows = np.eye(4, dtype=np.float32)[np.arange(60) % 4]
-    regions = fit_regions((ArrayRows(rows), ArrayRows(rows)), regions=32, clusterings=2)
+    regions = fit_regions((ArrayVectors(rows), ArrayVectors(rows)), regions=32, clusterings=2)
     assert isinstance(regions, Regions) and regions.count == 120 // 39

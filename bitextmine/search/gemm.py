@@ -13,7 +13,8 @@ result is the float32 brute-force answer, whatever the precision of the products
 
 Memory: a query block of `query_rows` and a base block of `base_rows` make a `query_rows x base_rows`
 product matrix (2 bytes an entry in bf16/fp16, 4 in fp32) on the device, plus the base in the compute
-precision when it fits `resident_bytes` (else it is converted block by block for each query block), what
+precision when it fits `resident_bytes` (else it is converted block by block for each query block) and
+then its float32 rows too when they fit `exact_resident_bytes` (else re-ranking gathers them), what
 `_Best.scan` gathers (at most 1/`GATHER_SHARE` of a block's products, with their int64 columns: 0.6 of
 the product matrix in bf16), the float32 rows of `rerank_rows` candidates while they are re-ranked (for
 each set at once where `mutual_neighbours` certifies both in two threads), and each query's `fetch` + 1
@@ -51,6 +52,9 @@ CPU_BLOCK = (8_192, 16_384)  # query rows x base rows: a 256 MB bf16 product mat
 CUDA_BLOCK = (16_384, 524_288)
 CUDA_TOP_LEVELS = 2
 RESIDENT_BYTES = {"cpu": 4 * 2**30}  # base kept whole in the compute precision
+# ... and in float32 beside it, for re-ranking, where rounding moved its rows: gathering the candidates
+# from the memory-mapped shards instead cost more than the products on 2 CPU cores
+EXACT_RESIDENT_BYTES = {"cpu": 2 * 2**30}
 # On CUDA, shares of the card's memory, an H100's (80 GB) sizes: the product matrix at most 22% (17 GB;
 # a smaller card gets blocks of fewer base rows), the base kept whole up to 30% (24 GB)
 CUDA_PRODUCT_SHARE = 0.22
@@ -98,6 +102,7 @@ class GemmPlan:
     base_rows: int
     extra: int = EXTRA["cpu"]
     resident_bytes: int = 0
+    exact_resident_bytes: int = 0
     group: int = GROUP  # columns a group in `block_top` (CUDA) or `_Best.scan` (CPU)
     levels: int = 1  # rounds of group maxima in `block_top`
     grouped_top: bool = False  # each block's best by `block_top` (CUDA), else by `_Best.scan` (CPU)
@@ -123,7 +128,15 @@ class GemmPlan:
                 grouped_top=True,
                 rerank_rows=RERANK_CANDIDATES["cuda"],
             )
-        return cls(dev, dtype, *CPU_BLOCK, EXTRA["cpu"], RESIDENT_BYTES.get(dev.type, 0), group=CPU_GROUP)
+        return cls(
+            dev,
+            dtype,
+            *CPU_BLOCK,
+            EXTRA["cpu"],
+            RESIDENT_BYTES.get(dev.type, 0),
+            EXACT_RESIDENT_BYTES.get(dev.type, 0),
+            group=CPU_GROUP,
+        )
 
     def describe(self) -> str:
         return f"{str(self.dtype).removeprefix('torch.')} products on {self.device}"
@@ -352,25 +365,32 @@ class _BaseProducts:
         self.max_norm = 0.0  # of the float32 rows
         self.max_error = 0.0  # L2 distance a row moved when rounded to the compute precision
         self._buffer: torch.Tensor | None = None  # products of a query block and a base block
-        size = len(base) * _dim(base) * torch.finfo(plan.dtype).bits // 8
+        entries = len(base) * _dim(base)
         self.resident: torch.Tensor | None = None
-        if size <= plan.resident_bytes:
-            self.resident = torch.cat([block for _, block in self._converted(plan.base_rows)])
+        self.exact: torch.Tensor | None = None  # the float32 rows where held whole: the resident, if exact
+        if entries * torch.finfo(plan.dtype).bits // 8 <= plan.resident_bytes:
+            blocks = [(exact, converted) for _, exact, converted in self._converted(plan.base_rows)]
+            self.resident = torch.cat([converted for _, converted in blocks])
+            if self.max_error == 0.0:
+                self.exact = self.resident
+            elif entries * 4 <= plan.exact_resident_bytes:
+                self.exact = torch.cat([exact for exact, _ in blocks])
 
-    def _converted(self, rows: int) -> Iterator[tuple[int, torch.Tensor]]:
+    def _converted(self, rows: int) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
+        """(first row, float32 rows, the rows in the compute precision) block by block."""
         for start, block in self.base.blocks(rows):
             tensor = torch.from_numpy(np.ascontiguousarray(block, dtype=np.float32)).to(self.plan.device)
             converted = tensor.to(self.plan.dtype)
             self.max_norm = max(self.max_norm, float(torch.linalg.vector_norm(tensor, dim=1).max()))
             moved = torch.linalg.vector_norm(converted.float() - tensor, dim=1).max()
             self.max_error = max(self.max_error, float(moved))
-            yield start, converted
+            yield start, tensor, converted
 
     def blocks(self, rows: int) -> Iterable[tuple[int, torch.Tensor]]:
         """(first row, rows in the compute precision) for consecutive blocks of at most `rows` rows."""
         if self.resident is not None:
             return ((a, self.resident[a : a + rows]) for a in range(0, len(self.resident), rows))
-        return self._converted(rows)
+        return ((a, converted) for a, _, converted in self._converted(rows))
 
     def top(self, q32: torch.Tensor, fetch: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Per query: the best discarded product (-inf if none), and the `fetch` best products (float32)
@@ -436,9 +456,9 @@ class _BaseProducts:
         return (sums + 2 * FP32_UNIT) * norm * self.max_norm + 1e-7
 
     def _exact_rows(self, ids: torch.Tensor) -> torch.Tensor:
-        """float32 [len(ids), dim] base rows: from the resident copy where it holds them exactly."""
-        if self.resident is not None and self.max_error == 0.0:
-            return self.resident[ids].float()
+        """float32 [len(ids), dim] base rows: from memory where they are held whole."""
+        if self.exact is not None:
+            return self.exact[ids].float()
         return torch.from_numpy(self.base.take(ids.cpu().numpy())).to(ids.device)
 
     def bound(self, q32: torch.Tensor) -> torch.Tensor:

@@ -2,6 +2,7 @@
 
     python bench_scale.py encode                  # tier-ordered text, then `bitextmine encode` of both sides
     python bench_scale.py run --sizes 100000,... --densities set,0.01  # per subsample and index setting
+    python bench_scale.py run --sizes 1050592 --settings default --without-exact  # no hours of exact search
     python bench_scale.py auto                    # `mine --threshold auto` again in recorded workspaces
     python bench_scale.py report                  # results/bench_scale_real.md from its JSON
 
@@ -347,9 +348,10 @@ def pairs_at(mined: Mined, threshold: float) -> set[tuple[int, int]]:
     return set(zip(mined.src[kept].tolist(), mined.tgt[kept].tolist(), strict=True))
 
 
-def run(sizes: list[int], densities: list[float | None], names: list[str]) -> None:
+def run(sizes: list[int], densities: list[float | None], names: list[str], exact: bool = True) -> None:
     """Mine each subsample (size, density) with exact search and the settings named in `names` (all if
-    empty): one row per subsample and setting, replacing that row."""
+    empty): one row per subsample and setting, replacing that row. Without `exact`, no exact mining
+    (hours at 1M on 2 cores) and no share of its pairs, unless its pairs are recorded."""
     signal.signal(signal.SIGTERM, _interrupt)
     threshold = dev_threshold()
     rows = load_rows(RESULT)
@@ -362,8 +364,8 @@ def run(sizes: list[int], densities: list[float | None], names: list[str]) -> No
                     continue
                 if label == EXACT_SETTING[0] and EXACT_SETTING[1] not in names:
                     recorded = recorded_exact_pairs(sample, rows, threshold)
-                    if recorded is not None:
-                        exact_pairs = recorded
+                    if recorded is not None or not exact:
+                        exact_pairs = recorded or set()
                         continue
                 workspace, imported = size_workspace(sample, suffix)
                 figures = mine_in(workspace, args, resumable=label == EXACT_SETTING[0])
@@ -376,7 +378,9 @@ def run(sizes: list[int], densities: list[float | None], names: list[str]) -> No
                 row |= {key: row["quality"]["all"][key] for key in ("gold", "precision", "recall", "f1")}
                 row["auto"] = auto_figures(workspace, mined, sample, label == EXACT_SETTING[0])
                 row["mined"] = len(pairs)
-                row["share_of_exact_pairs"] = round(len(pairs & exact_pairs) / max(len(exact_pairs), 1), 4)
+                row["share_of_exact_pairs"] = (
+                    round(len(pairs & exact_pairs) / len(exact_pairs), 4) if exact_pairs else None
+                )
                 key = (size, density, label)
                 rows = [r for r in rows if _row_key(r) != key] + [stamped(row)]
                 save_results(RESULT, rows, report(rows))
@@ -455,7 +459,7 @@ def report(rows: list[dict]) -> str:
             f"{r['index_de']['seconds'] + r['index_en']['seconds']:.0f} | {_mine_seconds(r['mine'])} | "
             f"{max(s['peak_rss_gb'] for s in stages):.2f} | {r['precision']} | {_estimate(r)} | "
             f"{r['recall']} | {r['f1']} | "
-            f"{r['share_of_exact_pairs']:.2%} | {r['date']}, {r['machine']}, {r['commit']}{_load(r)}"
+            f"{_share(r)} | {r['date']}, {r['machine']}, {r['commit']}{_load(r)}"
         )
     lines += table(
         "sentences a side | density | setting | index | index s | mine s | peak RSS GB | P | P estimated | R "
@@ -545,6 +549,11 @@ def _estimate(row: dict) -> str:
     return "" if row.get("estimated_precision") is None else f"{row['estimated_precision']}"
 
 
+def _share(row: dict) -> str:
+    """The share of exact mining's pairs kept; blank where the subsample was not mined exactly."""
+    return "" if row.get("share_of_exact_pairs") is None else f"{row['share_of_exact_pairs']:.2%}"
+
+
 def _density(row: dict) -> str:
     return "" if row.get("density") is None else f"{row['density']:.1%}"
 
@@ -575,6 +584,11 @@ def main() -> None:
         help="default, ivf, ivf8, ivf32 (comma-separated; exact runs first unless its pairs are recorded, "
         "or when named)",
     )
+    runner.add_argument(
+        "--without-exact",
+        action="store_true",
+        help="no exact mining where its pairs are not recorded (the share of them kept left blank)",
+    )
     sub.add_parser("auto", help="rerun `mine --threshold auto` in the recorded rows' workspaces")
     sub.add_parser("report")
     args = parser.parse_args()
@@ -582,7 +596,8 @@ def main() -> None:
         encode()
     elif args.command == "run":
         densities = [None if d == "set" else float(d) for d in args.densities.split(",")]
-        run([int(s) for s in args.sizes.split(",")], densities, [s for s in args.settings.split(",") if s])
+        names = [s for s in args.settings.split(",") if s]
+        run([int(s) for s in args.sizes.split(",")], densities, names, exact=not args.without_exact)
     else:
         rows = load_rows(RESULT)
         rows = add_auto(rows) if args.command == "auto" else rows

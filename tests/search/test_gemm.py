@@ -75,6 +75,7 @@ def plan(
         base_rows,
         extra,
         default.resident_bytes,
+        default.exact_resident_bytes,
         group=group,
         levels=2 if grouped_top else 1,
         grouped_top=grouped_top,
@@ -128,6 +129,14 @@ def test_mutual_neighbours_are_the_reference_both_ways(precision, k, torch_threa
         fwd, bwd = mutual_neighbours(x, y, k, plan(precision))
         assert_reference(fwd, x, y, k)
         assert_reference(bwd, y, x, k)
+
+
+def test_resident_sets_without_their_float32_rows_rerank_from_the_source():
+    for x, y in random_and_clustered(400, 300, seed=33):
+        without = replace(plan("bf16"), exact_resident_bytes=0)  # candidates gathered with `take`
+        fwd, bwd = mutual_neighbours(ArrayVectors(x), ArrayVectors(y), 4, without)
+        assert_reference(fwd, x, y, 4)
+        assert_reference(bwd, y, x, 4)
 
 
 def test_mutual_neighbours_stream_sets_too_large_to_keep_and_count_both_sides():

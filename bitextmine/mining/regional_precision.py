@@ -11,7 +11,7 @@ the better of each sentence's competing candidates, which score above their quer
 sentence with a translation has a decoy too, which stands for no false pair: where translations are
 dense their decoys would sink the region's precision. So the precisions are estimated again, each
 decoy of a query whose own candidate is likely a translation now counting as the chance that it is
-none (one minus that candidate's precision).
+none (one minus that candidate's precision), and again with those, until they settle.
 
 Taken by decreasing score, each candidate adds about one to TP if it is a translation and zero if not;
 the slopes of TP's least concave majorant (`concave_slopes`, the Grenander estimator) are
@@ -26,7 +26,6 @@ where translations make up that share, which no single margin threshold does whe
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -37,7 +36,10 @@ from bitextmine.mining.regions import Regions
 if TYPE_CHECKING:
     from bitextmine.search.gemm import VectorSource
 
-REWEIGHTINGS = 2  # passes after the first: the precisions settle in two
+# Passes after the first, at most: each moves the precisions less than the one before, and they stop once
+# none moves by more than SETTLED, a step far finer than a threshold on them is chosen at.
+REWEIGHTINGS = 8
+SETTLED = 1e-3
 # A decoy weighs less only where its query's candidate is more likely a translation than not: a false
 # pair that lowered its own decoy would raise its own precision, pass after pass.
 LIKELY_TRANSLATION = 0.5
@@ -45,22 +47,16 @@ LIKELY_TRANSLATION = 0.5
 
 def concave_slopes(gains: np.ndarray) -> np.ndarray:
     """Slopes of the least concave majorant of the points (i, gains[i - 1]), i = 1..n, and (0, 0): each
-    point's the slope of the hull segment that spans it (float64 [n])."""
-    ys = [0.0, *np.asarray(gains, dtype=np.float64).tolist()]
-    hull = [0]
-    for i in range(1, len(ys)):
-        while len(hull) >= 2 and _on_or_below(hull[-2], hull[-1], i, ys):
-            hull.pop()
-        hull.append(i)
-    slopes = np.empty(len(ys) - 1)
-    for a, b in itertools.pairwise(hull):
-        slopes[a:b] = (ys[b] - ys[a]) / (b - a)
-    return slopes
+    point's the slope of the hull segment that spans it (float64 [n]). They are the non-increasing
+    least-squares fit to the steps between the points (Grenander's estimator as isotonic regression),
+    which scipy's pool-adjacent-violators computes in compiled code (imported here: a second of start-up
+    that only a learned threshold needs)."""
+    from scipy.optimize import isotonic_regression
 
-
-def _on_or_below(a: int, b: int, c: int, ys: list[float]) -> bool:
-    """Whether point b lies on or below the segment from point a to point c (x = the index)."""
-    return (ys[b] - ys[a]) * (c - a) <= (ys[c] - ys[a]) * (b - a)
+    steps = np.diff(np.asarray(gains, dtype=np.float64), prepend=0.0)
+    if not len(steps):
+        return steps
+    return isotonic_regression(steps, increasing=False).x
 
 
 @dataclass(frozen=True)
@@ -82,12 +78,16 @@ class RegionCurve:
 def region_curve(scores: np.ndarray, decoys: np.ndarray, weights: np.ndarray | None = None) -> RegionCurve:
     """The curve of one region's candidate `scores` and its queries' `decoys` (finite only), each decoy
     counting as `weights` false pairs (one each by default)."""
-    ordered = np.sort(np.asarray(scores, dtype=np.float64))[::-1]
     decoys = np.asarray(decoys, dtype=np.float64)
     weights = np.ones(len(decoys)) if weights is None else np.asarray(weights, dtype=np.float64)
     order = np.argsort(decoys, kind="stable")
-    below = np.concatenate([[0.0], np.cumsum(weights[order])])  # weight of the decoys below each
-    false = below[-1] - below[np.searchsorted(decoys[order], ordered, side="left")]
+    return _sorted_curve(np.sort(np.asarray(scores, dtype=np.float64))[::-1], decoys[order], weights[order])
+
+
+def _sorted_curve(ordered: np.ndarray, decoys: np.ndarray, weights: np.ndarray) -> RegionCurve:
+    """`region_curve` of scores in decreasing order and decoys in increasing order."""
+    below = np.concatenate([[0.0], np.cumsum(weights)])  # weight of the decoys below each
+    false = below[-1] - below[np.searchsorted(decoys, ordered, side="left")]
     gains = np.arange(1, len(ordered) + 1) - false
     return RegionCurve(ordered, np.clip(concave_slopes(gains), 0.0, 1.0))
 
@@ -136,17 +136,23 @@ def regional_precision(
     """The curves of the one-to-one candidates (`scores`, their source and target rows `pair_rows`),
     with the queries' `decoys` (source queries, then target queries; NaN for none) counted in their
     query's region, and the candidates' regional precision: after a first pass with every decoy one false
-    pair, `rounds` more with the decoys of queries whose candidate is likely a translation weighing the
-    chance that it is none (module docstring)."""
+    pair, up to `rounds` more with the decoys of queries whose candidate is likely a translation weighing
+    the chance that it is none, until no precision moves by more than SETTLED (module docstring)."""
     weights = np.ones(len(decoys))
-    for round_ in range(rounds + 1):
+    curves = _curves(scores, pair_rows, decoys, weights, labels)
+    precision = curves.of(scores, labels.src[:, pair_rows[0]], labels.tgt[:, pair_rows[1]])
+    for _ in range(rounds):
+        weights = np.ones(len(decoys))
+        likely = np.where(precision >= LIKELY_TRANSLATION, 1.0 - precision, 1.0)
+        weights[pair_rows[0]] = likely
+        weights[labels.src.shape[1] + pair_rows[1]] = likely  # target queries follow the sources
         curves = _curves(scores, pair_rows, decoys, weights, labels)
-        precision = curves.of(scores, labels.src[:, pair_rows[0]], labels.tgt[:, pair_rows[1]])
-        if round_ < rounds:
-            weights = np.ones(len(decoys))
-            likely = np.where(precision >= LIKELY_TRANSLATION, 1.0 - precision, 1.0)
-            weights[pair_rows[0]] = likely
-            weights[labels.src.shape[1] + pair_rows[1]] = likely  # target queries follow the sources
+        previous, precision = (
+            precision,
+            curves.of(scores, labels.src[:, pair_rows[0]], labels.tgt[:, pair_rows[1]]),
+        )
+        if not len(precision) or np.max(np.abs(precision - previous)) <= SETTLED:
+            break
     return curves, precision
 
 
@@ -157,20 +163,33 @@ def _curves(
     weights: np.ndarray,
     labels: RegionLabels,
 ) -> RegionalPrecision:
-    query_regions = np.concatenate([labels.src, labels.tgt], axis=1)
-    finite = np.isfinite(decoys)
+    """Every region's curve: the candidates sorted once, best first, and the finite decoys once,
+    increasing, so that each region's share of them, taken in that order, is sorted too."""
+    finite = np.flatnonzero(np.isfinite(decoys))
+    by_value = finite[np.argsort(decoys[finite], kind="stable")]
+    decoys, weights = np.asarray(decoys, np.float64)[by_value], weights[by_value]
+    query_regions = np.concatenate([labels.src, labels.tgt], axis=1)[:, by_value]
+    best_first = np.argsort(-np.asarray(scores, np.float64), kind="stable")
+    ordered = np.asarray(scores, np.float64)[best_first]
+    sides = (labels.src[:, pair_rows[0][best_first]], labels.tgt[:, pair_rows[1][best_first]])
+    curves: tuple[list[list[RegionCurve]], list[list[RegionCurve]]] = ([], [])
+    for clustering, regions in enumerate(query_regions):
+        decoy_groups = _groups(regions, labels.regions)
+        for side, pair_regions in zip(curves, sides, strict=True):
+            pair_groups = _groups(pair_regions[clustering], labels.regions)
+            side.append(
+                [
+                    _sorted_curve(ordered[rows], decoys[mine], weights[mine])
+                    for rows, mine in zip(pair_groups, decoy_groups, strict=True)
+                ]
+            )
+    return RegionalPrecision(*curves)
 
-    def curves(pair_regions: np.ndarray) -> list[list[RegionCurve]]:
-        return [
-            [
-                region_curve(scores[pair_regions[c] == r], decoys[mine], weights[mine])
-                for r in range(labels.regions)
-                for mine in (finite & (query_regions[c] == r),)
-            ]
-            for c in range(len(labels.src))
-        ]
 
-    return RegionalPrecision(curves(labels.src[:, pair_rows[0]]), curves(labels.tgt[:, pair_rows[1]]))
+def _groups(regions: np.ndarray, count: int) -> list[np.ndarray]:
+    """The positions of each region's entries in `regions`, in their order there, region by region."""
+    order = np.argsort(regions, kind="stable")
+    return np.split(order, np.cumsum(np.bincount(regions, minlength=count))[:-1])
 
 
 class PrecisionCounts:

@@ -6,6 +6,9 @@ import numpy as np
 import pytest
 
 from bitextmine.mining.regional_precision import (
+    LIKELY_TRANSLATION,
+    REWEIGHTINGS,
+    SETTLED,
     PrecisionCounts,
     RegionCurve,
     RegionLabels,
@@ -120,13 +123,16 @@ def test_regional_precision_is_the_mean_over_clusterings_and_sides_of_each_regio
 @pytest.mark.parametrize("seed", range(3))
 def test_each_reweighting_weighs_a_likely_translations_decoy_by_the_chance_it_is_none(seed):
     scores, src_rows, tgt_rows, decoys, labels = random_candidates(seed)
-    weights = np.ones(len(decoys))
-    expected = brute_regional(scores, src_rows, tgt_rows, decoys, weights, labels)
-    for rounds in (1, 2):
-        weights = np.ones(len(decoys))
-        likely = np.where(expected >= 0.5, 1 - expected, 1.0)
-        weights[src_rows], weights[len(labels.src[0]) + tgt_rows] = likely, likely
-        expected = brute_regional(scores, src_rows, tgt_rows, decoys, weights, labels)
+    for rounds in (1, 2, REWEIGHTINGS):
+        expected = brute_regional(scores, src_rows, tgt_rows, decoys, np.ones(len(decoys)), labels)
+        for _ in range(rounds):
+            weights = np.ones(len(decoys))
+            likely = np.where(expected >= LIKELY_TRANSLATION, 1 - expected, 1.0)
+            weights[src_rows], weights[len(labels.src[0]) + tgt_rows] = likely, likely
+            previous = expected
+            expected = brute_regional(scores, src_rows, tgt_rows, decoys, weights, labels)
+            if np.max(np.abs(expected - previous)) <= SETTLED:
+                break
         _, precision = regional_precision(scores, (src_rows, tgt_rows), decoys, labels, rounds=rounds)
         np.testing.assert_allclose(precision, expected, atol=1e-12)
 

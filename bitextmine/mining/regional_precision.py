@@ -36,8 +36,8 @@ from bitextmine.mining.regions import Regions
 if TYPE_CHECKING:
     from bitextmine.search.gemm import VectorSource
 
-# Passes after the first, at most: each moves the precisions less than the one before, and they stop once
-# none moves by more than SETTLED, a step far finer than a threshold on them is chosen at.
+# Passes after the first, at most: they stop once no precision moves by more than SETTLED, a step far
+# finer than the thresholds set on them.
 REWEIGHTINGS = 8
 SETTLED = 1e-3
 # A decoy weighs less only where its query's candidate is more likely a translation than not: a false
@@ -138,22 +138,30 @@ def regional_precision(
     query's region, and the candidates' regional precision: after a first pass with every decoy one false
     pair, up to `rounds` more with the decoys of queries whose candidate is likely a translation weighing
     the chance that it is none, until no precision moves by more than SETTLED (module docstring)."""
-    weights = np.ones(len(decoys))
-    curves = _curves(scores, pair_rows, decoys, weights, labels)
-    precision = curves.of(scores, labels.src[:, pair_rows[0]], labels.tgt[:, pair_rows[1]])
-    for _ in range(rounds):
-        weights = np.ones(len(decoys))
-        likely = np.where(precision >= LIKELY_TRANSLATION, 1.0 - precision, 1.0)
-        weights[pair_rows[0]] = likely
-        weights[labels.src.shape[1] + pair_rows[1]] = likely  # target queries follow the sources
+
+    def estimate(weights: np.ndarray) -> tuple[RegionalPrecision, np.ndarray]:
         curves = _curves(scores, pair_rows, decoys, weights, labels)
-        previous, precision = (
-            precision,
-            curves.of(scores, labels.src[:, pair_rows[0]], labels.tgt[:, pair_rows[1]]),
-        )
+        return curves, curves.of(scores, labels.src[:, pair_rows[0]], labels.tgt[:, pair_rows[1]])
+
+    curves, precision = estimate(np.ones(len(decoys)))
+    for _ in range(rounds):
+        previous = precision
+        curves, precision = estimate(_reweighted(precision, pair_rows, len(decoys), labels.src.shape[1]))
         if not len(precision) or np.max(np.abs(precision - previous)) <= SETTLED:
             break
     return curves, precision
+
+
+def _reweighted(
+    precision: np.ndarray, pair_rows: tuple[np.ndarray, np.ndarray], queries: int, sources: int
+) -> np.ndarray:
+    """Each query's decoy weight: one minus its candidate's precision where that is a likely translation,
+    else one (target queries follow the `sources` source queries)."""
+    weights = np.ones(queries)
+    likely = np.where(precision >= LIKELY_TRANSLATION, 1.0 - precision, 1.0)
+    weights[pair_rows[0]] = likely
+    weights[sources + pair_rows[1]] = likely
+    return weights
 
 
 def _curves(

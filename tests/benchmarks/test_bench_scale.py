@@ -74,3 +74,14 @@ def test_a_lower_density_drops_one_side_of_the_other_gold_pairs_alternately():
 def test_a_density_above_the_subsamples_is_refused():
     with pytest.raises(ValueError, match=r"density 0\.9"):
         scale_set.density_rows(10, np.array([[0, 0]]), density=0.9)
+
+
+def test_a_row_mined_without_exact_pairs_leaves_their_share_blank():
+    """`run --without-exact`: the report's share cell is empty, not None or a percentage of nothing."""
+    bench_scale = pytest.importorskip("bench_scale")
+    recorded = bench_scale.load_rows(bench_scale.RESULT)
+    row = next(r for r in recorded if "quality" in r) | {"share_of_exact_pairs": None}
+    lines = bench_scale.report([row]).splitlines()
+    line = next(line for line in lines if f"| {row['setting']} | {row['factory']} |" in line)
+    assert f"| {row['f1']} |  | {row['date']}" in line
+    assert "None" not in line

@@ -52,8 +52,8 @@ CPU_BLOCK = (8_192, 16_384)  # query rows x base rows: a 256 MB bf16 product mat
 CUDA_BLOCK = (16_384, 524_288)
 CUDA_TOP_LEVELS = 2
 RESIDENT_BYTES = {"cpu": 4 * 2**30}  # base kept whole in the compute precision
-# ... and in float32 beside it, for re-ranking, where rounding moved its rows: gathering the candidates
-# from the memory-mapped shards instead cost more than the products on 2 CPU cores
+# ... and in float32 beside it, for re-ranking, where rounding moved its rows: else every query's dozens of
+# candidates are gathered from the memory-mapped shards, a copy and a conversion a row
 EXACT_RESIDENT_BYTES = {"cpu": 2 * 2**30}
 # On CUDA, shares of the card's memory, an H100's (80 GB) sizes: the product matrix at most 22% (17 GB;
 # a smaller card gets blocks of fewer base rows), the base kept whole up to 30% (24 GB)

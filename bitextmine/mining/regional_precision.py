@@ -139,8 +139,10 @@ def regional_precision(
     pair, up to `rounds` more with the decoys of queries whose candidate is likely a translation weighing
     the chance that it is none, until no precision moves by more than SETTLED (module docstring)."""
 
+    grouped = _Grouped.of(scores, pair_rows, decoys, labels)
+
     def estimate(weights: np.ndarray) -> tuple[RegionalPrecision, np.ndarray]:
-        curves = _curves(scores, pair_rows, decoys, weights, labels)
+        curves = grouped.curves(weights)
         return curves, curves.of(scores, labels.src[:, pair_rows[0]], labels.tgt[:, pair_rows[1]])
 
     curves, precision = estimate(np.ones(len(decoys)))
@@ -164,34 +166,55 @@ def _reweighted(
     return weights
 
 
-def _curves(
-    scores: np.ndarray,
-    pair_rows: tuple[np.ndarray, np.ndarray],
-    decoys: np.ndarray,
-    weights: np.ndarray,
-    labels: RegionLabels,
-) -> RegionalPrecision:
-    """Every region's curve: the candidates sorted once, best first, and the finite decoys once,
-    increasing, so that each region's share of them, taken in that order, is sorted too."""
-    finite = np.flatnonzero(np.isfinite(decoys))
-    by_value = finite[np.argsort(decoys[finite], kind="stable")]
-    decoys, weights = np.asarray(decoys, np.float64)[by_value], weights[by_value]
-    query_regions = np.concatenate([labels.src, labels.tgt], axis=1)[:, by_value]
-    best_first = np.argsort(-np.asarray(scores, np.float64), kind="stable")
-    ordered = np.asarray(scores, np.float64)[best_first]
-    sides = (labels.src[:, pair_rows[0][best_first]], labels.tgt[:, pair_rows[1][best_first]])
-    curves: tuple[list[list[RegionCurve]], list[list[RegionCurve]]] = ([], [])
-    for clustering, regions in enumerate(query_regions):
-        decoy_groups = _groups(regions, labels.regions)
-        for side, pair_regions in zip(curves, sides, strict=True):
-            pair_groups = _groups(pair_regions[clustering], labels.regions)
-            side.append(
-                [
-                    _sorted_curve(ordered[rows], decoys[mine], weights[mine])
-                    for rows, mine in zip(pair_groups, decoy_groups, strict=True)
-                ]
-            )
-    return RegionalPrecision(*curves)
+# [clustering][region]: the positions of the region's candidates and of its decoys in `_Grouped`'s order
+_Shares = list[list[tuple[np.ndarray, np.ndarray]]]
+
+
+@dataclass(frozen=True)
+class _Grouped:
+    """The candidates sorted once, best first, and the finite decoys once, increasing, with each region's
+    share of them in every clustering: taken in that order, each share is sorted too, so that a pass of
+    `regional_precision` only weighs the decoys anew."""
+
+    ordered: np.ndarray  # the candidates' scores, decreasing
+    decoys: np.ndarray  # the finite decoys, increasing
+    by_value: np.ndarray  # their queries, in that order
+    by_src: _Shares  # candidates grouped by their source's region
+    by_tgt: _Shares
+
+    @classmethod
+    def of(
+        cls,
+        scores: np.ndarray,
+        pair_rows: tuple[np.ndarray, np.ndarray],
+        decoys: np.ndarray,
+        labels: RegionLabels,
+    ) -> _Grouped:
+        finite = np.flatnonzero(np.isfinite(decoys))
+        by_value = finite[np.argsort(decoys[finite], kind="stable")]
+        query_regions = np.concatenate([labels.src, labels.tgt], axis=1)[:, by_value]
+        best_first = np.argsort(-np.asarray(scores, np.float64), kind="stable")
+        sides = (labels.src[:, pair_rows[0][best_first]], labels.tgt[:, pair_rows[1][best_first]])
+        grouped: tuple[_Shares, _Shares] = ([], [])
+        for clustering, regions in enumerate(query_regions):
+            decoy_groups = _groups(regions, labels.regions)
+            for side, pair_regions in zip(grouped, sides, strict=True):
+                pair_groups = _groups(pair_regions[clustering], labels.regions)
+                side.append(list(zip(pair_groups, decoy_groups, strict=True)))
+        ordered = np.asarray(scores, np.float64)[best_first]
+        return cls(ordered, np.asarray(decoys, np.float64)[by_value], by_value, *grouped)
+
+    def curves(self, weights: np.ndarray) -> RegionalPrecision:
+        """Every region's curve, each decoy of query q counting as `weights[q]` false pairs."""
+        weights = weights[self.by_value]
+
+        def side(shares: _Shares) -> list[list[RegionCurve]]:
+            return [
+                [_sorted_curve(self.ordered[c], self.decoys[d], weights[d]) for c, d in regions]
+                for regions in shares
+            ]
+
+        return RegionalPrecision(side(self.by_src), side(self.by_tgt))
 
 
 def _groups(regions: np.ndarray, count: int) -> list[np.ndarray]:

@@ -369,12 +369,17 @@ class _BaseProducts:
         self.resident: torch.Tensor | None = None
         self.exact: torch.Tensor | None = None  # the float32 rows where held whole: the resident, if exact
         if entries * torch.finfo(plan.dtype).bits // 8 <= plan.resident_bytes:
-            blocks = [(exact, converted) for _, exact, converted in self._converted(plan.base_rows)]
-            self.resident = torch.cat([converted for _, converted in blocks])
+            keep_exact = entries * 4 <= plan.exact_resident_bytes  # else each float32 block is dropped
+            converted, exact = [], []
+            for _, rows, rounded in self._converted(plan.base_rows):
+                converted.append(rounded)
+                if keep_exact:
+                    exact.append(rows)
+            self.resident = torch.cat(converted)
             if self.max_error == 0.0:
                 self.exact = self.resident
-            elif entries * 4 <= plan.exact_resident_bytes:
-                self.exact = torch.cat([exact for exact, _ in blocks])
+            elif keep_exact:
+                self.exact = torch.cat(exact)
 
     def _converted(self, rows: int) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
         """(first row, float32 rows, the rows in the compute precision) block by block."""

@@ -131,12 +131,25 @@ def test_mutual_neighbours_are_the_reference_both_ways(precision, k, torch_threa
         assert_reference(bwd, y, x, k)
 
 
-def test_resident_sets_without_their_float32_rows_rerank_from_the_source():
+class CountedTakes(ArrayVectors):
+    takes = 0
+
+    def take(self, rows: np.ndarray) -> np.ndarray:
+        self.takes += 1
+        return super().take(rows)
+
+
+@pytest.mark.parametrize("exact_bytes", [0, None])
+def test_resident_sets_rerank_from_their_float32_copy_or_else_from_the_source(exact_bytes):
     for x, y in random_and_clustered(400, 300, seed=33):
-        without = replace(plan("bf16"), exact_resident_bytes=0)  # candidates gathered with `take`
-        fwd, bwd = mutual_neighbours(ArrayVectors(x), ArrayVectors(y), 4, without)
+        gemm = plan("bf16")
+        gemm = gemm if exact_bytes is None else replace(gemm, exact_resident_bytes=exact_bytes)
+        xs, ys = CountedTakes(x), CountedTakes(y)
+        fwd, bwd = mutual_neighbours(xs, ys, 4, gemm)
         assert_reference(fwd, x, y, 4)
         assert_reference(bwd, y, x, 4)
+        reranked_from_source = xs.takes > 1 and ys.takes > 1  # beyond the one row `_dim` reads
+        assert reranked_from_source == (exact_bytes == 0)
 
 
 def test_mutual_neighbours_stream_sets_too_large_to_keep_and_count_both_sides():

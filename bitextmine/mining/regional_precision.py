@@ -10,8 +10,12 @@ them, a region without translations comes out near half precision at its top (th
 the better of each sentence's competing candidates, which score above their queries' decoys). But a
 sentence with a translation has a decoy too, which stands for no false pair: where translations are
 dense their decoys would sink the region's precision. So the precisions are estimated again, each
-decoy of a query whose own candidate is likely a translation now counting as the chance that it is
-none (one minus that candidate's precision), and again with those, until they settle.
+decoy of a query whose own candidate counts as a translation now counting as the chance that it is none
+(one minus that candidate's precision), and again with those, until they settle. Where both directions
+are searched, a false pair's two queries bring two decoys, and a pass pushes a stretch of false pairs'
+precisions down: every candidate at LOWEST_PRECISION or more counts as a translation. Where one
+direction is, a false pair brings one, a pass leaves such a stretch where it found it and the decoys it
+lowered let small precisions creep up: only a candidate more likely a translation than not counts.
 
 Taken by decreasing score, each candidate adds about one to TP if it is a translation and zero if not;
 the slopes of TP's least concave majorant (`concave_slopes`, the Grenander estimator) are
@@ -37,12 +41,18 @@ if TYPE_CHECKING:
     from bitextmine.search.gemm import VectorSource
 
 # Passes after the first, at most: they stop once no precision moves by more than SETTLED, a step far
-# finer than the thresholds set on them.
-REWEIGHTINGS = 8
+# finer than the thresholds set on them (each pass moves them about half as far as the one before).
+REWEIGHTINGS = 16
 SETTLED = 1e-3
-# A decoy weighs less only where its query's candidate is more likely a translation than not: a false
-# pair that lowered its own decoy would raise its own precision, pass after pass.
-LIKELY_TRANSLATION = 0.5
+# Below this precision a pair counts as no translation: its query's decoy weighs fully, the estimates of
+# translations kept leave it out, and no learned threshold is set lower. In a corpus whose translations
+# are too rare for the planted pairs to estimate an F1 of 50%, the tops of a few of the regions each
+# false pair is read in would pass a lower threshold in their thousands and add up to translations the
+# corpus does not hold.
+LOWEST_PRECISION = 0.25
+# The precision from which a candidate counts as a translation when reweighing its query's decoy, by the
+# directions searched (module docstring).
+COUNTS_AS_TRANSLATION = {2: LOWEST_PRECISION, 1: 0.5}
 
 
 def concave_slopes(gains: np.ndarray) -> np.ndarray:
@@ -81,15 +91,18 @@ def region_curve(scores: np.ndarray, decoys: np.ndarray, weights: np.ndarray | N
     decoys = np.asarray(decoys, dtype=np.float64)
     weights = np.ones(len(decoys)) if weights is None else np.asarray(weights, dtype=np.float64)
     order = np.argsort(decoys, kind="stable")
-    return _sorted_curve(np.sort(np.asarray(scores, dtype=np.float64))[::-1], decoys[order], weights[order])
+    ordered, decoys = np.sort(np.asarray(scores, dtype=np.float64))[::-1], decoys[order]
+    return RegionCurve(
+        ordered, _local_precision(np.searchsorted(decoys, ordered, side="left"), weights[order])
+    )
 
 
-def _sorted_curve(ordered: np.ndarray, decoys: np.ndarray, weights: np.ndarray) -> RegionCurve:
-    """`region_curve` of scores in decreasing order and decoys in increasing order."""
+def _local_precision(reach: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """The local precision of a region's candidates, best first, the i-th scoring above `reach[i]` of its
+    decoys, whose weights are `weights` in increasing order of the decoys' values."""
     below = np.concatenate([[0.0], np.cumsum(weights)])  # weight of the decoys below each
-    false = below[-1] - below[np.searchsorted(decoys, ordered, side="left")]
-    gains = np.arange(1, len(ordered) + 1) - false
-    return RegionCurve(ordered, np.clip(concave_slopes(gains), 0.0, 1.0))
+    gains = np.arange(1, len(reach) + 1) - (below[-1] - below[reach])
+    return np.clip(concave_slopes(gains), 0.0, 1.0)
 
 
 @dataclass(frozen=True)
@@ -131,56 +144,77 @@ def regional_precision(
     pair_rows: tuple[np.ndarray, np.ndarray],
     decoys: np.ndarray,
     labels: RegionLabels,
+    directions: int,
     rounds: int = REWEIGHTINGS,
 ) -> tuple[RegionalPrecision, np.ndarray]:
     """The curves of the one-to-one candidates (`scores`, their source and target rows `pair_rows`),
     with the queries' `decoys` (source queries, then target queries; NaN for none) counted in their
     query's region, and the candidates' regional precision: after a first pass with every decoy one false
-    pair, up to `rounds` more with the decoys of queries whose candidate is likely a translation weighing
-    the chance that it is none, until no precision moves by more than SETTLED (module docstring)."""
+    pair, up to `rounds` more with the decoys of queries whose candidate counts as a translation (by the
+    `directions` searched) weighing the chance that it is none, until no precision moves by more than
+    SETTLED (module docstring)."""
 
     grouped = _Grouped.of(scores, pair_rows, decoys, labels)
-
-    def estimate(weights: np.ndarray) -> tuple[RegionalPrecision, np.ndarray]:
-        curves = grouped.curves(weights)
-        return curves, curves.of(scores, labels.src[:, pair_rows[0]], labels.tgt[:, pair_rows[1]])
-
-    curves, precision = estimate(np.ones(len(decoys)))
+    curves, precision = grouped.estimate(np.ones(len(decoys)))
     for _ in range(rounds):
         previous = precision
-        curves, precision = estimate(_reweighted(precision, pair_rows, len(decoys), labels.src.shape[1]))
+        curves, precision = grouped.estimate(
+            _reweighted(precision, pair_rows, len(decoys), labels.src.shape[1], directions)
+        )
         if not len(precision) or np.max(np.abs(precision - previous)) <= SETTLED:
             break
     return curves, precision
 
 
 def _reweighted(
-    precision: np.ndarray, pair_rows: tuple[np.ndarray, np.ndarray], queries: int, sources: int
+    precision: np.ndarray,
+    pair_rows: tuple[np.ndarray, np.ndarray],
+    queries: int,
+    sources: int,
+    directions: int,
 ) -> np.ndarray:
-    """Each query's decoy weight: one minus its candidate's precision where that is a likely translation,
+    """Each query's decoy weight: one minus its candidate's precision where that counts as a translation,
     else one (target queries follow the `sources` source queries)."""
     weights = np.ones(queries)
-    likely = np.where(precision >= LIKELY_TRANSLATION, 1.0 - precision, 1.0)
+    likely = np.where(precision >= COUNTS_AS_TRANSLATION[directions], 1.0 - precision, 1.0)
     weights[pair_rows[0]] = likely
     weights[sources + pair_rows[1]] = likely
     return weights
 
 
-# [clustering][region]: the positions of the region's candidates and of its decoys in `_Grouped`'s order
-_Shares = list[list[tuple[np.ndarray, np.ndarray]]]
+@dataclass(frozen=True)
+class _Group:
+    """One region's candidates and its queries' decoys in one clustering, by their places in `_Grouped`'s
+    orders (each increasing, so the candidates come best first and the decoys increasing), with what no
+    pass changes: how many of the decoys each candidate scores above (`reach`), and each candidate's last
+    tie, whose precision `RegionCurve.at` reads at its score (`ties`)."""
+
+    candidates: np.ndarray
+    decoys: np.ndarray
+    reach: np.ndarray  # int32: a region holds fewer than 2**31 decoys
+    ties: np.ndarray  # int32
+
+    @classmethod
+    def of(
+        cls, candidates: np.ndarray, decoys: np.ndarray, ordered: np.ndarray, values: np.ndarray
+    ) -> _Group:
+        scores = ordered[candidates]
+        reach = np.searchsorted(values[decoys], scores, side="left")
+        ties = np.searchsorted(-scores, -scores, side="right") - 1
+        return cls(candidates, decoys, reach.astype(np.int32), ties.astype(np.int32))
 
 
 @dataclass(frozen=True)
 class _Grouped:
     """The candidates sorted once, best first, and the finite decoys once, increasing, with each region's
-    share of them in every clustering: taken in that order, each share is sorted too, so that a pass of
-    `regional_precision` only weighs the decoys anew."""
+    share of them in every clustering (`_Group`), grouped by the candidates' sources' regions (`by_src`)
+    and by their targets' (`by_tgt`): a pass of `regional_precision` only weighs the decoys anew."""
 
     ordered: np.ndarray  # the candidates' scores, decreasing
-    decoys: np.ndarray  # the finite decoys, increasing
-    by_value: np.ndarray  # their queries, in that order
-    by_src: _Shares  # candidates grouped by their source's region
-    by_tgt: _Shares
+    best_first: np.ndarray  # their rows, in that order
+    by_value: np.ndarray  # the finite decoys' queries, in increasing order of the decoys
+    by_src: list[list[_Group]]  # [clustering][region]
+    by_tgt: list[list[_Group]]
 
     @classmethod
     def of(
@@ -192,29 +226,41 @@ class _Grouped:
     ) -> _Grouped:
         finite = np.flatnonzero(np.isfinite(decoys))
         by_value = finite[np.argsort(decoys[finite], kind="stable")]
+        values = np.asarray(decoys, np.float64)[by_value]
         query_regions = np.concatenate([labels.src, labels.tgt], axis=1)[:, by_value]
         best_first = np.argsort(-np.asarray(scores, np.float64), kind="stable")
+        ordered = np.asarray(scores, np.float64)[best_first]
         sides = (labels.src[:, pair_rows[0][best_first]], labels.tgt[:, pair_rows[1][best_first]])
-        grouped: tuple[_Shares, _Shares] = ([], [])
+        grouped: tuple[list[list[_Group]], list[list[_Group]]] = ([], [])
         for clustering, regions in enumerate(query_regions):
             decoy_groups = _groups(regions, labels.regions)
             for side, pair_regions in zip(grouped, sides, strict=True):
                 pair_groups = _groups(pair_regions[clustering], labels.regions)
-                side.append(list(zip(pair_groups, decoy_groups, strict=True)))
-        ordered = np.asarray(scores, np.float64)[best_first]
-        return cls(ordered, np.asarray(decoys, np.float64)[by_value], by_value, *grouped)
+                side.append(
+                    [_Group.of(c, d, ordered, values) for c, d in zip(pair_groups, decoy_groups, strict=True)]
+                )
+        return cls(ordered, best_first, by_value, *grouped)
 
-    def curves(self, weights: np.ndarray) -> RegionalPrecision:
-        """Every region's curve, each decoy of query q counting as `weights[q]` false pairs."""
+    def estimate(self, weights: np.ndarray) -> tuple[RegionalPrecision, np.ndarray]:
+        """Every region's curve, each decoy of query q counting as `weights[q]` false pairs, and each
+        candidate's regional precision (`RegionalPrecision.of` at its own score and regions)."""
         weights = weights[self.by_value]
+        total = np.zeros(len(self.ordered))
 
-        def side(shares: _Shares) -> list[list[RegionCurve]]:
-            return [
-                [_sorted_curve(self.ordered[c], self.decoys[d], weights[d]) for c, d in regions]
-                for regions in shares
-            ]
+        def side(groups: list[list[_Group]]) -> list[list[RegionCurve]]:
+            curves = []
+            for regions in groups:
+                curves.append([])
+                for group in regions:
+                    precision = _local_precision(group.reach, weights[group.decoys])
+                    total[group.candidates] += precision[group.ties]
+                    curves[-1].append(RegionCurve(self.ordered[group.candidates], precision))
+            return curves
 
-        return RegionalPrecision(side(self.by_src), side(self.by_tgt))
+        curves = RegionalPrecision(side(self.by_src), side(self.by_tgt))
+        precision = np.empty(len(total))
+        precision[self.best_first] = total / (2 * len(self.by_src))
+        return curves, precision
 
 
 def _groups(regions: np.ndarray, count: int) -> list[np.ndarray]:

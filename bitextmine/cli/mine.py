@@ -185,7 +185,8 @@ def print_mine_summary(summary: MineSummary) -> None:
             )
             out.print(
                 f"estimated recall: {counts['estimated_recall']:.1f}% of about "
-                f"{counts['estimated_translations']:,} translations in the corpus ({planted} found)",
+                f"{counts['estimated_translations']:,} translations in the corpus ({planted} found; it "
+                "errs high where the corpus's translations are harder to find than the calibration's)",
                 highlight=False,
             )
     else:

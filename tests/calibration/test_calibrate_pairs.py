@@ -73,7 +73,7 @@ def test_mine_auto_learns_the_threshold_inside_the_corpus_from_the_calibration_p
 
     code, output = run("mine", "de", "en", "-w", str(work), "--threshold", "auto", "--filters", "none")
     assert code == 0, output
-    assert "estimated recall:" in output and "of 30 planted calibration pairs found" in output
+    assert "estimated recall:" in output and "of 30 planted calibration pairs found; it errs high" in output
     assert "pairs with regional precision >= " in output
     stats = json.loads((work / "mined" / "de-en.stats.json").read_text())
     assert stats["threshold"]["source"].startswith(

@@ -5,13 +5,11 @@ One margin threshold cannot serve a corpus with dense and sparse regions: where 
 close as a translation (captions, templates) translations score lower than false pairs do elsewhere.
 Within one region, the decoys of its queries (mining/null_estimate.py) reaching a score t stand for the
 false pairs among its candidates reaching t, so TP(t) = kept(t) - false(t) estimates its translations.
-The decoy of a query whose candidate the one-to-one pass kept counts as one false pair: counted per
-direction pooled, as the corpus-wide estimate counts them, a region without translations comes out near
-half precision at its top (the pass keeps the better of each sentence's competing candidates, which
-score above their queries' decoys). A query whose candidate lost to a better one has no pair among the
-candidates: its decoy counts per direction pooled. But a sentence with a translation has a decoy too,
-which stands for no false pair: where translations are dense their decoys would sink the region's
-precision. So the precisions are estimated again, each
+Each decoy counts as one false pair: counted per direction pooled, as the corpus-wide estimate counts
+them, a region without translations comes out near half precision at its top (the one-to-one pass keeps
+the better of each sentence's competing candidates, which score above their queries' decoys). But a
+sentence with a translation has a decoy too, which stands for no false pair: where translations are
+dense their decoys would sink the region's precision. So the precisions are estimated again, each
 decoy of a query whose own candidate counts as a translation now counting as the chance that it is none
 (one minus that candidate's precision), and again with those, until they settle. Where both directions
 are searched, a false pair's two queries bring two decoys, and a pass pushes a stretch of false pairs'
@@ -151,20 +149,18 @@ def regional_precision(
 ) -> tuple[RegionalPrecision, np.ndarray]:
     """The curves of the one-to-one candidates (`scores`, their source and target rows `pair_rows`),
     with the queries' `decoys` (source queries, then target queries; NaN for none) counted in their
-    query's region, and the candidates' regional precision: after a first pass with every decoy of a
-    query with a candidate one false pair (one without, 1 / `directions`), up to `rounds` more with the
-    decoys of queries whose candidate counts as a translation (by the `directions` searched) weighing the
-    chance that it is none, until no precision moves by more than SETTLED (module docstring)."""
+    query's region, and the candidates' regional precision: after a first pass with every decoy one false
+    pair, up to `rounds` more with the decoys of queries whose candidate counts as a translation (by the
+    `directions` searched) weighing the chance that it is none, until no precision moves by more than
+    SETTLED (module docstring)."""
 
     grouped = _Grouped.of(scores, pair_rows, decoys, labels)
-
-    def weights(precision: np.ndarray) -> np.ndarray:
-        return _reweighted(precision, pair_rows, len(decoys), labels.src.shape[1], directions)
-
-    curves, precision = grouped.estimate(weights(np.zeros(len(scores))))  # no translations counted yet
+    curves, precision = grouped.estimate(np.ones(len(decoys)))
     for _ in range(rounds):
         previous = precision
-        curves, precision = grouped.estimate(weights(precision))
+        curves, precision = grouped.estimate(
+            _reweighted(precision, pair_rows, len(decoys), labels.src.shape[1], directions)
+        )
         if not len(precision) or np.max(np.abs(precision - previous)) <= SETTLED:
             break
     return curves, precision
@@ -177,13 +173,12 @@ def _reweighted(
     sources: int,
     directions: int,
 ) -> np.ndarray:
-    """Each query's decoy weight: 1 / `directions` where the query has no candidate; where it has, one
-    minus the candidate's precision if that counts as a translation, else one (target queries follow the
-    `sources` source queries)."""
-    weights = np.full(queries, 1.0 / directions)
-    counted = np.where(precision >= COUNTS_AS_TRANSLATION[directions], 1.0 - precision, 1.0)
-    weights[pair_rows[0]] = counted
-    weights[sources + pair_rows[1]] = counted
+    """Each query's decoy weight: one minus its candidate's precision where that counts as a translation,
+    else one (target queries follow the `sources` source queries)."""
+    weights = np.ones(queries)
+    likely = np.where(precision >= COUNTS_AS_TRANSLATION[directions], 1.0 - precision, 1.0)
+    weights[pair_rows[0]] = likely
+    weights[sources + pair_rows[1]] = likely
     return weights
 
 

@@ -111,27 +111,13 @@ def random_candidates(seed, n_src=40, n_tgt=50, pairs=30, clusterings=3, regions
     return scores, src_rows, tgt_rows, decoys, labels
 
 
-def decoy_weights(labels, src_rows, tgt_rows, directions, precision):
-    """Query by query: 1 / directions without a candidate; with one, one minus its precision where it
-    counts as a translation, else one."""
-    n_src, n_tgt = labels.src.shape[1], labels.tgt.shape[1]
-    weights = np.full(n_src + n_tgt, 1.0 / directions)
-    for pair, (s, t) in enumerate(zip(src_rows, tgt_rows, strict=True)):
-        counted = precision[pair] >= COUNTS_AS_TRANSLATION[directions]
-        weights[s] = weights[n_src + t] = 1 - precision[pair] if counted else 1.0
-    return weights
-
-
 @pytest.mark.parametrize("seed", range(3))
-@pytest.mark.parametrize("directions", [1, 2])
-def test_regional_precision_is_the_mean_over_clusterings_and_sides_of_each_region_curve(seed, directions):
+def test_regional_precision_is_the_mean_over_clusterings_and_sides_of_each_region_curve(seed):
     scores, src_rows, tgt_rows, decoys, labels = random_candidates(seed)
-    curves, precision = regional_precision(scores, (src_rows, tgt_rows), decoys, labels, directions, rounds=0)
+    curves, precision = regional_precision(scores, (src_rows, tgt_rows), decoys, labels, 2, rounds=0)
     got = curves.of(scores, labels.src[:, src_rows], labels.tgt[:, tgt_rows])
     np.testing.assert_array_equal(precision, got)
-    weights = decoy_weights(labels, src_rows, tgt_rows, directions, np.zeros(len(scores)))
-    assert set(weights) == {1.0, 1.0 / directions}  # queries without a candidate among them
-    expected = brute_regional(scores, src_rows, tgt_rows, decoys, weights, labels)
+    expected = brute_regional(scores, src_rows, tgt_rows, decoys, np.ones(len(decoys)), labels)
     np.testing.assert_allclose(got, expected, atol=1e-12)
 
 
@@ -140,14 +126,13 @@ def test_regional_precision_is_the_mean_over_clusterings_and_sides_of_each_regio
 def test_each_reweighting_weighs_a_translations_decoy_by_the_chance_it_is_none(seed, directions):
     scores, src_rows, tgt_rows, decoys, labels = random_candidates(seed)
     for rounds in (1, 2, REWEIGHTINGS):
-
-        def brute_pass(precision):
-            weights = decoy_weights(labels, src_rows, tgt_rows, directions, precision)
-            return brute_regional(scores, src_rows, tgt_rows, decoys, weights, labels)
-
-        expected = brute_pass(np.zeros(len(scores)))
+        expected = brute_regional(scores, src_rows, tgt_rows, decoys, np.ones(len(decoys)), labels)
         for _ in range(rounds):
-            previous, expected = expected, brute_pass(expected)
+            weights = np.ones(len(decoys))
+            counted = np.where(expected >= COUNTS_AS_TRANSLATION[directions], 1 - expected, 1.0)
+            weights[src_rows], weights[len(labels.src[0]) + tgt_rows] = counted, counted
+            previous = expected
+            expected = brute_regional(scores, src_rows, tgt_rows, decoys, weights, labels)
             if np.max(np.abs(expected - previous)) <= SETTLED:
                 break
         _, precision = regional_precision(

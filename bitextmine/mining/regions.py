@@ -18,7 +18,12 @@ import numpy as np
 if TYPE_CHECKING:
     from bitextmine.search.gemm import VectorSource  # a type only: torch is not imported to mine
 
+# A region reads its pairs' precision off its own candidates and decoys: a small corpus cut into many
+# regions leaves each too few of them, a large one gains little from more than REGIONS and would pay
+# for them in assignment, every sentence against every centroid of every clustering
+# (examples/benchmarks/results/constants.md, "Sentences a region").
 REGIONS = 32
+ROWS_PER_REGION = 2048  # both sides' sentences
 CLUSTERINGS = 8
 TRAIN_PER_REGION = 256  # sampled rows a centroid: what FAISS's k-means keeps at most
 MIN_PER_REGION = 39  # FAISS warns below this many training rows a centroid
@@ -48,6 +53,12 @@ class Regions:
         """`assign` for vectors in memory."""
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         return np.stack([(vectors @ centroids.T).argmax(1) for centroids in self.centroids]).astype(np.int16)
+
+
+def region_count(rows: int) -> int:
+    """The regions for a corpus of `rows` sentences on its two sides together: one per ROWS_PER_REGION,
+    at least one and at most REGIONS."""
+    return max(1, min(REGIONS, rows // ROWS_PER_REGION))
 
 
 def fit_regions(

@@ -30,7 +30,7 @@ from bitextmine.calibration.thresholds import REGIONAL_SCALE, ThresholdChoice
 from bitextmine.errors import BitextmineError
 from bitextmine.mining.null_estimate import DecoyCounts
 from bitextmine.mining.regional_precision import PrecisionCounts, RegionLabels, regional_precision
-from bitextmine.mining.regions import fit_regions
+from bitextmine.mining.regions import fit_regions, region_count
 from bitextmine.mining.selection import Selection
 from bitextmine.mining.settings import MiningSettings
 from bitextmine.search.knn import Neighbours
@@ -168,7 +168,7 @@ def _regional(
 ) -> tuple[np.ndarray, Planted]:
     """The regional precision of every candidate, and the planted pairs with theirs in place of their
     margins (regions fitted on the corpus's two sides)."""
-    regions = fit_regions(corpus)
+    regions = fit_regions(corpus, region_count(sum(len(side) for side in corpus)))
     labels = RegionLabels.of(regions, *corpus)
     records = selection.records
     scores, rows = np.asarray(records["score"]), (np.asarray(records["src"]), np.asarray(records["tgt"]))

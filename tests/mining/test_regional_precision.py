@@ -16,7 +16,7 @@ from bitextmine.mining.regional_precision import (
     region_curve,
     regional_precision,
 )
-from bitextmine.mining.regions import Regions, fit_regions
+from bitextmine.mining.regions import REGIONS, ROWS_PER_REGION, Regions, fit_regions, region_count
 from bitextmine.search.gemm import ArrayVectors
 
 
@@ -216,3 +216,9 @@ def test_few_rows_get_fewer_regions():
     rows = np.eye(4, dtype=np.float32)[np.arange(60) % 4]
     regions = fit_regions((ArrayVectors(rows), ArrayVectors(rows)), regions=32, clusterings=2)
     assert isinstance(regions, Regions) and regions.count == 120 // 39
+
+
+def test_a_region_per_rows_per_region_sentences_between_one_and_regions():
+    assert region_count(0) == region_count(ROWS_PER_REGION - 1) == 1
+    assert region_count(5 * ROWS_PER_REGION + 7) == 5
+    assert region_count(REGIONS * ROWS_PER_REGION) == region_count(10**9) == REGIONS

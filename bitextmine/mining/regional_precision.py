@@ -5,13 +5,19 @@ One margin threshold cannot serve a corpus with dense and sparse regions: where 
 close as a translation (captions, templates) translations score lower than false pairs do elsewhere.
 Within one region, the decoys of its queries (mining/null_estimate.py) reaching a score t stand for the
 false pairs among its candidates reaching t, so TP(t) = kept(t) - false(t) estimates its translations.
-Each decoy counts as one false pair: counted per direction pooled, as the corpus-wide estimate counts
-them, a region without translations comes out near half precision at its top (the one-to-one pass keeps
-the better of each sentence's competing candidates, which score above their queries' decoys). But a
-sentence with a translation has a decoy too, which stands for no false pair: where translations are
-dense their decoys would sink the region's precision. So the precisions are estimated again, each
-decoy of a query whose own candidate is likely a translation now counting as the chance that it is
-none (one minus that candidate's precision), and again with those, until they settle.
+The decoy of a query whose candidate the one-to-one pass kept counts as one false pair: counted per
+direction pooled, as the corpus-wide estimate counts them, a region without translations comes out near
+half precision at its top (the pass keeps the better of each sentence's competing candidates, which
+score above their queries' decoys). A query whose candidate lost to a better one has no pair among the
+candidates: its decoy counts per direction pooled. But a sentence with a translation has a decoy too,
+which stands for no false pair: where translations are dense their decoys would sink the region's
+precision. So the precisions are estimated again, each
+decoy of a query whose own candidate counts as a translation now counting as the chance that it is none
+(one minus that candidate's precision), and again with those, until they settle. Where both directions
+are searched, a false pair's two queries bring two decoys, and a pass pushes a stretch of false pairs'
+precisions down: every candidate at LOWEST_PRECISION or more counts as a translation. Where one
+direction is, a false pair brings one, a pass leaves such a stretch where it found it and the decoys it
+lowered let small precisions creep up: only a candidate more likely a translation than not counts.
 
 Taken by decreasing score, each candidate adds about one to TP if it is a translation and zero if not;
 the slopes of TP's least concave majorant (`concave_slopes`, the Grenander estimator) are
@@ -40,9 +46,15 @@ if TYPE_CHECKING:
 # finer than the thresholds set on them (each pass moves them about half as far as the one before).
 REWEIGHTINGS = 16
 SETTLED = 1e-3
-# A decoy weighs less only where its query's candidate is more likely a translation than not: a false
-# pair that lowered its own decoy would raise its own precision, pass after pass.
-LIKELY_TRANSLATION = 0.5
+# Below this precision a pair counts as no translation: its query's decoy weighs fully, the estimates of
+# translations kept leave it out, and no learned threshold is set lower. In a corpus whose translations
+# are too rare for the planted pairs to estimate an F1 of 50%, the tops of a few of the regions each
+# false pair is read in would pass a lower threshold in their thousands and add up to translations the
+# corpus does not hold.
+LOWEST_PRECISION = 0.25
+# The precision from which a candidate counts as a translation when reweighing its query's decoy, by the
+# directions searched (module docstring).
+COUNTS_AS_TRANSLATION = {2: LOWEST_PRECISION, 1: 0.5}
 
 
 def concave_slopes(gains: np.ndarray) -> np.ndarray:
@@ -81,9 +93,10 @@ def region_curve(scores: np.ndarray, decoys: np.ndarray, weights: np.ndarray | N
     decoys = np.asarray(decoys, dtype=np.float64)
     weights = np.ones(len(decoys)) if weights is None else np.asarray(weights, dtype=np.float64)
     order = np.argsort(decoys, kind="stable")
-    ordered = np.sort(np.asarray(scores, dtype=np.float64))[::-1]
-    reach = np.searchsorted(decoys[order], ordered, side="left")
-    return RegionCurve(ordered, _local_precision(reach, weights[order]))
+    ordered, decoys = np.sort(np.asarray(scores, dtype=np.float64))[::-1], decoys[order]
+    return RegionCurve(
+        ordered, _local_precision(np.searchsorted(decoys, ordered, side="left"), weights[order])
+    )
 
 
 def _local_precision(reach: np.ndarray, weights: np.ndarray) -> np.ndarray:
@@ -133,35 +146,44 @@ def regional_precision(
     pair_rows: tuple[np.ndarray, np.ndarray],
     decoys: np.ndarray,
     labels: RegionLabels,
+    directions: int,
     rounds: int = REWEIGHTINGS,
 ) -> tuple[RegionalPrecision, np.ndarray]:
     """The curves of the one-to-one candidates (`scores`, their source and target rows `pair_rows`),
     with the queries' `decoys` (source queries, then target queries; NaN for none) counted in their
-    query's region, and the candidates' regional precision: after a first pass with every decoy one false
-    pair, up to `rounds` more with the decoys of queries whose candidate is likely a translation weighing
-    the chance that it is none, until no precision moves by more than SETTLED (module docstring)."""
+    query's region, and the candidates' regional precision: after a first pass with every decoy of a
+    query with a candidate one false pair (one without, 1 / `directions`), up to `rounds` more with the
+    decoys of queries whose candidate counts as a translation (by the `directions` searched) weighing the
+    chance that it is none, until no precision moves by more than SETTLED (module docstring)."""
 
     grouped = _Grouped.of(scores, pair_rows, decoys, labels)
-    curves, precision = grouped.estimate(np.ones(len(decoys)))
+
+    def weights(precision: np.ndarray) -> np.ndarray:
+        return _reweighted(precision, pair_rows, len(decoys), labels.src.shape[1], directions)
+
+    curves, precision = grouped.estimate(weights(np.zeros(len(scores))))  # no translations counted yet
     for _ in range(rounds):
         previous = precision
-        curves, precision = grouped.estimate(
-            _reweighted(precision, pair_rows, len(decoys), labels.src.shape[1])
-        )
+        curves, precision = grouped.estimate(weights(precision))
         if not len(precision) or np.max(np.abs(precision - previous)) <= SETTLED:
             break
     return curves, precision
 
 
 def _reweighted(
-    precision: np.ndarray, pair_rows: tuple[np.ndarray, np.ndarray], queries: int, sources: int
+    precision: np.ndarray,
+    pair_rows: tuple[np.ndarray, np.ndarray],
+    queries: int,
+    sources: int,
+    directions: int,
 ) -> np.ndarray:
-    """Each query's decoy weight: one minus its candidate's precision where that is a likely translation,
-    else one (target queries follow the `sources` source queries)."""
-    weights = np.ones(queries)
-    likely = np.where(precision >= LIKELY_TRANSLATION, 1.0 - precision, 1.0)
-    weights[pair_rows[0]] = likely
-    weights[sources + pair_rows[1]] = likely
+    """Each query's decoy weight: 1 / `directions` where the query has no candidate; where it has, one
+    minus the candidate's precision if that counts as a translation, else one (target queries follow the
+    `sources` source queries)."""
+    weights = np.full(queries, 1.0 / directions)
+    counted = np.where(precision >= COUNTS_AS_TRANSLATION[directions], 1.0 - precision, 1.0)
+    weights[pair_rows[0]] = counted
+    weights[sources + pair_rows[1]] = counted
     return weights
 
 

@@ -29,7 +29,12 @@ from bitextmine.calibration.planted import (
 from bitextmine.calibration.thresholds import REGIONAL_SCALE, ThresholdChoice
 from bitextmine.errors import BitextmineError
 from bitextmine.mining.null_estimate import DecoyCounts
-from bitextmine.mining.regional_precision import PrecisionCounts, RegionLabels, regional_precision
+from bitextmine.mining.regional_precision import (
+    LOWEST_PRECISION,
+    PrecisionCounts,
+    RegionLabels,
+    regional_precision,
+)
 from bitextmine.mining.regions import fit_regions, region_count
 from bitextmine.mining.selection import Selection
 from bitextmine.mining.settings import MiningSettings
@@ -40,11 +45,6 @@ from bitextmine.workspace.layout import Workspace
 if TYPE_CHECKING:
     from bitextmine.search.gemm import VectorSource
 
-# Half of an F1 of 50%: where the planted pairs estimate less (translations too rare for the estimates to
-# hold), the regional precisions of false pairs (the tops of a few of the regions each is read in) pass a
-# lower threshold in their thousands. Below it a pair counts as no translation in the estimates too, or
-# those thousands of small precisions would add up to translations the corpus does not hold.
-LOWEST_REGIONAL_THRESHOLD = 0.25
 PLANTING_COUNTS = (
     "planted_pairs",
     "planted_duplicates",
@@ -139,7 +139,7 @@ def in_corpus(
     if np.isfinite(planted.found).sum() < MIN_FOUND:  # too few to learn from: no regions fitted
         return InCorpus(threshold, None, len(planted.found), planted.duplicates)
     precision, planted_precision = _regional(selection, pairs.subset(planted.rows), planted, corpus[2:])
-    above_floor = np.where(precision >= LOWEST_REGIONAL_THRESHOLD, precision, 0.0)
+    above_floor = np.where(precision >= LOWEST_PRECISION, precision, 0.0)
     estimate = _half_the_best_f1(planted_precision, PrecisionCounts(above_floor))
     if estimate is None:
         return InCorpus(threshold, None, len(planted.found), planted.duplicates)
@@ -153,14 +153,14 @@ def in_corpus(
 
 def _half_the_best_f1(planted: Planted, counts: PrecisionCounts) -> CorpusEstimate | None:
     """The estimate at half the best F1 that the planted pairs estimate over the regional precision, and
-    at least LOWEST_REGIONAL_THRESHOLD: the threshold that keeps every pair whose local precision is at
+    at least LOWEST_PRECISION: the threshold that keeps every pair whose local precision is at
     least half the F1 reached (F1's optimum, mining/regional_precision.py). The best estimated F1's own
     threshold sits higher where the estimates err (the precisions err low, the planted pairs are found
     more easily than the corpus's hardest), which costs recall."""
     best = learn_threshold(planted, counts)
     if best is None:
         return None
-    return estimate_at(planted, counts, max(best.f1 / 2, LOWEST_REGIONAL_THRESHOLD))
+    return estimate_at(planted, counts, max(best.f1 / 2, LOWEST_PRECISION))
 
 
 def _regional(
@@ -172,7 +172,8 @@ def _regional(
     labels = RegionLabels.of(regions, *corpus)
     records = selection.records
     scores, rows = np.asarray(records["score"]), (np.asarray(records["src"]), np.asarray(records["tgt"]))
-    curves, precision = regional_precision(scores, rows, np.asarray(selection.decoys), labels)
+    decoys = np.asarray(selection.decoys)
+    curves, precision = regional_precision(scores, rows, decoys, labels, selection.directions)
     found = np.isfinite(planted.found)
     planted_precision = np.full(len(planted.found), -np.inf)
     planted_precision[found] = curves.of(

@@ -19,9 +19,9 @@ from bitextmine.calibration.planted import (
 )
 from bitextmine.mining.margin import margin_scores
 from bitextmine.mining.null_estimate import DecoyCounts
-from bitextmine.mining.regional_precision import PrecisionCounts
+from bitextmine.mining.regional_precision import LOWEST_PRECISION, PrecisionCounts
 from bitextmine.search.knn import Neighbours
-from bitextmine.steps.corpus_threshold import LOWEST_REGIONAL_THRESHOLD, _half_the_best_f1
+from bitextmine.steps.corpus_threshold import _half_the_best_f1
 from tests.helpers import random_unit, unit
 
 K = 3
@@ -194,7 +194,7 @@ def test_the_regional_threshold_is_half_the_best_f1_the_planted_precisions_estim
         p, r = true(t) / max((precision >= t).sum(), 1), min(1.0, true(t) / translations)
         return 2 * p * r / (p + r)
 
-    half = max(max(f1(t) for t in np.unique(finite)) / 2, LOWEST_REGIONAL_THRESHOLD)
+    half = max(max(f1(t) for t in np.unique(finite)) / 2, LOWEST_PRECISION)
     assert chosen.threshold == pytest.approx(half)
     assert chosen.precision == pytest.approx(true(half) / (precision >= half).sum())
     assert chosen.planted_recall == pytest.approx(np.mean(found >= half))

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from bitextmine.mining.regional_precision import (
-    LIKELY_TRANSLATION,
+    COUNTS_AS_TRANSLATION,
+    LOWEST_PRECISION,
     REWEIGHTINGS,
     SETTLED,
     PrecisionCounts,
@@ -110,49 +111,68 @@ def random_candidates(seed, n_src=40, n_tgt=50, pairs=30, clusterings=3, regions
     return scores, src_rows, tgt_rows, decoys, labels
 
 
+def decoy_weights(labels, src_rows, tgt_rows, directions, precision):
+    """Query by query: 1 / directions without a candidate; with one, one minus its precision where it
+    counts as a translation, else one."""
+    n_src, n_tgt = labels.src.shape[1], labels.tgt.shape[1]
+    weights = np.full(n_src + n_tgt, 1.0 / directions)
+    for pair, (s, t) in enumerate(zip(src_rows, tgt_rows, strict=True)):
+        counted = precision[pair] >= COUNTS_AS_TRANSLATION[directions]
+        weights[s] = weights[n_src + t] = 1 - precision[pair] if counted else 1.0
+    return weights
+
+
 @pytest.mark.parametrize("seed", range(3))
-def test_regional_precision_is_the_mean_over_clusterings_and_sides_of_each_region_curve(seed):
+@pytest.mark.parametrize("directions", [1, 2])
+def test_regional_precision_is_the_mean_over_clusterings_and_sides_of_each_region_curve(seed, directions):
     scores, src_rows, tgt_rows, decoys, labels = random_candidates(seed)
-    curves, precision = regional_precision(scores, (src_rows, tgt_rows), decoys, labels, rounds=0)
+    curves, precision = regional_precision(scores, (src_rows, tgt_rows), decoys, labels, directions, rounds=0)
     got = curves.of(scores, labels.src[:, src_rows], labels.tgt[:, tgt_rows])
     np.testing.assert_array_equal(precision, got)
-    expected = brute_regional(scores, src_rows, tgt_rows, decoys, np.ones(len(decoys)), labels)
+    weights = decoy_weights(labels, src_rows, tgt_rows, directions, np.zeros(len(scores)))
+    assert set(weights) == {1.0, 1.0 / directions}  # queries without a candidate among them
+    expected = brute_regional(scores, src_rows, tgt_rows, decoys, weights, labels)
     np.testing.assert_allclose(got, expected, atol=1e-12)
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_each_reweighting_weighs_a_likely_translations_decoy_by_the_chance_it_is_none(seed):
+@pytest.mark.parametrize("directions", [1, 2])
+def test_each_reweighting_weighs_a_translations_decoy_by_the_chance_it_is_none(seed, directions):
     scores, src_rows, tgt_rows, decoys, labels = random_candidates(seed)
     for rounds in (1, 2, REWEIGHTINGS):
-        expected = brute_regional(scores, src_rows, tgt_rows, decoys, np.ones(len(decoys)), labels)
+
+        def brute_pass(precision):
+            weights = decoy_weights(labels, src_rows, tgt_rows, directions, precision)
+            return brute_regional(scores, src_rows, tgt_rows, decoys, weights, labels)
+
+        expected = brute_pass(np.zeros(len(scores)))
         for _ in range(rounds):
-            weights = np.ones(len(decoys))
-            likely = np.where(expected >= LIKELY_TRANSLATION, 1 - expected, 1.0)
-            weights[src_rows], weights[len(labels.src[0]) + tgt_rows] = likely, likely
-            previous = expected
-            expected = brute_regional(scores, src_rows, tgt_rows, decoys, weights, labels)
+            previous, expected = expected, brute_pass(expected)
             if np.max(np.abs(expected - previous)) <= SETTLED:
                 break
-        _, precision = regional_precision(scores, (src_rows, tgt_rows), decoys, labels, rounds=rounds)
+        _, precision = regional_precision(
+            scores, (src_rows, tgt_rows), decoys, labels, directions, rounds=rounds
+        )
         np.testing.assert_allclose(precision, expected, atol=1e-12)
 
 
 @pytest.mark.parametrize("seed", range(3))
-@pytest.mark.parametrize("decoys_a_pair", [1, 2])
-def test_the_reweighting_lifts_no_false_pairs_where_the_corpus_has_no_translations(seed, decoys_a_pair):
-    """Every candidate a false pair, each query's decoy drawn as its candidate's score is (one direction
-    searched, or both): few pairs reach a precision of a quarter after the passes. Weighing down every
-    candidate's decoy, whatever its precision, would let them lift each other pass after pass (thousands
-    here with one decoy a pair)."""
+@pytest.mark.parametrize("directions", [1, 2])
+def test_the_reweighting_lifts_no_false_pairs_where_the_corpus_has_no_translations(seed, directions):
+    """Every candidate a false pair, each query's decoy drawn as its candidate's score is: few pairs count
+    as translations after the passes. Weighing down every candidate's decoy, whatever its precision,
+    would let them lift each other pass after pass (thousands here where one direction is searched)."""
     rng = np.random.default_rng(seed)
     n = 3000
     scores = rng.normal(1.0, 0.02, n)
-    tgt_decoys = rng.normal(1.0, 0.02, n) if decoys_a_pair == 2 else np.full(n, np.nan)
+    tgt_decoys = rng.normal(1.0, 0.02, n) if directions == 2 else np.full(n, np.nan)
     decoys = np.concatenate([rng.normal(1.0, 0.02, n), tgt_decoys])
     regions = rng.integers(0, 8, (4, n)).astype(np.int16)
     rows = np.arange(n)
-    _, precision = regional_precision(scores, (rows, rows), decoys, RegionLabels(regions, regions, 8))
-    assert np.mean(precision >= 0.25) < 0.05
+    _, precision = regional_precision(
+        scores, (rows, rows), decoys, RegionLabels(regions, regions, 8), directions
+    )
+    assert np.mean(precision >= LOWEST_PRECISION) < 0.05
 
 
 def test_regional_precision_separates_a_dense_region_that_no_single_margin_threshold_serves():
@@ -166,13 +186,13 @@ def test_regional_precision_separates_a_dense_region_that_no_single_margin_thres
     scores = np.concatenate([true_scores, false_scores])
     truth = np.arange(len(scores)) < 2 * per
     region = np.concatenate([np.zeros(per), np.ones(per), np.zeros(false_per), np.ones(false_per)])
-    # every candidate's two sentences are queries of its region; a false pair's decoys score as it does,
-    # a translation's lie below it
+    # every candidate's two sentences are queries of its region; a false pair's decoy scores as it does,
+    # a translation's lies below it; one direction searched
     src_decoys = np.where(truth, scores - 0.05, scores + rng.normal(0, 0.002, len(scores)))
     decoys = np.concatenate([src_decoys, np.full(len(scores), np.nan)])
     rows = np.arange(len(scores))
     labels = RegionLabels(region[None].astype(np.int16), region[None].astype(np.int16), 2)
-    _, precision = regional_precision(scores, (rows, rows), decoys, labels)
+    _, precision = regional_precision(scores, (rows, rows), decoys, labels, 1)
 
     def best_f1(score: np.ndarray) -> float:
         order = np.argsort(-score, kind="stable")

@@ -11,13 +11,14 @@ half precision at its top (the pass keeps the better of each sentence's competin
 score above their queries' decoys). A query whose candidate lost to a better one has no pair among the
 candidates: its decoy counts per direction pooled. But a sentence with a translation has a decoy too,
 which stands for no false pair: where translations are dense their decoys would sink the region's
-precision. So the precisions are estimated again, each
-decoy of a query whose own candidate counts as a translation now counting as the chance that it is none
-(one minus that candidate's precision), and again with those, until they settle. Where both directions
-are searched, a false pair's two queries bring two decoys, and a pass pushes a stretch of false pairs'
-precisions down: every candidate at LOWEST_PRECISION or more counts as a translation. Where one
-direction is, a false pair brings one, a pass leaves such a stretch where it found it and the decoys it
-lowered let small precisions creep up: only a candidate more likely a translation than not counts.
+precision. So the precisions are estimated again, each decoy of a query whose own candidate counts as a
+translation now counting as the chance that it is none (one minus that candidate's precision), and again
+with those, until they settle. Where both directions are searched, a false pair's two queries bring two
+decoys, and a pass pushes a stretch of false pairs' precisions down: every candidate at LOWEST_PRECISION
+or more counts as a translation. Where one direction is, a false pair brings one, a pass leaves such a
+stretch where it found it and the decoys it lowered let small precisions creep up: only a candidate more
+likely a translation than not counts. Reweighing needs enough sentences a region (mining/regions.py):
+where each holds few, false pairs lift one another's precisions.
 
 Taken by decreasing score, each candidate adds about one to TP if it is a translation and zero if not;
 the slopes of TP's least concave majorant (`concave_slopes`, the Grenander estimator) are

@@ -19,9 +19,9 @@ if TYPE_CHECKING:
     from bitextmine.search.gemm import VectorSource  # a type only: torch is not imported to mine
 
 # A region reads its pairs' precision off its own candidates and decoys: a small corpus cut into many
-# regions leaves each too few of them, a large one gains little from more than REGIONS and would pay
-# for them in assignment, every sentence against every centroid of every clustering
-# (examples/benchmarks/results/constants.md, "Sentences a region").
+# regions leaves each too few of them. More than REGIONS help a large corpus a little, cost one whose
+# translations are rare its precision, and every corpus assignment time, every sentence against every
+# centroid of every clustering (examples/benchmarks/results/constants.md, "Sentences a region").
 REGIONS = 32
 ROWS_PER_REGION = 2048  # both sides' sentences
 CLUSTERINGS = 8

@@ -56,8 +56,9 @@ def encoded_workspace(lang: str, work: Path) -> Path:
     inputs.mkdir(parents=True, exist_ok=True)
     for side in (lang, "en"):
         lines = (bucc_dir(lang) / f"{lang}-en.dev.{side}").read_text(encoding="utf-8").splitlines()
-        text = inputs / f"{side}.txt"
-        text.write_text("".join(line.split("\t", 1)[1] + "\n" for line in lines), encoding="utf-8")
+        text, sentences = inputs / f"{side}.txt", "".join(line.split("\t", 1)[1] + "\n" for line in lines)
+        if not text.is_file() or text.read_text(encoding="utf-8") != sentences:
+            text.write_text(sentences, encoding="utf-8")  # left as it is, encode finds its input unchanged
         run("encode", str(text), "--lang", side, "--model", str(MODEL), "--workdir", str(workspace))
         run("index", side, "--workdir", str(workspace))
     return workspace

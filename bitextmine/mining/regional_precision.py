@@ -94,10 +94,9 @@ def region_curve(scores: np.ndarray, decoys: np.ndarray, weights: np.ndarray | N
     decoys = np.asarray(decoys, dtype=np.float64)
     weights = np.ones(len(decoys)) if weights is None else np.asarray(weights, dtype=np.float64)
     order = np.argsort(decoys, kind="stable")
-    ordered, decoys = np.sort(np.asarray(scores, dtype=np.float64))[::-1], decoys[order]
-    return RegionCurve(
-        ordered, _local_precision(np.searchsorted(decoys, ordered, side="left"), weights[order])
-    )
+    ordered = np.sort(np.asarray(scores, dtype=np.float64))[::-1]
+    reach = np.searchsorted(decoys[order], ordered, side="left")
+    return RegionCurve(ordered, _local_precision(reach, weights[order]))
 
 
 def _local_precision(reach: np.ndarray, weights: np.ndarray) -> np.ndarray:

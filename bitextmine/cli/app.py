@@ -501,6 +501,16 @@ ThresholdsOption = Annotated[
     Path | None,
     typer.Option(help="File of calibrated thresholds, by model and pair \\[default: WORK/thresholds.json]."),
 ]
+MinPrecisionOption = Annotated[
+    float | None,
+    typer.Option(
+        min=0.0,
+        max=1.0,
+        help="With --threshold auto: keep the pairs whose regional precision (the estimated chance that a "
+        "pair scoring as it does in its regions is a translation) is at least this, in place of the "
+        "threshold learned for the best F1; jsonl and parquet output give each pair's \\[default: learned].",
+    ),
+]
 MarginOption = Annotated[
     Literal[MARGINS],
     typer.Option(

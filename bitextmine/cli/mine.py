@@ -14,6 +14,7 @@ from bitextmine.cli.app import (
     JsonOption,
     KOption,
     MarginOption,
+    MinPrecisionOption,
     ModelOption,
     StrategyOption,
     ThreadsOption,
@@ -72,6 +73,7 @@ def mine(
             min=1,
         ),
     ] = None,
+    min_precision: MinPrecisionOption = None,
     thresholds: ThresholdsOption = None,
     model: ModelOption = None,
     job_rows: Annotated[
@@ -131,6 +133,7 @@ def mine(
             margin=margin,
             strategy=strategy,
             threshold=threshold,
+            min_precision=min_precision,
             nprobe=nprobe,
             device=device,
             max_codes=max_codes,

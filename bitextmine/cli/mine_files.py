@@ -15,6 +15,7 @@ from bitextmine.cli.app import (
     KOption,
     LidOption,
     MarginOption,
+    MinPrecisionOption,
     ModelOption,
     PrecisionOption,
     StrategyOption,
@@ -63,6 +64,7 @@ def mine_files(
             "one-to-one candidate]."
         ),
     ] = None,
+    min_precision: MinPrecisionOption = None,
     thresholds: ThresholdsOption = None,
     filters: MineFiltersOption = None,
     filter_items: FilterOption = None,
@@ -96,6 +98,7 @@ def mine_files(
             margin=margin,
             strategy=strategy,
             threshold=threshold,
+            min_precision=min_precision,
             thresholds=thresholds,
             filters=mine_filter_settings(filters, filter_items, src, tgt),
             output=pairs_output(output),

@@ -6,7 +6,9 @@ Formats (`FORMATS`, chosen by `--format` or the output's suffix):
 - ``tsv.zst`` (default), ``tsv.gz``, ``tsv``: ``score<TAB>src<TAB>tgt<TAB>src id<TAB>tgt id`` and, when
   the corpora carry a meta column, ``<TAB>src meta<TAB>tgt meta``; an id is ``INPUT-PATH:LINE``.
 - ``jsonl``: one object a pair with the keys of `COLUMNS` and ``translation``: ``{SRC_LANG: src,
-  TGT_LANG: tgt}``, the field of Hugging Face translation datasets.
+  TGT_LANG: tgt}``, the field of Hugging Face translation datasets. Where `mine` learned its threshold on
+  the regional precision (`--threshold auto`), ``precision`` too: the pair's estimated probability of
+  being a translation (mining/regional_precision.py); the TSV's layout stays LASER's.
 - ``parquet``: the same columns (needs pyarrow: ``pip install 'bitextmine[parquet]'``); its schema
   metadata holds, under the key ``bitextmine``, JSON saying what made the pairs (`parquet_metadata`).
 
@@ -41,12 +43,24 @@ from bitextmine.workspace.language import Language
 
 FORMATS = ("tsv.zst", "tsv.gz", "tsv", "jsonl", "parquet")
 TRANSLATION_FORMATS = ("jsonl", "parquet")  # the formats with a translation column
-COLUMNS = ("score", "src", "tgt", "src_file", "src_line", "tgt_file", "tgt_line", "src_meta", "tgt_meta")
+COLUMNS = (
+    "score",
+    "precision",
+    "src",
+    "tgt",
+    "src_file",
+    "src_line",
+    "tgt_file",
+    "tgt_line",
+    "src_meta",
+    "tgt_meta",
+)
 METADATA_KEY = (
     b"bitextmine"  # the parquet schema metadata's key (pandas writes b"pandas", datasets b"huggingface")
 )
 InputFiles = tuple[list[str], list[str]]  # the input paths of the source and target corpora
-ScoredRows = tuple[np.ndarray, list[Row], list[Row]]  # scores, and the source and target rows scored
+# scores, the source and target rows scored, and each pair's regional precision (None: not estimated)
+ScoredRows = tuple[np.ndarray, list[Row], list[Row], np.ndarray | None]
 KEPT_HISTOGRAM_BINS = 10
 TSV_FIELDS = (5, 7)  # without and with the two meta columns
 TSV_LAYOUT = "'score<TAB>src<TAB>tgt<TAB>src id<TAB>tgt id[<TAB>src meta<TAB>tgt meta]'"
@@ -81,12 +95,16 @@ class MinedChunk:
     src_files: list[str]  # input paths of the source corpus, by Row.source
     tgt_files: list[str]
     langs: tuple[str, str]  # the keys of the translation column
+    precision: list[float] | None = None  # each pair's regional precision, where it was estimated
 
     def records(self, with_meta: bool) -> Iterator[dict[str, Any]]:
         src_lang, tgt_lang = self.langs
-        for score, s, t in zip(self.score, self.src, self.tgt, strict=True):
-            record = {
-                "score": round(score, 6),
+        precisions = [None] * len(self.score) if self.precision is None else self.precision
+        for score, precision, s, t in zip(self.score, precisions, self.src, self.tgt, strict=True):
+            record: dict[str, Any] = {"score": round(score, 6)}
+            if precision is not None:
+                record["precision"] = round(precision, 6)
+            record |= {
                 "src": s.text,
                 "tgt": t.text,
                 "src_file": _printable(self.src_files[s.source]),
@@ -197,13 +215,14 @@ class _JsonlWriter:
 
 
 class _ParquetWriter:
-    def __init__(self, raw: BinaryIO, with_meta: bool, metadata: dict[str, Any]) -> None:
+    def __init__(self, raw: BinaryIO, layout: Layout, metadata: dict[str, Any]) -> None:
         pa, pq = _pyarrow("parquet output")
-        self.pa, self.with_meta = pa, with_meta
-        columns = [("score", pa.float64()), ("src", pa.string()), ("tgt", pa.string())]
+        self.pa, self.with_meta = pa, layout.with_meta
+        columns = [("score", pa.float64())] + [("precision", pa.float64())] * layout.with_precision
+        columns += [("src", pa.string()), ("tgt", pa.string())]
         columns += [("src_file", pa.string()), ("src_line", pa.int64())]
         columns += [("tgt_file", pa.string()), ("tgt_line", pa.int64())]
-        if with_meta:
+        if layout.with_meta:
             columns += [("src_meta", pa.string()), ("tgt_meta", pa.string())]
         langs = (metadata["src_lang"], metadata["tgt_lang"])
         columns += [("translation", pa.struct([(lang, pa.string()) for lang in langs]))]
@@ -229,8 +248,17 @@ def _pyarrow(needed_for: str) -> tuple[Any, Any]:
     return pa, pq
 
 
+@dataclass(frozen=True)
+class Layout:
+    """The optional columns a mined file has: the corpora's meta columns, each pair's regional precision
+    (in jsonl and parquet)."""
+
+    with_meta: bool = False
+    with_precision: bool = False
+
+
 def _open_writer(
-    raw: BinaryIO, fmt: str, with_meta: bool, metadata: dict[str, Any]
+    raw: BinaryIO, fmt: str, layout: Layout, metadata: dict[str, Any]
 ) -> tuple[_Writer, BinaryIO]:
     """The writer of `fmt` over `raw`, and the stream it writes to (`raw`, or a compressor over it)."""
     stream: BinaryIO = raw
@@ -239,10 +267,10 @@ def _open_writer(
     elif fmt == "tsv.gz":
         stream = gzip.GzipFile("", "wb", fileobj=raw, mtime=0)  # no name, no time: reruns give the same bytes
     if fmt == "jsonl":
-        return _JsonlWriter(stream, with_meta), stream
+        return _JsonlWriter(stream, layout.with_meta), stream
     if fmt == "parquet":
-        return _ParquetWriter(stream, with_meta, metadata), stream
-    return _TsvWriter(stream, with_meta), stream
+        return _ParquetWriter(stream, layout, metadata), stream
+    return _TsvWriter(stream, layout.with_meta), stream
 
 
 @dataclass
@@ -262,23 +290,25 @@ def write_mined(
     tgt: Language,
     pair_filter: PairFilter,
     settings: dict[str, Any],
+    precision: np.ndarray | None = None,
     chunk: int = 500_000,
 ) -> MinedOutput:
     """Write the candidate records (CANDIDATE_DTYPE, by decreasing score) that pass `pair_filter` to
-    `target` in `fmt`, looking sentences up `chunk` pairs at a time; `settings` say how they were mined
-    (see `write_pairs`)."""
+    `target` in `fmt`, with each one's regional `precision` where given, looking sentences up `chunk`
+    pairs at a time; `settings` say how they were mined (see `write_pairs`)."""
 
     readers = RowReader(src.corpus_dir, src.corpus), RowReader(tgt.corpus_dir, tgt.corpus)
 
     def chunks() -> Iterator[ScoredRows]:
         for first in range(0, len(pairs), chunk):
             part = pairs[first : first + chunk]
-            yield part["score"], readers[0].rows(part["src"]), readers[1].rows(part["tgt"])
+            part_precision = None if precision is None else precision[first : first + chunk]
+            yield part["score"], readers[0].rows(part["src"]), readers[1].rows(part["tgt"]), part_precision
 
     files: InputFiles = [s.path for s in src.corpus.sources], [s.path for s in tgt.corpus.sources]
     span = (float(pairs["score"][-1]), float(pairs["score"][0])) if len(pairs) else (0.0, 1.0)
-    with_meta = _has_meta(src) or _has_meta(tgt)
-    return write_pairs(target, fmt, chunks(), files, pair_filter, span, with_meta, settings=settings)
+    layout = Layout(_has_meta(src) or _has_meta(tgt), precision is not None)
+    return write_pairs(target, fmt, chunks(), files, pair_filter, span, layout, settings=settings)
 
 
 def write_pairs(
@@ -288,7 +318,7 @@ def write_pairs(
     files: InputFiles,
     pair_filter: PairFilter,
     span: tuple[float, float],
-    with_meta: bool = False,
+    layout: Layout = Layout(),
     preview: int = 10,
     *,
     settings: dict[str, Any] | None = None,
@@ -303,8 +333,8 @@ def write_pairs(
     shown: list[tuple[float, str, str]] = []
     kept = 0
     with target.open("wb") as raw:
-        writer, stream = _open_writer(raw, fmt, with_meta, parquet_metadata(*langs, settings or {}))
-        for scores, src_rows, tgt_rows in chunks:
+        writer, stream = _open_writer(raw, fmt, layout, parquet_metadata(*langs, settings or {}))
+        for scores, src_rows, tgt_rows, precision in chunks:
             mask = pair_filter.keep(scores, [r.text for r in src_rows], [r.text for r in tgt_rows])
             written = MinedChunk(
                 np.asarray(scores)[mask].tolist(),
@@ -312,6 +342,7 @@ def write_pairs(
                 [r for r, k in zip(tgt_rows, mask, strict=True) if k],
                 *files,
                 langs,
+                None if precision is None else np.asarray(precision)[mask].tolist(),
             )
             writer.write(written)
             counts += np.histogram(written.score, bins=KEPT_HISTOGRAM_BINS, range=span)[0]

@@ -118,11 +118,14 @@ def in_corpus(
     counts: DecoyCounts,
     corpus: tuple[Search, Search, VectorSource, VectorSource],
     settings: MiningSettings,
+    *,
+    min_precision: float | None = None,
 ) -> InCorpus:
     """Plant `pairs` in the corpus whose candidates `selection` holds (`counts`: its decoy counts) and
     whose source and target sides `corpus` searches and holds; where `learn`, the threshold is the
-    regional precision learned there (unless too few pairs are found: then `threshold` stays, the
-    calibrated margin), else the estimate is taken at `threshold`."""
+    regional precision learned there, or `min_precision` where given (unless too few pairs are found:
+    then `threshold` stays, the calibrated margin, and a `min_precision` is an error), else the estimate
+    is taken at `threshold`."""
     means = CorpusMeans(np.asarray(selection.fwd_means), np.asarray(selection.bwd_means))
     planted = plant(
         pairs,
@@ -137,18 +140,34 @@ def in_corpus(
         estimate = estimate_at(planted, counts, threshold.value)
         return InCorpus(threshold, estimate, len(planted.found), planted.duplicates)
     if np.isfinite(planted.found).sum() < MIN_FOUND:  # too few to learn from: no regions fitted
+        _check_learned(min_precision, planted)
         return InCorpus(threshold, None, len(planted.found), planted.duplicates)
     precision, planted_precision = _regional(selection, pairs.subset(planted.rows), planted, corpus[2:])
-    above_floor = np.where(precision >= LOWEST_PRECISION, precision, 0.0)
-    estimate = _half_the_best_f1(planted_precision, PrecisionCounts(above_floor))
+    above_floor = PrecisionCounts(np.where(precision >= LOWEST_PRECISION, precision, 0.0))
+    if min_precision is None:
+        estimate = _half_the_best_f1(planted_precision, above_floor)
+    else:
+        estimate = estimate_at(planted_precision, above_floor, min_precision)
     if estimate is None:
         return InCorpus(threshold, None, len(planted.found), planted.duplicates)
+    learned = "" if min_precision is None else "--min-precision, on the "
     source = (
-        f"regional precision learned inside this corpus from {len(planted.found):,} planted calibration "
-        f"pairs ({threshold.source})"
+        f"{learned}regional precision learned inside this corpus from {len(planted.found):,} planted "
+        f"calibration pairs ({threshold.source})"
     )
     learned = ThresholdChoice(estimate.threshold, threshold.pair, source, scale=REGIONAL_SCALE)
     return InCorpus(learned, estimate, len(planted.found), planted.duplicates, precision)
+
+
+def _check_learned(min_precision: float | None, planted: Planted) -> None:
+    """A `min_precision` needs the regional precision, which too few found planted pairs leave unfitted."""
+    if min_precision is not None:
+        found = int(np.isfinite(planted.found).sum())
+        raise BitextmineError(
+            f"--min-precision {min_precision:g}: only {found} of {len(planted.found):,} planted calibration "
+            f"pairs were found in this corpus, too few (at least {MIN_FOUND}) to estimate its regional "
+            "precision; mine with --threshold auto alone (the calibrated margin) or a numeric --threshold"
+        )
 
 
 def _half_the_best_f1(planted: Planted, counts: PrecisionCounts) -> CorpusEstimate | None:

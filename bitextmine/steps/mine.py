@@ -23,7 +23,7 @@ from bitextmine.calibration.thresholds import (
     size_drift_note,
 )
 from bitextmine.devices import check_device
-from bitextmine.errors import BitextmineError, BitextmineValueError, warn_user, whole_number
+from bitextmine.errors import BitextmineError, BitextmineValueError, real_number, warn_user, whole_number
 from bitextmine.files import OutputTarget, atomic_open, output_target, save_array, write_json
 from bitextmine.launch.config import LauncherConfig
 from bitextmine.launch.jobs import Job, run_jobs
@@ -61,6 +61,8 @@ HISTOGRAM_BINS = 50  # of every candidate's score, in the stats
 @dataclass
 class MineOptions(MiningSettings):  # k, margin, strategy, then:
     threshold: float | str | None = None  # a number, "auto", "auto:PAIR" (calibrated) or None (keep all)
+    # with "auto": keep the pairs of at least this regional precision in place of the learned threshold
+    min_precision: float | None = None
     thresholds: Path | None = None  # the threshold store of "auto"; default: WORK/thresholds.json
     nprobe: int | None = None
     device: str = "auto"  # where exact (Flat) indexes are searched: auto, cpu, cuda, cuda:N
@@ -77,6 +79,13 @@ class MineOptions(MiningSettings):  # k, margin, strategy, then:
     def __post_init__(self) -> None:  # before the search, not after it: the API is checked as the CLI is
         super().__post_init__()
         check_threshold(self.threshold)
+        if self.min_precision is not None:
+            real_number("min_precision", self.min_precision, 0.0, 1.0)
+            if self.threshold != "auto":
+                raise BitextmineValueError(
+                    "min_precision is a threshold on the regional precision learned inside the corpus: "
+                    f"it needs threshold 'auto', not {self.threshold!r}"
+                )
         for name in ("nprobe", "max_codes", "block_rows"):
             if getattr(self, name) is not None:
                 whole_number(name, getattr(self, name))
@@ -260,13 +269,16 @@ def _mine(
         )
         learn = options.threshold == "auto"
         corpus = (*searches, src.vectors, tgt.vectors)
-        planting = in_corpus(pairs, threshold, learn, selection, counts, corpus, options)
+        planting = in_corpus(
+            pairs, threshold, learn, selection, counts, corpus, options, min_precision=options.min_precision
+        )
         threshold = planting.threshold
     candidates = selection.records
     kept_rows = None if planting is None else planting.kept_rows()
+    pair_precision = None
     if kept_rows is not None:
         above, precision = len(kept_rows), planting.estimate.precision
-        reaching = candidates[kept_rows]
+        reaching, pair_precision = candidates[kept_rows], planting.pair_precision[kept_rows]
     else:
         above = len(candidates) if counts is None else counts.kept(threshold.value)
         precision = None if counts is None else counts.precision(threshold.value)
@@ -275,7 +287,7 @@ def _mine(
     settings = mining_settings(
         model.name, model.fingerprint, options.margin, options.k, threshold, options.filters
     )
-    written = write_mined(target, fmt, reaching, src, tgt, pair_filter, settings)
+    written = write_mined(target, fmt, reaching, src, tgt, pair_filter, settings, pair_precision)
     counts = {
         "src_sentences": sizes[0],
         "tgt_sentences": sizes[1],

@@ -183,4 +183,4 @@ def _rows(bitext: Bitext, scores: np.ndarray, keep: np.ndarray) -> Iterator[Scor
         part = kept[first : first + WRITE_ROWS]
         src = [Row(0, bitext.lines[i], bitext.src[i]) for i in part]
         tgt = [Row(0, bitext.lines[i], bitext.tgt[i]) for i in part]
-        yield scores[part], src, tgt
+        yield scores[part], src, tgt, None

@@ -311,15 +311,15 @@ def dev_vectors() -> Path:
     return out
 
 
-def mine_auto(workspace: Path, resumable: bool) -> dict:
-    """`mine --threshold auto` after `calibrate` on the dev split's vectors: the threshold it learns inside
-    the corpus and its estimates (its stats). A second run of `mine`, which reuses the neighbour lists
-    (searched in jobs of the first run's rows: `resumable` as for `mine_in`)."""
+def mine_auto(workspace: Path, resumable: bool, out: Path, *options: str) -> dict:
+    """`mine --threshold auto` (with `options`) into `out` after `calibrate` on the dev split's vectors: the
+    threshold it learns inside the corpus and its estimates (its stats). Another run of `mine`, which
+    reuses the neighbour lists (searched in jobs of the first run's rows: `resumable` as for `mine_in`)."""
     calibrate = ["calibrate", "--bucc", str(DEV_SPLIT), "--pair", "de-en", "--workdir", str(workspace)]
     run_command([*calibrate, "--embeddings", str(dev_vectors()), "--model-name", "e5-small-q4"])
-    out = workspace.parent / "at-auto.tsv"  # WORK/mined holds only the pair's own files
     mine = ["mine", "de", "en", "--threshold", "auto", "--filters", "none", "--workdir", str(workspace)]
-    figures = run_command([*mine, "-o", str(out)] + ["--job-rows", str(EXACT_JOB_ROWS)] * resumable)
+    rows = ["--job-rows", str(EXACT_JOB_ROWS)] * resumable
+    figures = run_command([*mine, "-o", str(out), *options, *rows])
     stats = json.loads((workspace / "mined" / "de-en.stats.json").read_text())
     counts = {
         key: stats["counts"][key] for key in ("estimated_precision", "estimated_recall", "planted_recall")
@@ -329,6 +329,13 @@ def mine_auto(workspace: Path, resumable: bool) -> dict:
 
 def mined_file(workspace: Path) -> Path:
     return workspace / "mined" / "de-en.tsv"
+
+
+def precision_candidates(path: Path) -> Mined:
+    """Every candidate of `mine --min-precision 0 --format jsonl`, scored by its regional precision."""
+    records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    src, tgt = (np.array([r[f"{side}_line"] - 1 for r in records], np.int64) for side in ("src", "tgt"))
+    return Mined(src, tgt, np.array([r["precision"] for r in records]))
 
 
 def mined_candidates(path: Path) -> Mined:
@@ -388,13 +395,23 @@ def run(sizes: list[int], densities: list[float | None], names: list[str], exact
 
 def auto_figures(workspace: Path, mined: Mined, sample: Subsample, resumable: bool) -> dict:
     """`mine_auto`'s figures, with the quality of the pairs it kept (a threshold on the regional precision
-    keeps no prefix of the margin order) and their own stamp; the oracle is the margin's."""
-    auto = mine_auto(workspace, resumable)
+    keeps no prefix of the margin order) and their own stamp; the oracles of the margin and of the
+    regional precision (every candidate's, from `mine --min-precision 0`)."""
+    auto = mine_auto(workspace, resumable, workspace.parent / "at-auto.tsv")
     kept = pairs_at(mined_candidates(workspace.parent / "at-auto.tsv"), -np.inf)
     chosen = np.array([pair in kept for pair in zip(mined.src.tolist(), mined.tgt.tolist(), strict=True)])
     at_auto = quality(Mined(mined.src, mined.tgt, chosen.astype(np.float64)), sample.hidden, 0.5)
     margin = quality(mined, sample.hidden, np.inf)
-    return stamped(auto | {"quality": {s: margin[s] | prf_of(at_auto[s]) for s in SUBSETS}})
+    every = workspace.parent / "at-precision.jsonl"
+    mine_auto(workspace, resumable, every, "--min-precision", "0")
+    regional = quality(precision_candidates(every), sample.hidden, auto["value"])
+    if prf_of(regional["all"]) != prf_of(at_auto["all"]):
+        raise SystemExit(f"{every}: the precisions at {auto['value']} keep other pairs than `mine` kept")
+    oracles = {
+        s: {"regional_oracle_f1": q["oracle_f1"], "regional_oracle": q["oracle_threshold"]}
+        for s, q in regional.items()
+    }
+    return stamped(auto | {"quality": {s: margin[s] | prf_of(at_auto[s]) | oracles[s] for s in SUBSETS}})
 
 
 def prf_of(row: dict) -> dict:
@@ -508,8 +525,9 @@ def _auto_section(rows: list[dict]) -> list[str]:
         "in [0, 1]) reaches half the best F1 those pairs estimate, and 0.25 (docs/design.md, thresholds at "
         "scale). "
         "True P / R / F1 of the pairs kept against the hidden pairs, per source; what `mine` estimated "
-        "without them; the planted pairs' recall; the oracle, the best F1 any single margin threshold "
-        "reaches.",
+        "without them; the planted pairs' recall; the best F1 any single threshold on the regional "
+        "precision reaches, and where (`mine --min-precision 0` writes every candidate's precision); the "
+        "best F1 of any margin threshold.",
         "",
     ]
     body = [
@@ -520,7 +538,7 @@ def _auto_section(rows: list[dict]) -> list[str]:
             if subset == "all"
             else " | "
         )
-        + f" | {q['oracle_f1']} | {a['date']}, {a['machine']}, {a['commit']}"
+        + f" | {_regional_oracle(q)} | {q['oracle_f1']} | {a['date']}, {a['machine']}, {a['commit']}"
         for r in rows
         if "auto" in r
         for subset, q in ((subset, r["auto"]["quality"][subset]) for subset in SUBSETS)
@@ -528,10 +546,17 @@ def _auto_section(rows: list[dict]) -> list[str]:
     ]
     return lines + table(
         "sentences a side | density | setting | source | threshold | P / R / F1 | estimated P / R "
-        "| planted pairs' R | oracle F1 | run",
-        "rrllrrrrrl",
+        "| planted pairs' R | best F1 on the precision, at | margin's best F1 | run",
+        "rrllrrrrrrl",
         body,
     )
+
+
+def _regional_oracle(quality: dict) -> str:
+    """The best F1 on the regional precision and its threshold (blank: recorded before it was measured)."""
+    if "regional_oracle_f1" not in quality:
+        return ""
+    return f"{quality['regional_oracle_f1']} at {quality['regional_oracle']:.4f}"
 
 
 def _report_order(row: dict) -> tuple:

@@ -57,6 +57,8 @@ def _subset_quality(score: np.ndarray, right: np.ndarray, gold: int, threshold: 
     order = np.argsort(-score, kind="stable")
     true_positives = np.cumsum(right[order])
     f1 = 2 * true_positives / (np.arange(1, len(order) + 1) + gold) if len(order) else np.zeros(1)
+    descending = score[order]
+    f1[:-1][descending[:-1] == descending[1:]] = -1.0  # a threshold keeps all of equal scores or none
     best = int(f1.argmax())
     return {
         "gold": gold,

@@ -3,6 +3,7 @@ candidates, and its lower-density subsamples (scale_set.density_rows)."""
 
 from __future__ import annotations
 
+import json
 import sys
 
 import numpy as np
@@ -85,3 +86,42 @@ def test_a_row_mined_without_exact_pairs_leaves_their_share_blank():
     line = next(line for line in lines if f"| {row['setting']} | {row['factory']} |" in line)
     assert f"| {row['f1']} |  | {row['date']}" in line
     assert "None" not in line
+
+
+def test_the_oracle_keeps_all_of_equal_scores_or_none():
+    """Regional precisions tie (a region's curve is a step): no threshold splits a tie, so the best F1
+    is that of keeping the whole tie or none of it."""
+    mined = quality_module.Mined(
+        np.array([0, 1, 7, 8]), np.array([0, 1, 7, 8]), np.array([0.9, 0.5, 0.5, 0.5])
+    )
+    figures = quality_module.quality(mined, HIDDEN, threshold=0.5)["all"]
+    # the tie at 0.5 holds (1,1) right and two wrong pairs: splitting it after (1,1) would give 2 of 2 (F1
+    # 4/7); whole, 2 right of 4 against 5 hidden pairs (4/9), above the first pair alone (2/6)
+    assert figures["oracle_f1"] == figures["f1"] == pytest.approx(round(100 * 4 / 9, 2))
+    assert figures["oracle_threshold"] == 0.5
+
+
+def test_every_candidates_precision_is_read_from_mines_jsonl(tmp_path):
+    bench_scale = pytest.importorskip("bench_scale")
+    path = tmp_path / "at-precision.jsonl"
+    records = [
+        {"score": 1.1, "precision": 0.9, "src_line": 3, "tgt_line": 1},
+        {"precision": 0.2, "src_line": 1, "tgt_line": 2},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    mined = bench_scale.precision_candidates(path)
+    assert (
+        mined.src.tolist() == [2, 0] and mined.tgt.tolist() == [0, 1] and mined.score.tolist() == [0.9, 0.2]
+    )
+
+
+def test_the_auto_table_gives_the_best_f1_on_the_regional_precision_where_measured():
+    bench_scale = pytest.importorskip("bench_scale")
+    recorded = bench_scale.load_rows(bench_scale.RESULT)
+    row = next(r for r in recorded if "auto" in r)
+    measured = {"regional_oracle_f1": 93.5, "regional_oracle": 0.61234}
+    quality = {s: q | measured for s, q in row["auto"]["quality"].items()}
+    lines = bench_scale.report([row | {"auto": row["auto"] | {"quality": quality}}]).splitlines()
+    assert sum("| 93.5 at 0.6123 |" in line for line in lines) == 3  # all, news, captions
+    older = [line for line in bench_scale.report([row]).splitlines() if f"| {row['setting']} | all |" in line]
+    assert older and all(f"|  | {row['auto']['quality']['all']['oracle_f1']} |" in line for line in older)

@@ -212,7 +212,7 @@ def test_read_real_dev_split() -> None:
 def write_mined_file(path: Path, pairs: list[tuple[float, str, str]]) -> Path:
     """`pairs` (score, src, tgt) written by mine's own writer, in the format `path`'s suffix names."""
     rows = [[Row(0, i + 1, pair[side]) for i, pair in enumerate(pairs)] for side in (1, 2)]
-    chunk = (np.array([pair[0] for pair in pairs]), *rows)
+    chunk = (np.array([pair[0] for pair in pairs]), *rows, None)
     keep_all = PairFilter(NO_FILTERS, "de", "en")
     target = OutputTarget(path)
     write_pairs(target, output_format(path), [chunk], (["de.txt"], ["en.txt"]), keep_all, (1.0, 2.0))

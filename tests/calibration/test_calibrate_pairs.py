@@ -54,18 +54,24 @@ def test_calibrate_takes_a_bucc_split_or_line_aligned_files(tmp_path):
     assert code == 1 and "give --bucc DIR (a BUCC split) or --pairs SRC TGT" in output, output
 
 
-@pytest.mark.integration
-def test_mine_auto_learns_the_threshold_inside_the_corpus_from_the_calibration_pairs(
-    tmp_path, indexed_workspace, tiny_model_dir
-):
-    work, _ = indexed_workspace
-    model = str(tiny_model_dir("bert"))
-    aligned = sentences(60, seed=9)  # identical sentences stand for translations under the tiny model
+def calibrate_on_pairs(tmp_path: Path, work: Path, model: str) -> list[str]:
+    """`calibrate --pairs` for de-en in `work` on 60 aligned sentences (identical sentences stand for
+    translations under the tiny model); the sentences."""
+    aligned = sentences(60, seed=9)
     src, tgt = write_aligned(tmp_path, aligned, aligned)
     code, output = run(
         "calibrate", "--pairs", str(src), str(tgt), "--pair", "de-en", "-m", model, "-w", str(work)
     )
     assert code == 0, output
+    return aligned
+
+
+@pytest.mark.integration
+def test_mine_auto_learns_the_threshold_inside_the_corpus_from_the_calibration_pairs(
+    tmp_path, indexed_workspace, tiny_model_dir
+):
+    work, _ = indexed_workspace
+    aligned = calibrate_on_pairs(tmp_path, work, str(tiny_model_dir("bert")))
     [record] = json.loads((work / "thresholds.json").read_text())["thresholds"]
     assert record["split"] == "flores.de"
     kept = np.load(pairs_file(work / "thresholds.json", record["fingerprint"], "de-en"))
@@ -97,3 +103,30 @@ def test_mine_auto_learns_the_threshold_inside_the_corpus_from_the_calibration_p
     assert code == 0, output
     given = json.loads((work / "mined" / "de-en.stats.json").read_text())
     assert given["threshold"]["scale"] == "margin" and given["counts"]["estimated_recall"] is not None
+
+
+@pytest.mark.integration
+def test_min_precision_keeps_the_pairs_whose_precision_the_output_gives(
+    tmp_path, indexed_workspace, tiny_model_dir
+):
+    work, _ = indexed_workspace
+    aligned = calibrate_on_pairs(tmp_path, work, str(tiny_model_dir("bert")))
+    auto = ["mine", "de", "en", "-w", str(work), "--threshold", "auto", "--filters", "none"]
+    code, output = run(*auto, "-o", str(tmp_path / "learned.jsonl"))
+    assert code == 0, output
+    learned = json.loads((work / "mined" / "de-en.stats.json").read_text())["threshold"]["value"]
+    code, output = run(*auto, "--min-precision", "0", "-o", str(tmp_path / "all.jsonl"))
+    assert code == 0, output
+    every = [json.loads(line) for line in (tmp_path / "all.jsonl").read_text().splitlines()]
+    stats = json.loads((work / "mined" / "de-en.stats.json").read_text())
+    assert stats["threshold"]["value"] == 0 and stats["threshold"]["source"].startswith("--min-precision")
+    assert len(every) == stats["counts"]["one_to_one_candidates"]  # every candidate, none planted
+    assert all(0 <= record["precision"] <= 1 for record in every)
+    assert not {record[side] for record in every for side in ("src", "tgt")} & set(aligned)
+    kept = [json.loads(line) for line in (tmp_path / "learned.jsonl").read_text().splitlines()]
+    assert kept == [record for record in every if record["precision"] >= learned]  # the same precisions
+
+    code, output = run(*auto, "--min-precision", "1.5")
+    assert code == 2 and "--min-precision" in output and "less than or equal to 1" in output, output
+    code, output = run("mine", "de", "en", "-w", str(work), "--threshold", "1.0", "--min-precision", "0.5")
+    assert code == 1 and "min_precision is a threshold on the regional precision" in output, output

@@ -17,11 +17,12 @@ from bitextmine.calibration.planted import (
     learn_threshold,
     plant,
 )
+from bitextmine.errors import BitextmineError
 from bitextmine.mining.margin import margin_scores
 from bitextmine.mining.null_estimate import DecoyCounts
 from bitextmine.mining.regional_precision import LOWEST_PRECISION, PrecisionCounts
 from bitextmine.search.knn import Neighbours
-from bitextmine.steps.corpus_threshold import _half_the_best_f1
+from bitextmine.steps.corpus_threshold import _check_learned, _half_the_best_f1
 from tests.helpers import random_unit, unit
 
 K = 3
@@ -172,6 +173,13 @@ def test_too_few_found_pairs_give_no_threshold():
     found = np.array([1.1] * (MIN_FOUND - 1) + [-np.inf] * 50)
     counts = DecoyCounts(np.array([1.1, 1.0]), np.array([0.9]), 1)
     assert learn_threshold(Planted(found, 0, np.arange(len(found))), counts) is None
+
+
+def test_too_few_found_pairs_leave_a_min_precision_nothing_to_threshold():
+    planted = Planted(np.array([1.1] * (MIN_FOUND - 1) + [-np.inf] * 50), 0, np.arange(MIN_FOUND + 49))
+    _check_learned(None, planted)  # the calibrated margin stays
+    with pytest.raises(BitextmineError, match=r"--min-precision 0.9: only 9 of 59 planted .*\(at least 10\)"):
+        _check_learned(0.9, planted)
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -29,7 +29,7 @@ SETTINGS = mining_settings(
 
 def write(path: Path, langs: tuple[str, str] = ("de", "en")) -> Path:
     rows = [[Row(0, i + 1, pair[side]) for i, pair in enumerate(PAIRS)] for side in (1, 2)]
-    chunk = (np.array([pair[0] for pair in PAIRS]), *rows)
+    chunk = (np.array([pair[0] for pair in PAIRS]), *rows, None)
     keep_all = PairFilter(NO_FILTERS, *langs)
     files = (["de.txt"], ["en.txt"])
     write_pairs(

@@ -17,7 +17,7 @@ from bitextmine.cli import app
 from bitextmine.errors import BitextmineError
 from bitextmine.files import OutputTarget
 from bitextmine.mining.filters import NO_FILTERS, PairFilter
-from bitextmine.mining.mined_file import FORMATS, output_format, write_pairs
+from bitextmine.mining.mined_file import FORMATS, Layout, output_format, write_pairs
 from bitextmine.text.reader import Row
 from bitextmine.train.data import Pair, PairBatch, find_sources, read_source, token_batches
 from bitextmine.train.loop import TrainConfig, batch_loss
@@ -37,7 +37,7 @@ def write_mined(path, pairs=THREE, with_meta=False):
     rows = [
         [Row(0, i + 1, p[side], "m" if with_meta else None) for i, p in enumerate(pairs)] for side in (1, 2)
     ]
-    chunk = (np.array([p[0] for p in pairs]), *rows)
+    chunk = (np.array([p[0] for p in pairs]), *rows, None)
     keep_all = PairFilter(NO_FILTERS, "de", "en")
     write_pairs(
         OutputTarget(path),
@@ -46,7 +46,7 @@ def write_mined(path, pairs=THREE, with_meta=False):
         (["de.txt"], ["en.txt"]),
         keep_all,
         (1.0, 1.5),
-        with_meta,
+        Layout(with_meta),
     )
     return path
 

@@ -394,13 +394,12 @@ def run(sizes: list[int], densities: list[float | None], names: list[str], exact
 
 
 def auto_figures(workspace: Path, mined: Mined, sample: Subsample, resumable: bool) -> dict:
-    """`mine_auto`'s figures, with the quality of the pairs it kept (a threshold on the regional precision
-    keeps no prefix of the margin order) and their own stamp; the oracles of the margin and of the
-    regional precision (every candidate's, from `mine --min-precision 0`)."""
+    """`mine_auto`'s figures, with the quality of the pairs it kept and their own stamp; the oracles of the
+    margin (over `mined`, the row's candidates) and of the regional precision (every candidate's, from
+    `mine --min-precision 0`)."""
     auto = mine_auto(workspace, resumable, workspace.parent / "at-auto.tsv")
-    kept = pairs_at(mined_candidates(workspace.parent / "at-auto.tsv"), -np.inf)
-    chosen = np.array([pair in kept for pair in zip(mined.src.tolist(), mined.tgt.tolist(), strict=True)])
-    at_auto = quality(Mined(mined.src, mined.tgt, chosen.astype(np.float64)), sample.hidden, 0.5)
+    kept = mined_candidates(workspace.parent / "at-auto.tsv")
+    at_auto = quality(Mined(kept.src, kept.tgt, np.ones(len(kept.src))), sample.hidden, 0.5)
     margin = quality(mined, sample.hidden, np.inf)
     every = workspace.parent / "at-precision.jsonl"
     mine_auto(workspace, resumable, every, "--min-precision", "0")

@@ -150,9 +150,9 @@ def in_corpus(
         estimate = estimate_at(planted_precision, above_floor, min_precision)
     if estimate is None:
         return InCorpus(threshold, None, len(planted.found), planted.duplicates)
-    learned = "" if min_precision is None else "--min-precision, on the "
+    given = "" if min_precision is None else "--min-precision, on the "
     source = (
-        f"{learned}regional precision learned inside this corpus from {len(planted.found):,} planted "
+        f"{given}regional precision learned inside this corpus from {len(planted.found):,} planted "
         f"calibration pairs ({threshold.source})"
     )
     learned = ThresholdChoice(estimate.threshold, threshold.pair, source, scale=REGIONAL_SCALE)

@@ -239,6 +239,11 @@ def _mine(
     _check_same_model(src, tgt, options.force)
     threshold = resolve_mine_threshold(options, workspace, src, pair)
     pairs = _pairs_to_plant(options, workspace, src, threshold, pair)
+    if options.min_precision is not None and pairs is None:
+        raise BitextmineError(
+            f"mine {pair} --min-precision: the calibration of {pair} kept no pairs to plant in the corpus, "
+            "so no regional precision can be learned; run `bitextmine calibrate` again"
+        )
     pair_filter = PairFilter(options.filters, src_lang, tgt_lang)
     infos = [load_index_info(workspace.index_dir(), lang.lang, lang.vectors) for lang in (src, tgt)]
     work = _neighbour_dir(workspace, pair, options, *infos)

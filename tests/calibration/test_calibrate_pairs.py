@@ -126,6 +126,11 @@ def test_min_precision_keeps_the_pairs_whose_precision_the_output_gives(
     kept = [json.loads(line) for line in (tmp_path / "learned.jsonl").read_text().splitlines()]
     assert kept == [record for record in every if record["precision"] >= learned]  # the same precisions
 
+    stored = next((work / "thresholds-pairs").iterdir())
+    stored.rename(tmp_path / stored.name)  # a calibration made before its pairs were kept
+    code, output = run(*auto, "--min-precision", "0.5")
+    assert code == 1 and "the calibration of de-en kept no pairs to plant" in output, output
+
     code, output = run(*auto, "--min-precision", "1.5")
     assert code == 2 and "--min-precision" in output and "less than or equal to 1" in output, output
     code, output = run("mine", "de", "en", "-w", str(work), "--threshold", "1.0", "--min-precision", "0.5")

@@ -20,7 +20,8 @@ MINE_FLAGS = {
     "k": (["--k", "7"], 7),
     "margin": (["--margin", "distance"], "distance"),
     "strategy": (["--strategy", "intersect"], "intersect"),
-    "threshold": (["--threshold", "1.1"], "1.1"),
+    "threshold": (["--threshold", "auto"], "auto"),
+    "min_precision": (["--min-precision", "0.8"], 0.8),
     "thresholds": (["--thresholds", "t.json"], Path("t.json")),
     "nprobe": (["--nprobe", "3"], 3),
     "device": (["--device", "cpu"], "cpu"),
@@ -63,7 +64,8 @@ def test_every_mine_option_with_a_flag_gets_the_flags_value(options_made, tmp_pa
 
 def test_mine_files_passes_its_share_of_mines_flags(options_made, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    shared = ["k", "margin", "strategy", "threshold", "thresholds", "filters", "output", "format", "device"]
+    shared = ["k", "margin", "strategy", "threshold", "min_precision", "thresholds", "filters", "output"]
+    shared += ["format", "device"]
     flags = [arg for name in shared for arg in MINE_FLAGS[name][0]]
     files = ["a.txt", "b.txt", "--src", "de", "--tgt", "en", "-m", "m"]
     code, output = run("mine-files", *files, *flags)

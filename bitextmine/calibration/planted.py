@@ -14,11 +14,14 @@ DUPLICATE_COSINE or more) is not planted: the copy would compete with it.
 
 The found pairs give the recall at a threshold, R(t). The corpus's decoys (mining/null_estimate.py) give
 the false pairs among its candidates reaching t, so TP(t) = kept(t) - false(t) estimates the
-translations kept there, and TP(t) / R(t) the translations the corpus holds. Both err low (the decoys
-count too many false pairs; calibration pairs of one kind of text are found more easily than a corpus's
-hardest), so the largest of these estimates stands for the corpus's translations, N. The threshold is
-the planted score with the best estimated F1, 2 TP(t) / (kept(t) + N); its estimated precision is
-TP / kept and its estimated recall TP / N.
+translations kept there, and TP(t) / R(t) the translations the corpus holds. For choosing a threshold,
+the largest of these estimates stands for the corpus's translations, N (TP errs low where few
+candidates are false, and calibration pairs of one kind of text are found more easily than a corpus's
+hardest), and the threshold is the planted score with the best estimated F1, 2 TP(t) / (kept(t) + N).
+What is reported at a threshold is its estimated precision, TP / kept, and its recall R(t): the recall
+of translations like the calibration pairs. Where they are of the corpus's kind it is the corpus's (TP
+errs high among many false candidates, so TP / N does not estimate it); where the corpus's translations
+are harder to find, it errs high (examples/benchmarks/results/bench_scale_real.md).
 """
 
 from __future__ import annotations
@@ -197,37 +200,31 @@ def _found(pool: np.ndarray, n_src: int, n_tgt: int, planted: int) -> np.ndarray
 
 @dataclass(frozen=True)
 class CorpusEstimate:
-    """A threshold learned inside the corpus, and what it is estimated to keep there."""
+    """What a threshold learned inside the corpus is estimated to keep there."""
 
     threshold: float
     precision: float  # estimated share of translations among the candidates kept
-    recall: float  # estimated share of the corpus's translations kept
-    planted_recall: float  # share of the planted pairs found at the threshold
-    translations: int  # the corpus's translations, estimated
-
-    @property
-    def f1(self) -> float:
-        total = self.precision + self.recall
-        return 2 * self.precision * self.recall / total if total else 0.0
+    recall: float  # share of the planted pairs found at the threshold
+    translations: int  # the corpus's translations: those kept, TP, over the recall
 
 
-def learn_threshold(planted: Planted, counts: Counts) -> CorpusEstimate | None:
-    """The planted score with the best estimated F1 on the corpus (module docstring); None where fewer
-    than MIN_FOUND planted pairs are found."""
+def best_f1(planted: Planted, counts: Counts) -> tuple[float, float] | None:
+    """The planted score with the best estimated F1 on the corpus, and that F1 (module docstring); None
+    where fewer than MIN_FOUND planted pairs are found."""
     translations = _translations(planted, counts)
     if translations is None:
         return None
-    estimates = [
-        _estimate(planted, counts, float(t), translations)
-        for t in np.unique(planted.found[np.isfinite(planted.found)])
-    ]
-    return max(estimates, key=lambda e: (e.f1, e.threshold))
+    scores = np.unique(planted.found[np.isfinite(planted.found)])
+    return max(((float(t), _f1(counts, float(t), translations)) for t in scores), key=lambda c: (c[1], c[0]))
 
 
 def estimate_at(planted: Planted, counts: Counts, threshold: float) -> CorpusEstimate | None:
     """The estimate at a given threshold; None where fewer than MIN_FOUND planted pairs are found."""
-    translations = _translations(planted, counts)
-    return None if translations is None else _estimate(planted, counts, threshold, translations)
+    if np.isfinite(planted.found).sum() < MIN_FOUND:
+        return None
+    true, recall = counts.true(threshold), planted.recall(threshold)
+    translations = round(true / recall) if recall else 0
+    return CorpusEstimate(threshold, counts.precision(threshold) or 0.0, recall, translations)
 
 
 def _translations(planted: Planted, counts: Counts) -> int | None:
@@ -239,8 +236,7 @@ def _translations(planted: Planted, counts: Counts) -> int | None:
     return int(max(counts.true(t) / planted.recall(t) for t in found[MIN_FOUND - 1 :]))
 
 
-def _estimate(planted: Planted, counts: Counts, threshold: float, translations: int) -> CorpusEstimate:
-    true = counts.true(threshold)
-    precision = counts.precision(threshold) or 0.0
-    recall = min(1.0, true / translations) if translations else 0.0
-    return CorpusEstimate(threshold, precision, recall, planted.recall(threshold), translations)
+def _f1(counts: Counts, threshold: float, translations: int) -> float:
+    """2 TP / (kept + N): the F1 of keeping the candidates that reach `threshold`."""
+    total = counts.kept(threshold) + translations
+    return 2 * counts.true(threshold) / total if total else 0.0

@@ -183,13 +183,11 @@ def print_mine_summary(summary: MineSummary) -> None:
                 highlight=False,
             )
         if counts["estimated_recall"] is not None:
-            planted = (
-                f"{counts['planted_recall']:.1f}% of {counts['planted_pairs']:,} planted calibration pairs"
-            )
             out.print(
                 f"estimated recall: {counts['estimated_recall']:.1f}% of about "
-                f"{counts['estimated_translations']:,} translations in the corpus ({planted} found; it "
-                "errs high where the corpus's translations are harder to find than the calibration's)",
+                f"{counts['estimated_translations']:,} translations in the corpus (the share of "
+                f"{counts['planted_pairs']:,} planted calibration pairs found: the recall of translations "
+                "like them; it errs high where the corpus's translations are harder to find)",
                 highlight=False,
             )
     else:

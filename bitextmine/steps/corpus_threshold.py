@@ -22,8 +22,8 @@ from bitextmine.calibration.planted import (
     CorpusMeans,
     Planted,
     Search,
+    best_f1,
     estimate_at,
-    learn_threshold,
     plant,
 )
 from bitextmine.calibration.thresholds import REGIONAL_SCALE, ThresholdChoice
@@ -48,7 +48,6 @@ if TYPE_CHECKING:
 PLANTING_COUNTS = (
     "planted_pairs",
     "planted_duplicates",
-    "planted_recall",
     "estimated_recall",
     "estimated_translations",
 )
@@ -83,7 +82,6 @@ class InCorpus:
         return {
             "planted_pairs": self.planted,
             "planted_duplicates": self.duplicates,
-            "planted_recall": None if estimate is None else round(100 * estimate.planted_recall, 2),
             "estimated_recall": None if estimate is None else round(100 * estimate.recall, 2),
             "estimated_translations": None if estimate is None else estimate.translations,
         }
@@ -176,10 +174,10 @@ def _half_the_best_f1(planted: Planted, counts: PrecisionCounts) -> CorpusEstima
     least half the F1 reached (F1's optimum, mining/regional_precision.py). The best estimated F1's own
     threshold sits higher where the estimates err (the precisions err low, the planted pairs are found
     more easily than the corpus's hardest), which costs recall."""
-    best = learn_threshold(planted, counts)
+    best = best_f1(planted, counts)
     if best is None:
         return None
-    return estimate_at(planted, counts, max(best.f1 / 2, LOWEST_PRECISION))
+    return estimate_at(planted, counts, max(best[1] / 2, LOWEST_PRECISION))
 
 
 def _regional(

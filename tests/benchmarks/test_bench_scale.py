@@ -129,3 +129,15 @@ def test_the_auto_table_gives_the_best_f1_on_the_regional_precision_where_measur
         line for line in bench_scale.report([older]).splitlines() if f"| {row['setting']} | all |" in line
     ]
     assert lines and all(f"|  | {row['auto']['quality']['all']['oracle_f1']} |" in line for line in lines)
+
+
+def test_the_kind_table_sets_the_estimated_recall_beside_the_true_one():
+    bench_scale = pytest.importorskip("bench_scale")
+    row = next(r for r in bench_scale.load_rows(bench_scale.RESULT) if "auto" in r)
+    row = row | {"auto": {key: value for key, value in row["auto"].items() if key != "kind"}}
+    kind = {"value": 0.41, "precision": 97.7, "recall": 89.0, "f1": 93.15}
+    kind |= {"estimated_precision": 94.9, "estimated_recall": 86.5}
+    lines = bench_scale.report([row | {"auto": row["auto"] | {"kind": kind}}]).splitlines()
+    (line,) = [line for line in lines if "| 0.4100 | 97.7 / 89.0 / 93.15 |" in line]
+    assert "| 94.9 / 86.5 | -2.5 |" in line
+    assert not any("| 0.4100 |" in line for line in bench_scale.report([row]).splitlines())

@@ -13,8 +13,8 @@ from bitextmine.calibration.planted import (
     CalibrationPairs,
     CorpusMeans,
     Planted,
+    best_f1,
     estimate_at,
-    learn_threshold,
     plant,
 )
 from bitextmine.errors import BitextmineError
@@ -130,7 +130,7 @@ def test_no_pair_left_to_plant_gives_no_estimate():
     )  # fmt: skip
     assert planted.duplicates == len(pairs) and len(planted.found) == 0
     counts = DecoyCounts(np.array([1.1, 1.0]), np.array([0.9, np.nan]), 2)
-    assert learn_threshold(planted, counts) is None and estimate_at(planted, counts, 1.0) is None
+    assert best_f1(planted, counts) is None and estimate_at(planted, counts, 1.0) is None
 
 
 def brute_force_choice(found, candidates, decoys, directions):
@@ -161,18 +161,22 @@ def test_the_threshold_has_the_best_estimated_f1_over_the_planted_scores(seed):
     decoys = np.concatenate([rng.normal(1.0, 0.025, 3000), [np.nan] * 10])
     found = np.concatenate([rng.normal(1.08, 0.03, 80), [-np.inf] * 20])
     planted = Planted(found, 0, np.arange(len(found)))
-    chosen = learn_threshold(planted, DecoyCounts(candidates, decoys, 2))
-    threshold, total, f1 = brute_force_choice(found, candidates, decoys[~np.isnan(decoys)], 2)
-    assert chosen.threshold == threshold and chosen.translations == total
-    assert 2 * chosen.precision * chosen.recall / (chosen.precision + chosen.recall) == pytest.approx(f1)
-    assert chosen.planted_recall == pytest.approx(np.mean(found >= threshold))
-    assert 1.02 < chosen.threshold < 1.1  # between the two populations
+    counts = DecoyCounts(candidates, decoys, 2)
+    chosen, chosen_f1 = best_f1(planted, counts)
+    threshold, _, f1 = brute_force_choice(found, candidates, decoys[~np.isnan(decoys)], 2)
+    assert chosen == threshold and chosen_f1 == pytest.approx(f1)
+    assert 1.02 < chosen < 1.1  # between the two populations
+    estimate = estimate_at(planted, counts, chosen)
+    true = (candidates >= chosen).sum() - (decoys >= chosen).sum() / 2
+    assert estimate.recall == pytest.approx(np.mean(found >= chosen))  # the planted pairs'
+    assert estimate.precision == pytest.approx(true / (candidates >= chosen).sum())
+    assert estimate.translations == round(true / estimate.recall)
 
 
 def test_too_few_found_pairs_give_no_threshold():
     found = np.array([1.1] * (MIN_FOUND - 1) + [-np.inf] * 50)
     counts = DecoyCounts(np.array([1.1, 1.0]), np.array([0.9]), 1)
-    assert learn_threshold(Planted(found, 0, np.arange(len(found))), counts) is None
+    assert best_f1(Planted(found, 0, np.arange(len(found))), counts) is None
 
 
 def test_too_few_found_pairs_leave_a_min_precision_nothing_to_threshold():
@@ -205,4 +209,5 @@ def test_the_regional_threshold_is_half_the_best_f1_the_planted_precisions_estim
     half = max(max(f1(t) for t in np.unique(finite)) / 2, LOWEST_PRECISION)
     assert chosen.threshold == pytest.approx(half)
     assert chosen.precision == pytest.approx(true(half) / (precision >= half).sum())
-    assert chosen.planted_recall == pytest.approx(np.mean(found >= half))
+    assert chosen.recall == pytest.approx(np.mean(found >= half))
+    assert chosen.translations == round(true(half) / np.mean(found >= half))

@@ -16,7 +16,7 @@ from bitextmine.calibration.thresholds import ThresholdChoice
 from bitextmine.errors import BitextmineError
 from bitextmine.files import OutputTarget
 from bitextmine.mining.filters import NO_FILTERS, FilterSettings, PairFilter
-from bitextmine.mining.mined_file import METADATA_KEY, mining_settings, output_format, write_pairs
+from bitextmine.mining.mined_file import METADATA_KEY, Layout, mining_settings, output_format, write_pairs
 from bitextmine.text.reader import Row
 
 # sentences a CSV reader mangles by default: a leading quote, pandas' NA markers, a comma, a '#'
@@ -27,13 +27,21 @@ SETTINGS = mining_settings(
 )
 
 
-def write(path: Path, langs: tuple[str, str] = ("de", "en")) -> Path:
+def write(path: Path, langs: tuple[str, str] = ("de", "en"), precision: np.ndarray | None = None) -> Path:
     rows = [[Row(0, i + 1, pair[side]) for i, pair in enumerate(PAIRS)] for side in (1, 2)]
-    chunk = (np.array([pair[0] for pair in PAIRS]), *rows, None)
+    chunk = (np.array([pair[0] for pair in PAIRS]), *rows, precision)
     keep_all = PairFilter(NO_FILTERS, *langs)
     files = (["de.txt"], ["en.txt"])
+    layout = Layout(with_precision=precision is not None)
     write_pairs(
-        OutputTarget(path), output_format(path), [chunk], files, keep_all, (1.0, 2.0), settings=SETTINGS
+        OutputTarget(path),
+        output_format(path),
+        [chunk],
+        files,
+        keep_all,
+        (1.0, 2.0),
+        layout,
+        settings=SETTINGS,
     )
     return path
 
@@ -48,6 +56,32 @@ def test_datasets_loads_the_translation_column_beside_the_others(tmp_path, fmt):
     assert loaded["translation"] == [{"de": src, "en": tgt} for _, src, tgt in PAIRS]
     assert loaded["src"] == [src for _, src, _ in PAIRS] and loaded["score"] == [p[0] for p in PAIRS]
     assert {"src_file", "src_line", "tgt_file", "tgt_line"} <= set(loaded.column_names)
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet", "tsv"])
+def test_each_pairs_regional_precision_is_a_column_of_jsonl_and_parquet(tmp_path, fmt):
+    datasets = pytest.importorskip("datasets")
+    path = write(tmp_path / f"de-en.{fmt}", precision=np.array([0.9, 0.8, 0.31234567]))
+    if fmt == "tsv":  # LASER's layout: five columns, no precision
+        assert [len(line.split("\t")) for line in path.read_text().splitlines()] == [5, 5, 5]
+        return
+    loaded = datasets.load_dataset(
+        "json" if fmt == "jsonl" else fmt, data_files=str(path), split="train", cache_dir=str(tmp_path / "hf")
+    )
+    assert loaded["precision"] == [0.9, 0.8, 0.312346] and loaded.column_names[:3] == [
+        "score",
+        "precision",
+        "src",
+    ]
+    assert (
+        "precision"
+        not in datasets.load_dataset(
+            "json" if fmt == "jsonl" else fmt,
+            data_files=str(write(tmp_path / f"no.{fmt}")),
+            split="train",
+            cache_dir=str(tmp_path / "hf2"),
+        ).column_names
+    )
 
 
 def test_the_parquet_schema_says_what_made_the_pairs(tmp_path):

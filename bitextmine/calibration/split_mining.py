@@ -24,6 +24,7 @@ from bitextmine.mining.settings import MiningSettings
 from bitextmine.progress import Advance, Progress
 from bitextmine.text.cleaning import clean_line
 from bitextmine.text.languages import parse_pair
+from bitextmine.text.reader import read_all_lines
 from bitextmine.workspace.external import open_vectors
 from bitextmine.workspace.layout import Workspace
 from bitextmine.workspace.scratch import scratch_folder
@@ -114,24 +115,54 @@ def split_vectors_files(directory: Path, pair: str, split: str) -> tuple[Path, P
 
 def read_split_vectors(directory: Path, split: BuccSplit) -> tuple[np.ndarray, np.ndarray]:
     """The split's sentence vectors made elsewhere, one .npy a side (`split_vectors_files`), row i for the
-    side's line i: L2-normalised and rounded through float16, as `encode --embeddings` stores them for
-    `mine` (so the threshold transfers). A missing file, a row count other than the side's lines, two
-    dimensions, or a row of norm 0 or not finite is a one-line error naming the file."""
+    side's line i (`_read_vectors`)."""
+    sides = (split.src, split.tgt)
+    return _read_vectors(
+        split_vectors_files(directory, split.pair, split.split),
+        tuple(np.arange(len(side.ids)) for side in sides),
+        tuple((f"{split.pair}.{split.split}.{side.lang}", len(side.ids)) for side in sides),
+        f"DIR/{split.pair}.{split.split}.LANG.npy, one row a line of the split's LANG file",
+    )
+
+
+def pairs_vectors_files(directory: Path, src_path: Path, tgt_path: Path) -> tuple[Path, Path]:
+    """Where `calibrate --pairs SRC TGT --embeddings DIR` reads each file's vectors: DIR/NAME.npy, NAME
+    the file's name."""
+    return Path(directory) / f"{Path(src_path).name}.npy", Path(directory) / f"{Path(tgt_path).name}.npy"
+
+
+def read_pairs_vectors(
+    directory: Path, paths: tuple[Path, Path], split: BuccSplit
+) -> tuple[np.ndarray, np.ndarray]:
+    """The vectors made elsewhere of the split `read_aligned` made of the line-aligned `paths`: one .npy
+    a file (`pairs_vectors_files`), row i for the file's line i + 1, blank lines too; each of the split's
+    sentences takes its line's row (`_read_vectors`)."""
+    counts = tuple(len(read_all_lines(path, lambda _: None)) for path in paths)
+    return _read_vectors(
+        pairs_vectors_files(directory, *paths),
+        tuple(np.array([int(line) - 1 for line in side.ids], np.int64) for side in (split.src, split.tgt)),
+        tuple((Path(path).name, count) for path, count in zip(paths, counts, strict=True)),
+        "DIR/NAME.npy for each --pairs file NAME, one row a line of it",
+    )
+
+
+def _read_vectors(
+    files: tuple[Path, Path], rows: tuple[np.ndarray, ...], texts: tuple[tuple[str, int], ...], layout: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """The `rows` of each side's vectors in `files`, one row for each of the lines of its text file
+    (`texts`: name, lines): L2-normalised and rounded through float16, as `encode --embeddings` stores them
+    for `mine` (so the threshold transfers). A missing file (`layout` says where they go), a row count
+    other than the text's lines, two dimensions, or a row of norm 0 or not finite is a one-line error
+    naming the file."""
     sides = []
-    for path, side in zip(
-        split_vectors_files(directory, split.pair, split.split), (split.src, split.tgt), strict=True
-    ):
+    for path, (name, lines) in zip(files, texts, strict=True):
         if not path.is_file():
-            raise BuccError(
-                f"{path}: no such file (calibrate --embeddings DIR reads "
-                f"DIR/{split.pair}.{split.split}.LANG.npy, one row a line of the split's LANG file)"
-            )
+            raise BuccError(f"{path}: no such file (calibrate --embeddings DIR reads {layout})")
         vectors = open_vectors(path)
-        lines = len(side.ids)
         if vectors.rows != lines:
             raise BuccError(
-                f"{path} has {vectors.rows:,} rows but {split.pair}.{split.split}.{side.lang} has {lines:,} "
-                "lines: give one vector a line, in the file's order"
+                f"{path} has {vectors.rows:,} rows but {name} has {lines:,} lines: give one vector a line, "
+                "in the file's order"
             )
         sides.append((path, vectors))
     (src_path, src), (tgt_path, tgt) = sides
@@ -140,7 +171,9 @@ def read_split_vectors(directory: Path, split: BuccSplit) -> tuple[np.ndarray, n
             f"{src_path} has dim {src.dim} but {tgt_path.name} has dim {tgt.dim}: "
             "both sides need vectors of one model"
         )
-    stored = [v.unit_rows(np.arange(v.rows)).astype(np.float16).astype(np.float32) for v in (src, tgt)]
+    stored = [
+        v.unit_rows(r).astype(np.float16).astype(np.float32) for v, r in zip((src, tgt), rows, strict=True)
+    ]
     return stored[0], stored[1]
 
 

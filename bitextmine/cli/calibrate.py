@@ -96,7 +96,8 @@ def calibrate(
         typer.Option(
             metavar="DIR",
             help="Calibrate vectors made elsewhere instead of encoding: DIR/PAIR.SPLIT.LANG.npy for each "
-            "side, float32 or float16 \\[lines, dim], row i for line i of the split's LANG file.",
+            "side (with --pairs: DIR/NAME.npy for each file NAME), float32 or float16 \\[lines, dim], row i "
+            "for line i of the file.",
             rich_help_panel="Bring your own embeddings",
         ),
     ] = None,
@@ -127,7 +128,12 @@ def calibrate(
     """
     from bitextmine.calibration.aligned_pairs import read_aligned
     from bitextmine.calibration.bucc import read_bucc
-    from bitextmine.calibration.split_mining import split_vectors_files
+    from bitextmine.calibration.split_mining import (
+        pairs_vectors_files,
+        read_pairs_vectors,
+        read_split_vectors,
+        split_vectors_files,
+    )
     from bitextmine.steps.calibrate import CalibrateOptions, calibrate_embeddings
     from bitextmine.steps.calibrate import calibrate as calibrate_split
 
@@ -144,14 +150,22 @@ def calibrate(
         )
         model_given = context.get_parameter_source("model").name == "COMMANDLINE"  # not BITEXTMINE_MODEL
         _check_vector_options(embeddings, model_name, model_given, device, precision, threads)
-        _check_source(bucc, pairs, embeddings)
-        vectors = [] if embeddings is None else split_vectors_files(embeddings, pair, split)
+        _check_source(bucc, pairs)
+        if embeddings is None:
+            vectors = []
+        elif pairs:
+            vectors = list(pairs_vectors_files(embeddings, *pairs))
+        else:
+            vectors = list(split_vectors_files(embeddings, pair, split))
         inputs = [*(pairs or bucc_files(bucc, pair, split)), store, *vectors]
         json_out = json_target(json_path, inputs=[*inputs, plot], workspace=workspace)
         plot_out = None if plot is None else output_target(plot, inputs=inputs, workspace=workspace)
         data = read_aligned(*pairs, pair) if pairs else read_bucc(bucc, pair, split)
         if embeddings is not None:
-            calibration = calibrate_embeddings(workspace, data, embeddings, model_name or "", options)
+            read = (
+                read_pairs_vectors(embeddings, pairs, data) if pairs else read_split_vectors(embeddings, data)
+            )
+            calibration = calibrate_embeddings(workspace, data, read, model_name or "", options)
         else:
             set_threads(threads)
             encoder = load_encoder(require_model(model), device, precision)
@@ -198,14 +212,12 @@ def _print_calibration(
         out.print(f"sentence vectors: read from {files}", highlight=False, markup=False, soft_wrap=True)
 
 
-def _check_source(bucc: Path | None, pairs: tuple[Path, Path] | None, embeddings: Path | None) -> None:
+def _check_source(bucc: Path | None, pairs: tuple[Path, Path] | None) -> None:
     """One calibration set: a BUCC split or two line-aligned files (encoded here)."""
     if (bucc is None) == (pairs is None):
         raise BitextmineError(
             "calibrate: give --bucc DIR (a BUCC split) or --pairs SRC TGT (line-aligned files)"
         )
-    if pairs is not None and embeddings is not None:
-        raise BitextmineError("--embeddings reads a BUCC split's vectors: use it with --bucc, not --pairs")
 
 
 def _check_vector_options(
@@ -221,6 +233,8 @@ def _check_vector_options(
         if model_name is not None:
             raise BitextmineError("--model-name names the model of --embeddings: add --embeddings DIR")
         return
+    if not model_name:
+        raise BitextmineError(f"{embeddings}: --embeddings needs --model-name, the model that made them")
     used = {
         "--model": model_given,
         "--device": device != "auto",

@@ -7,14 +7,11 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from bitextmine.calibration.bucc import BuccSplit
 from bitextmine.calibration.pairs_store import pairs_file, save_pairs
-from bitextmine.calibration.split_mining import (
-    SplitCandidates,
-    calibrate_threshold,
-    mine_vectors,
-    read_split_vectors,
-)
+from bitextmine.calibration.split_mining import SplitCandidates, calibrate_threshold, mine_vectors
 from bitextmine.calibration.split_mining import mine_workspace_split as _mine_split
 from bitextmine.calibration.sweep import SweepResult, check_rule
 from bitextmine.calibration.thresholds import ThresholdRecord, store_threshold
@@ -126,19 +123,19 @@ def _default_rule(options: CalibrateOptions, trained: bool) -> tuple[CalibrateOp
 def calibrate_embeddings(
     workspace: Workspace,
     split: BuccSplit,
-    vectors_dir: Path,
+    vectors: tuple[np.ndarray, np.ndarray],
     model_name: str,
     options: CalibrateOptions | None = None,
 ) -> Calibration:
-    """`calibrate` on vectors made elsewhere: `vectors_dir`/PAIR.SPLIT.LANG.npy, one row a line of the
-    split's LANG file (`read_split_vectors`), by the model `model_name`. The threshold is stored under
-    the fingerprint that `encode --embeddings --model-name` gives that name, where `mine --threshold
-    auto` finds it for the languages imported under it."""
+    """`calibrate` on vectors made elsewhere by the model `model_name`: each side's sentences' (`vectors`:
+    `read_split_vectors`, `read_pairs_vectors`). The threshold is stored under the fingerprint that
+    `encode --embeddings --model-name` gives that name, where `mine --threshold auto` finds it for the
+    languages imported under it."""
     check_workspace(workspace, "calibrate_embeddings")
     if not model_name:
-        raise BitextmineError(f"{vectors_dir}: --embeddings needs --model-name, the model that made them")
+        raise BitextmineError("--embeddings needs --model-name, the model that made them")
     options = options or CalibrateOptions()
-    src, tgt = read_split_vectors(vectors_dir, split)
+    src, tgt = vectors
     with scratch_folder(workspace, "calibrate") as scratch:
         mined = mine_vectors(split, src, tgt, options, scratch)
     model = (model_name, external_fingerprint(model_name))

@@ -1,6 +1,7 @@
-"""`calibrate --embeddings DIR --model-name NAME` learns a threshold on a BUCC-format split from
-vectors made elsewhere (DIR/PAIR.SPLIT.LANG.npy, row i for line i), stored where `mine --threshold auto`
-finds it for languages imported under NAME; bad vectors are one-line errors naming the file."""
+"""`calibrate --embeddings DIR --model-name NAME` learns a threshold on a BUCC-format split (or two
+line-aligned files) from vectors made elsewhere (DIR/PAIR.SPLIT.LANG.npy, or DIR/NAME.npy a file; row i
+for line i), stored where `mine --threshold auto` finds it for languages imported under NAME; bad vectors
+are one-line errors naming the file."""
 
 from __future__ import annotations
 
@@ -147,3 +148,65 @@ def test_a_model_in_the_environment_is_not_a_model_given(tmp_path, bucc, monkeyp
     vectors = save_sides(tmp_path / "v", random_rows(seed=1), random_rows(seed=2))
     code, output = calibrate(bucc, tmp_path / "w", "--embeddings", str(vectors), "--model-name", "m")
     assert code == 0, output
+
+
+def write_pairs_files(directory: Path, lines: int = 50) -> tuple[Path, Path]:
+    """Two line-aligned files of `lines` lines, the fourth blank on the target side."""
+    src, tgt = directory / "own.de", directory / "own.en"
+    src.write_text("".join(f"Satz {i}\n" for i in range(lines)))
+    tgt.write_text("".join("\n" if i == 3 else f"sentence {i}\n" for i in range(lines)))
+    return src, tgt
+
+
+def test_line_aligned_files_calibrate_from_vectors_of_their_lines(tmp_path):
+    """Each file's vectors, a row a line (blank ones too): the split keeps the rows of its lines, and the
+    gold pairs kept for `mine` to plant are the vectors of every second kept line."""
+    src, tgt = write_pairs_files(tmp_path)
+    de = random_rows(50, seed=1)
+    en = de + 0.01 * random_rows(50, seed=2)  # each line's target close to its source
+    vectors = tmp_path / "v"
+    vectors.mkdir()
+    np.save(vectors / "own.de.npy", de)
+    np.save(vectors / "own.en.npy", en)
+    work = tmp_path / "w"
+    code, output = run(
+        "calibrate", "--pairs", str(src), str(tgt), "--pair", "de-en", "-w", str(work),
+        "--embeddings", str(vectors), "--model-name", "m",
+    )  # fmt: skip
+    assert code == 0, output
+    assert f"sentence vectors: read from {vectors / 'own.de.npy'} and {vectors / 'own.en.npy'}" in output
+    [record] = json.loads((work / "thresholds.json").read_text())["thresholds"]
+    assert record["f1"] == 100.0 and record["fingerprint"] == external_fingerprint("m")
+    kept = [i for i in range(50) if i != 3][::2]  # line 4 blank: left out; every second line paired
+    stored = np.load(next((work / "thresholds-pairs").iterdir()))
+
+    def unit(rows):
+        return (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float16)
+
+    assert np.array_equal(stored[0], unit(de[kept])) and np.array_equal(stored[1], unit(en[kept]))
+
+
+@pytest.mark.parametrize(
+    ("rows", "missing", "message"),
+    [
+        (49, None, "own.de.npy has 49 rows but own.de has 50 lines: give one vector a line"),
+        (
+            50,
+            "own.en.npy",
+            "own.en.npy: no such file (calibrate --embeddings DIR reads DIR/NAME.npy for each",
+        ),
+    ],
+)
+def test_vectors_of_line_aligned_files_that_do_not_fit_are_one_line_errors(tmp_path, rows, missing, message):
+    src, tgt = write_pairs_files(tmp_path)
+    vectors = tmp_path / "v"
+    vectors.mkdir()
+    np.save(vectors / "own.de.npy", random_rows(rows))
+    np.save(vectors / "own.en.npy", random_rows(50))
+    if missing:
+        (vectors / missing).unlink()
+    code, output = run(
+        "calibrate", "--pairs", str(src), str(tgt), "--pair", "de-en", "-w", str(tmp_path / "w"),
+        "--embeddings", str(vectors), "--model-name", "m",
+    )  # fmt: skip
+    one_line_error(code, output, message)

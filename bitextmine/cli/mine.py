@@ -165,6 +165,7 @@ def pairs_output(output: Path | None) -> Path | None:
 def print_mine_summary(summary: MineSummary) -> None:
     """The best pairs, the filters' drops, the kept scores' histogram, the threshold (or that there was
     none) and the counts."""
+    from bitextmine.steps.corpus_threshold import UNLIKE_NOTE
     out.print(preview_table(f"top pairs {summary.pair}", summary.written.preview))
     counts = summary.counts
     if counts["filtered"]:
@@ -188,6 +189,14 @@ def print_mine_summary(summary: MineSummary) -> None:
                 f"{counts['estimated_translations']:,} translations in the corpus (the share of "
                 f"{counts['planted_pairs']:,} planted calibration pairs found: the recall of translations "
                 "like them; it errs high where the corpus's translations are harder to find)",
+                highlight=False,
+            )
+        if (counts["calibration_unlike"] or 0) >= UNLIKE_NOTE:
+            out.print(
+                f"note: the calibration pairs lie in other regions than this corpus's translations (a share "
+                f"of {counts['calibration_unlike']:.2f} would have to move, beyond chance): the estimated "
+                "recall is that of translations like them; for this corpus's, calibrate on pairs like its "
+                "own (`calibrate --pairs SRC TGT`)",
                 highlight=False,
             )
     else:

@@ -95,3 +95,18 @@ def _kmeans(sample: np.ndarray, regions: int, seed: int) -> np.ndarray:
     )
     kmeans.train(sample)
     return kmeans.centroids.astype(np.float32)
+
+
+def region_mismatch(population: np.ndarray, weights: np.ndarray, sample: np.ndarray, regions: int) -> float:
+    """How unlike a sample's regions (`sample`: int [clusterings, n]) are to a weighted population's
+    (`population`: int [clusterings, rows], `weights` [rows], not all 0): the share of the sample that
+    would have to change region to match it (total variation distance), averaged over the clusterings,
+    less about what n rows drawn from the population itself would give (0: as alike as such a draw)."""
+    n = sample.shape[1]
+    distances = []
+    for population_labels, sample_labels in zip(population, sample, strict=True):
+        p = np.bincount(population_labels, weights=weights, minlength=regions) / weights.sum()
+        q = np.bincount(sample_labels, minlength=regions) / n
+        chance = 0.5 * np.sqrt(2 / np.pi * p * (1 - p) / n).sum()  # E|q - p| of a draw, normal approximation
+        distances.append(0.5 * np.abs(p - q).sum() - chance)
+    return float(np.mean(distances))

@@ -35,7 +35,7 @@ from bitextmine.mining.regional_precision import (
     RegionLabels,
     regional_precision,
 )
-from bitextmine.mining.regions import fit_regions, region_count
+from bitextmine.mining.regions import fit_regions, region_count, region_mismatch
 from bitextmine.mining.selection import Selection
 from bitextmine.mining.settings import MiningSettings
 from bitextmine.search.knn import Neighbours
@@ -45,11 +45,16 @@ from bitextmine.workspace.layout import Workspace
 if TYPE_CHECKING:
     from bitextmine.search.gemm import VectorSource
 
+# From this mismatch `mine` says the calibration pairs are unlike the corpus's translations: pairs drawn
+# from the corpus's own kind stay well below it, news pairs planted in a corpus of captions and news well
+# above (examples/benchmarks/results/constants.md, "Calibration unlike the corpus").
+UNLIKE_NOTE = 0.25
 PLANTING_COUNTS = (
     "planted_pairs",
     "planted_duplicates",
     "estimated_recall",
     "estimated_translations",
+    "calibration_unlike",
 )
 
 
@@ -63,6 +68,7 @@ class InCorpus:
     planted: int  # calibration pairs planted
     duplicates: int  # calibration pairs left out because the corpus holds one of their sentences
     pair_precision: np.ndarray | None = None  # each candidate's, where the threshold is on that scale
+    unlike: float | None = None  # how unlike the planted pairs are to the corpus's translations (_unlike)
 
     def kept_rows(self) -> np.ndarray | None:
         """The candidates the learned threshold keeps (rows of the selection, best first); None where the
@@ -84,6 +90,7 @@ class InCorpus:
             "planted_duplicates": self.duplicates,
             "estimated_recall": None if estimate is None else round(100 * estimate.recall, 2),
             "estimated_translations": None if estimate is None else estimate.translations,
+            "calibration_unlike": None if self.unlike is None else round(self.unlike, 3),
         }
 
 
@@ -140,7 +147,9 @@ def in_corpus(
     if np.isfinite(planted.found).sum() < MIN_FOUND:  # too few to learn from: no regions fitted
         _check_learned(min_precision, planted)
         return InCorpus(threshold, None, len(planted.found), planted.duplicates)
-    precision, planted_precision = _regional(selection, pairs.subset(planted.rows), planted, corpus[2:])
+    precision, planted_precision, unlike = _regional(
+        selection, pairs.subset(planted.rows), planted, corpus[2:]
+    )
     above_floor = PrecisionCounts(np.where(precision >= LOWEST_PRECISION, precision, 0.0))
     if min_precision is None:
         estimate = _half_the_best_f1(planted_precision, above_floor)
@@ -154,7 +163,7 @@ def in_corpus(
         f"calibration pairs ({threshold.source})"
     )
     learned = ThresholdChoice(estimate.threshold, threshold.pair, source, scale=REGIONAL_SCALE)
-    return InCorpus(learned, estimate, len(planted.found), planted.duplicates, precision)
+    return InCorpus(learned, estimate, len(planted.found), planted.duplicates, precision, unlike)
 
 
 def _check_learned(min_precision: float | None, planted: Planted) -> None:
@@ -182,9 +191,10 @@ def _half_the_best_f1(planted: Planted, counts: PrecisionCounts) -> CorpusEstima
 
 def _regional(
     selection: Selection, pairs: CalibrationPairs, planted: Planted, corpus: tuple[VectorSource, VectorSource]
-) -> tuple[np.ndarray, Planted]:
-    """The regional precision of every candidate, and the planted pairs with theirs in place of their
-    margins (regions fitted on the corpus's two sides)."""
+) -> tuple[np.ndarray, Planted, float | None]:
+    """The regional precision of every candidate, the planted pairs with theirs in place of their
+    margins (regions fitted on the corpus's two sides), and how unlike the found planted pairs' regions
+    are to those of the corpus's translations (`_unlike`)."""
     regions = fit_regions(corpus, region_count(sum(len(side) for side in corpus)))
     labels = RegionLabels.of(regions, *corpus)
     records = selection.records
@@ -192,10 +202,25 @@ def _regional(
     decoys = np.asarray(selection.decoys)
     curves, precision = regional_precision(scores, rows, decoys, labels, selection.directions)
     found = np.isfinite(planted.found)
+    planted_labels = regions.assign_array(pairs.src[found]), regions.assign_array(pairs.tgt[found])
     planted_precision = np.full(len(planted.found), -np.inf)
-    planted_precision[found] = curves.of(
-        planted.found[found],
-        regions.assign_array(pairs.src[found]),
-        regions.assign_array(pairs.tgt[found]),
-    )
-    return precision, replace(planted, found=planted_precision)
+    planted_precision[found] = curves.of(planted.found[found], *planted_labels)
+    candidate_labels = labels.src[:, rows[0]], labels.tgt[:, rows[1]]
+    unlike = _unlike(precision, candidate_labels, planted_labels, labels.regions)
+    return precision, replace(planted, found=planted_precision), unlike
+
+
+def _unlike(
+    precision: np.ndarray,
+    candidates: tuple[np.ndarray, np.ndarray],
+    planted: tuple[np.ndarray, np.ndarray],
+    regions: int,
+) -> float | None:
+    """How unlike the planted pairs' regions are to the corpus's translations' (the candidates weighted by
+    their precision from LOWEST_PRECISION), by `region_mismatch`, averaged over the two sides; None where
+    no candidate reaches LOWEST_PRECISION."""
+    weights = np.where(precision >= LOWEST_PRECISION, precision, 0.0)
+    if not weights.sum():
+        return None
+    sides = zip(candidates, planted, strict=True)
+    return float(np.mean([region_mismatch(labels, weights, sample, regions) for labels, sample in sides]))

@@ -357,7 +357,8 @@ def mine_auto(
     rows = ["--job-rows", str(EXACT_JOB_ROWS)] * resumable
     figures = run_command([*mine, "-o", str(out), *options, *rows])
     stats = json.loads((workspace / "mined" / "de-en.stats.json").read_text())
-    counts = {key: stats["counts"][key] for key in ("estimated_precision", "estimated_recall")}
+    keys = ("estimated_precision", "estimated_recall", "calibration_unlike")
+    counts = {key: stats["counts"][key] for key in keys}
     return {**stats["threshold"], **counts, "seconds": figures["seconds"]}
 
 
@@ -581,7 +582,9 @@ def _auto_section(rows: list[dict]) -> list[str]:
         "in [0, 1]) reaches half the best F1 those pairs estimate, and 0.25 (docs/design.md, thresholds at "
         "scale). "
         "True P / R / F1 of the pairs kept against the hidden pairs, per source; what `mine` estimated "
-        "without them (the recall: the share of the planted pairs it finds); the best F1 any single "
+        "without them (the recall: the share of the planted pairs it finds); how unlike the planted pairs' "
+        "regions are to those of the corpus's translations (`calibration_unlike`: the share that would have "
+        "to move, less a random draw's; `mine` notes it from 0.25); the best F1 any single "
         "threshold on the regional precision reaches, and where (`mine --min-precision 0` writes every "
         "candidate's precision); the best F1 of any margin threshold.",
         "",
@@ -589,7 +592,11 @@ def _auto_section(rows: list[dict]) -> list[str]:
     body = [
         f"{r['size']:,} | {_density(r)} | {r['setting']} | {subset} | {a['value']:.4f} | "
         f"{q['precision']} / {q['recall']} / {q['f1']} | "
-        + (f"{a['estimated_precision']} / {a['estimated_recall']}" if subset == "all" else "")
+        + (
+            f"{a['estimated_precision']} / {a['estimated_recall']} | {_unlike(a)}"
+            if subset == "all"
+            else " | "
+        )
         + f" | {_regional_oracle(q)} | {q['oracle_f1']} | {a['date']}, {a['machine']}, {a['commit']}"
         for r in rows
         if "auto" in r
@@ -600,8 +607,8 @@ def _auto_section(rows: list[dict]) -> list[str]:
         lines
         + table(
             "sentences a side | density | setting | source | threshold | P / R / F1 | estimated P / R "
-            "| best F1 on the precision, at | margin's best F1 | run",
-            "rrllrrrrrl",
+            "| unlike | best F1 on the precision, at | margin's best F1 | run",
+            "rrllrrrrrrl",
             body,
         )
         + _kind_section(rows)
@@ -624,7 +631,7 @@ def _kind_section(rows: list[dict]) -> list[str]:
     body = [
         f"{r['size']:,} | {_density(r)} | {r['setting']} | {k['value']:.4f} | "
         f"{k['precision']} / {k['recall']} / {k['f1']} | {k['estimated_precision']} / "
-        f"{k['estimated_recall']} | {k['estimated_recall'] - k['recall']:+.1f} | {a['date']}, "
+        f"{k['estimated_recall']} | {k['estimated_recall'] - k['recall']:+.1f} | {_unlike(k)} | {a['date']}, "
         f"{a['machine']}, {a['commit']}"
         for r in rows
         if "kind" in r.get("auto", {})
@@ -632,10 +639,15 @@ def _kind_section(rows: list[dict]) -> list[str]:
     ]
     return lines + table(
         "sentences a side | density | setting | threshold | P / R / F1 | estimated P / R | estimated R less "
-        "true R | run",
-        "rrlrrrrl",
+        "true R | unlike | run",
+        "rrlrrrrrl",
         body,
     )
+
+
+def _unlike(auto: dict) -> str:
+    """How unlike the planted pairs were to the corpus's translations (blank: recorded before it was)."""
+    return "" if auto.get("calibration_unlike") is None else f"{auto['calibration_unlike']:.2f}"
 
 
 def _regional_oracle(quality: dict) -> str:

@@ -87,6 +87,7 @@ def test_mine_auto_learns_the_threshold_inside_the_corpus_from_the_calibration_p
     )
     assert stats["threshold"]["scale"] == "regional precision" and 0 <= stats["threshold"]["value"] <= 1
     assert stats["counts"]["planted_pairs"] == 30 and stats["counts"]["estimated_recall"] > 50
+    assert isinstance(stats["counts"]["calibration_unlike"], float)
     mined = read_mined(work / "mined" / "de-en.tsv.zst")
     assert len(mined) == stats["counts"]["above_threshold"] > 0
     assert not {s for row in mined for s in row[1:3]} & set(aligned)  # planted sentences never mined

@@ -17,7 +17,14 @@ from bitextmine.mining.regional_precision import (
     region_curve,
     regional_precision,
 )
-from bitextmine.mining.regions import REGIONS, ROWS_PER_REGION, Regions, fit_regions, region_count
+from bitextmine.mining.regions import (
+    REGIONS,
+    ROWS_PER_REGION,
+    Regions,
+    fit_regions,
+    region_count,
+    region_mismatch,
+)
 from bitextmine.search.gemm import ArrayVectors
 
 
@@ -242,3 +249,29 @@ def test_a_region_per_rows_per_region_sentences_between_one_and_regions():
     assert region_count(0) == region_count(ROWS_PER_REGION - 1) == 1
     assert region_count(5 * ROWS_PER_REGION + 7) == 5
     assert region_count(REGIONS * ROWS_PER_REGION) == region_count(10**9) == REGIONS
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_region_mismatch_is_the_total_variation_less_a_draws_against_sums(seed):
+    rng = np.random.default_rng(seed)
+    regions, rows, n = 5, 400, 60
+    population = rng.integers(0, regions, (2, rows)).astype(np.int16)
+    weights = rng.uniform(0, 1, rows)
+    sample = rng.integers(0, regions, (2, n)).astype(np.int16)
+    expected = []
+    for labels, drawn in zip(population, sample, strict=True):
+        p = np.array([weights[labels == r].sum() for r in range(regions)]) / weights.sum()
+        q = np.array([(drawn == r).mean() for r in range(regions)])
+        chance = sum(0.5 * np.sqrt(2 / np.pi * x * (1 - x) / n) for x in p)
+        expected.append(sum(abs(p - q)) / 2 - chance)
+    assert region_mismatch(population, weights, sample, regions) == pytest.approx(np.mean(expected))
+
+
+def test_a_draw_from_the_population_is_alike_and_one_from_elsewhere_is_not():
+    rng = np.random.default_rng(0)
+    population = rng.choice(8, (3, 20_000), p=[0.4, 0.2, 0.1, 0.1, 0.1, 0.05, 0.05, 0.0]).astype(np.int16)
+    weights = np.ones(20_000)
+    drawn = population[:, rng.choice(20_000, 400, replace=False)]
+    assert abs(region_mismatch(population, weights, drawn, 8)) < 0.03
+    elsewhere = np.full((3, 400), 7, np.int16)  # a region the population never holds
+    assert region_mismatch(population, weights, elsewhere, 8) > 0.9

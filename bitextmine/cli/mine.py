@@ -166,6 +166,7 @@ def print_mine_summary(summary: MineSummary) -> None:
     """The best pairs, the filters' drops, the kept scores' histogram, the threshold (or that there was
     none) and the counts."""
     from bitextmine.steps.corpus_threshold import UNLIKE_NOTE
+
     out.print(preview_table(f"top pairs {summary.pair}", summary.written.preview))
     counts = summary.counts
     if counts["filtered"]:

@@ -81,6 +81,7 @@ def scored(lang: str, workspace: Path, threshold: str) -> dict:
         **quality,
         "estimated_precision": counts["estimated_precision"],
         "estimated_recall": counts["estimated_recall"],
+        "calibration_unlike": counts["calibration_unlike"],
     }
 
 
@@ -108,6 +109,11 @@ def measure(lang: str, work: Path) -> dict:
     )
 
 
+def _unlike(auto: dict) -> str:
+    """How unlike the FLORES pairs' regions are to the split's translations (blank: not recorded)."""
+    return "" if auto.get("calibration_unlike") is None else f"{auto['calibration_unlike']:.2f}"
+
+
 def report(rows: list[dict]) -> str:
     def prf(cell: dict) -> str:
         return f"{cell['precision']} / {cell['recall']} / {cell['f1']}"
@@ -120,12 +126,12 @@ def report(rows: list[dict]) -> str:
         "",
         *table(
             "pair | FLORES margin | P / R / F1 there | auto threshold | P / R / F1 with auto | estimated "
-            "P / R | oracle F1",
-            "lrrrrrr",
+            "P / R | unlike | oracle F1",
+            "lrrrrrrr",
             (
                 f"{r['pair']} | {r['flores_margin']['threshold']:.4f} | {prf(r['flores_margin'])} | "
                 f"{r['auto']['threshold']:.4f} | {prf(r['auto'])} | {r['auto']['estimated_precision']} / "
-                f"{r['auto']['estimated_recall']} | {r['oracle']['f1']}"
+                f"{r['auto']['estimated_recall']} | {_unlike(r['auto'])} | {r['oracle']['f1']}"
                 for r in rows
             ),
         ),

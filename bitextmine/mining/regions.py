@@ -107,6 +107,7 @@ def region_mismatch(population: np.ndarray, weights: np.ndarray, sample: np.ndar
     for population_labels, sample_labels in zip(population, sample, strict=True):
         p = np.bincount(population_labels, weights=weights, minlength=regions) / weights.sum()
         q = np.bincount(sample_labels, minlength=regions) / n
-        chance = 0.5 * np.sqrt(2 / np.pi * p * (1 - p) / n).sum()  # E|q - p| of a draw, normal approximation
+        # E|q - p| of a draw, normal approximation (p * (1 - p) rounds below 0 where p rounds above 1)
+        chance = 0.5 * np.sqrt(2 / np.pi * np.maximum(p * (1 - p), 0.0) / n).sum()
         distances.append(0.5 * np.abs(p - q).sum() - chance)
     return float(np.mean(distances))

@@ -275,3 +275,12 @@ def test_a_draw_from_the_population_is_alike_and_one_from_elsewhere_is_not():
     assert abs(region_mismatch(population, weights, drawn, 8)) < 0.03
     elsewhere = np.full((3, 400), 7, np.int16)  # a region the population never holds
     assert region_mismatch(population, weights, elsewhere, 8) > 0.9
+
+
+def test_a_population_in_one_region_gives_a_number():
+    """Its share can round above 1 (np.bincount sums in another order than np.sum), and the chance term
+    took the root of a number below 0: NaN."""
+    weights = np.random.default_rng(0).uniform(0, 1, (3, 200))[2]
+    population = np.zeros((2, 200), np.int16)
+    assert np.bincount(population[0], weights=weights)[0] / weights.sum() > 1
+    assert region_mismatch(population, weights, np.zeros((2, 5), np.int16), 3) == pytest.approx(0, abs=1e-7)

@@ -135,3 +135,22 @@ def test_min_precision_keeps_the_pairs_whose_precision_the_output_gives(
     assert code == 2 and "--min-precision" in output and "less than or equal to 1" in output, output
     code, output = run("mine", "de", "en", "-w", str(work), "--threshold", "1.0", "--min-precision", "0.5")
     assert code == 1 and "min_precision is a threshold on the regional precision" in output, output
+
+
+@pytest.mark.integration
+def test_mine_notes_calibration_pairs_unlike_the_corpus(
+    tmp_path, indexed_workspace, tiny_model_dir, monkeypatch
+):
+    import bitextmine.steps.corpus_threshold as corpus_threshold
+
+    work, _ = indexed_workspace
+    calibrate_on_pairs(tmp_path, work, str(tiny_model_dir("bert")))
+    auto = ["mine", "de", "en", "-w", str(work), "--threshold", "auto", "--filters", "none"]
+    for unlike, noted in ((corpus_threshold.UNLIKE_NOTE - 0.01, False), (0.6, True)):
+        monkeypatch.setattr(corpus_threshold, "region_mismatch", lambda *_, value=unlike: value)
+        code, output = run(*auto)
+        assert code == 0, output
+        stats = json.loads((work / "mined" / "de-en.stats.json").read_text())
+        assert stats["counts"]["calibration_unlike"] == round(unlike, 3)
+        note = "note: the calibration pairs lie in other regions than this corpus's translations"
+        assert (note in output) == noted and ("calibrate on pairs like its own" in output) == noted, output

@@ -16,11 +16,12 @@ The found pairs give the recall at a threshold, R(t). The corpus's decoys (minin
 the false pairs among its candidates reaching t, so TP(t) = kept(t) - false(t) estimates the
 translations kept there, and TP(t) / R(t) the translations the corpus holds. To choose a threshold,
 the largest of these stands for the corpus's translations, N, and the threshold is the planted score
-with the best estimated F1, 2 TP(t) / (kept(t) + N) (the thresholds it gives stay within 1 F1 of the
-best: examples/benchmarks/results/bench_scale_real.md). What is reported at a threshold is its estimated
-precision, TP / kept, and its recall R(t): the recall of translations like the calibration pairs, the
-corpus's where they are of its kind (N itself errs high there: TP overcounts among many weak
-candidates) and too high where the corpus's translations are harder to find.
+with the best estimated F1, 2 TP(t) / (kept(t) + N) (on the scale set, the thresholds it gives stay
+within 1 F1 of the best on the same score: examples/benchmarks/results/bench_scale_real.md). What is
+reported at a threshold is its estimated precision, TP / kept, and its recall R(t): the recall of
+translations like the calibration pairs, the corpus's where they are of its kind (N itself errs high
+there: TP overcounts among many weak candidates) and too high where the corpus's translations are
+harder to find.
 """
 
 from __future__ import annotations

@@ -150,7 +150,7 @@ def in_corpus(
     precision, planted_precision, unlike = _regional(
         selection, pairs.subset(planted.rows), planted, corpus[2:]
     )
-    above_floor = PrecisionCounts(np.where(precision >= LOWEST_PRECISION, precision, 0.0))
+    above_floor = PrecisionCounts(_as_translations(precision))
     if min_precision is None:
         estimate = _half_the_best_f1(planted_precision, above_floor)
     else:
@@ -217,10 +217,16 @@ def _unlike(
     regions: int,
 ) -> float | None:
     """How unlike the planted pairs' regions are to the corpus's translations' (the candidates weighted by
-    their precision from LOWEST_PRECISION), by `region_mismatch`, averaged over the two sides; None where
-    no candidate reaches LOWEST_PRECISION."""
-    weights = np.where(precision >= LOWEST_PRECISION, precision, 0.0)
+    `_as_translations`), by `region_mismatch`, averaged over the two sides; None where no candidate
+    reaches LOWEST_PRECISION."""
+    weights = _as_translations(precision)
     if not weights.sum():
         return None
     sides = zip(candidates, planted, strict=True)
     return float(np.mean([region_mismatch(labels, weights, sample, regions) for labels, sample in sides]))
+
+
+def _as_translations(precision: np.ndarray) -> np.ndarray:
+    """What each candidate counts for as a translation: its regional precision from LOWEST_PRECISION, 0
+    below it (mining/regional_precision.py: false pairs' small precisions would add up to translations)."""
+    return np.where(precision >= LOWEST_PRECISION, precision, 0.0)

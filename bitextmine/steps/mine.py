@@ -35,7 +35,8 @@ from bitextmine.mining.mined_file import (
     output_format,
     write_mined,
 )
-from bitextmine.mining.selection import NeighbourBlocks, select_candidates
+from bitextmine.mining.null_estimate import DecoyCounts
+from bitextmine.mining.selection import NeighbourBlocks, Selection, select_candidates
 from bitextmine.mining.settings import MiningSettings
 from bitextmine.progress import Advance, Progress
 from bitextmine.search.factory import EXACT
@@ -239,68 +240,40 @@ def _mine(
     _check_same_model(src, tgt, options.force)
     threshold = resolve_mine_threshold(options, workspace, src, pair)
     pairs = _pairs_to_plant(options, workspace, src, threshold, pair)
-    if options.min_precision is not None and pairs is None:
-        raise BitextmineError(
-            f"mine {pair} --min-precision: the calibration of {pair} kept no pairs to plant in the corpus, "
-            "so no regional precision can be learned; run `bitextmine calibrate` again"
-        )
     pair_filter = PairFilter(options.filters, src_lang, tgt_lang)
     infos = [load_index_info(workspace.index_dir(), lang.lang, lang.vectors) for lang in (src, tgt)]
     work = _neighbour_dir(workspace, pair, options, *infos)
-    indexes = IndexCache()  # the index searched last stays loaded for the next job run in this process
     sizes = (len(src.vectors), len(tgt.vectors))
-    if _exact_both_ways(infos, sizes, options.job_rows):
-        jobs = [_both_ways_job(workspace, work, src.lang, tgt.lang, options, sizes)]
-    else:
-        jobs = [
-            *_neighbour_jobs(
-                workspace, work, "fwd", src, tgt, options, search_block_rows(options, infos[1]), indexes
-            ),
-            *_neighbour_jobs(
-                workspace, work, "bwd", tgt, src, options, search_block_rows(options, infos[0]), indexes
-            ),
-        ]
+    indexes = IndexCache()  # the index searched last stays loaded for the next job run in this process
+    jobs = _search_jobs(workspace, work, src, tgt, options, infos, indexes)
     with indexes, progress.stage(f"mining {pair}", sum(sizes)):
         run_jobs(jobs, launcher, "mine", progress.advance)
     scratch = work / SELECTION_DIR
     shutil.rmtree(scratch, ignore_errors=True)  # left by a killed run
     fwd, bwd = _neighbour_blocks(work, "fwd", sizes), _neighbour_blocks(work, "bwd", sizes[::-1])
     selection = select_candidates(fwd, bwd, sizes, options.margin, options.strategy, scratch)
-    counts = None if threshold is None else selection.decoy_counts()
+    decoys = None if threshold is None else selection.decoy_counts()
     planting = None
-    if pairs is not None and counts is not None:
-        searches = tuple(
-            language_search(workspace, options.base_search(lang)) for lang in (src_lang, tgt_lang)
-        )
-        learn = options.threshold == "auto"
-        corpus = (*searches, src.vectors, tgt.vectors)
-        planting = in_corpus(
-            pairs, threshold, learn, selection, counts, corpus, options, min_precision=options.min_precision
-        )
+    if pairs is not None and decoys is not None:
+        planting = _plant(workspace, options, pairs, threshold, selection, decoys, (src, tgt))
         threshold = planting.threshold
     candidates = selection.records
-    kept_rows = None if planting is None else planting.kept_rows()
-    pair_precision = None
-    if kept_rows is not None:
-        above, precision = len(kept_rows), planting.estimate.precision
-        reaching, pair_precision = candidates[kept_rows], planting.pair_precision[kept_rows]
-    else:
-        above = len(candidates) if counts is None else counts.kept(threshold.value)
-        precision = None if counts is None else counts.precision(threshold.value)
-        reaching = candidates[:above]
+    reaching = _reaching(candidates, decoys, planting, threshold)
     model = src.vectors.model
     settings = mining_settings(
         model.name, model.fingerprint, options.margin, options.k, threshold, options.filters
     )
-    written = write_mined(target, fmt, reaching, src, tgt, pair_filter, settings, pair_precision)
+    written = write_mined(
+        target, fmt, reaching.rows, src, tgt, pair_filter, settings, reaching.pair_precision
+    )
     counts = {
         "src_sentences": sizes[0],
         "tgt_sentences": sizes[1],
         "one_to_one_candidates": len(candidates),
-        "above_threshold": above,
+        "above_threshold": len(reaching.rows),
         "filtered": pair_filter.counts(),
         "kept": written.kept,
-        "estimated_precision": None if precision is None else round(100 * precision, 2),
+        "estimated_precision": None if reaching.precision is None else round(100 * reaching.precision, 2),
         **(InCorpus.counts_absent() if planting is None else planting.counts()),
     }
     histogram = score_histogram(candidates["score"])
@@ -329,11 +302,88 @@ def _pairs_to_plant(
     options: MineOptions, workspace: Workspace, src: Language, threshold: ThresholdChoice | None, pair: str
 ) -> CalibrationPairs | None:
     """The calibration pairs to plant in the corpus (steps/corpus_threshold.py): this pair's, kept for the
-    model that made the vectors, wherever a threshold is used but another pair's ("auto:PAIR")."""
+    model that made the vectors, wherever a threshold is used but another pair's ("auto:PAIR"). None
+    where `options.min_precision` needs them is a one-line error, before any search."""
     if threshold is None or threshold.pair != pair:
         return None
     store = options.thresholds or workspace.thresholds_file()
-    return calibration_pairs(store, src.vectors.model.fingerprint, pair, src.vectors.model.dim)
+    pairs = calibration_pairs(store, src.vectors.model.fingerprint, pair, src.vectors.model.dim)
+    if options.min_precision is not None and pairs is None:
+        raise BitextmineError(
+            f"mine {pair} --min-precision: the calibration of {pair} kept no pairs to plant in the corpus, "
+            "so no regional precision can be learned; run `bitextmine calibrate` again"
+        )
+    return pairs
+
+
+def _search_jobs(
+    workspace: Workspace,
+    work: Path,
+    src: Language,
+    tgt: Language,
+    options: MineOptions,
+    infos: Sequence[IndexInfo],
+    indexes: IndexCache,
+) -> list[Job]:
+    """The neighbour jobs: one for both directions where `_exact_both_ways`, else each direction's."""
+    sizes = (len(src.vectors), len(tgt.vectors))
+    if _exact_both_ways(infos, sizes, options.job_rows):
+        return [_both_ways_job(workspace, work, src.lang, tgt.lang, options, sizes)]
+    return [
+        *_neighbour_jobs(
+            workspace, work, "fwd", src, tgt, options, search_block_rows(options, infos[1]), indexes
+        ),
+        *_neighbour_jobs(
+            workspace, work, "bwd", tgt, src, options, search_block_rows(options, infos[0]), indexes
+        ),
+    ]
+
+
+def _plant(
+    workspace: Workspace,
+    options: MineOptions,
+    pairs: CalibrationPairs,
+    threshold: ThresholdChoice,
+    selection: Selection,
+    decoys: DecoyCounts,
+    langs: tuple[Language, Language],
+) -> InCorpus:
+    """The calibration pairs planted in the corpus, searched with its own indexes: the threshold learned
+    there ("auto"), or the estimate at the calibrated one."""
+    searches = tuple(language_search(workspace, options.base_search(lang.lang)) for lang in langs)
+    corpus = (*searches, langs[0].vectors, langs[1].vectors)
+    learn = options.threshold == "auto"
+    return in_corpus(
+        pairs, threshold, learn, selection, decoys, corpus, options, min_precision=options.min_precision
+    )
+
+
+@dataclass(frozen=True)
+class _Reaching:
+    """The candidates that reach the threshold (selection records, best first) and what is estimated of
+    them."""
+
+    rows: np.ndarray
+    precision: float | None  # estimated over them; None without a threshold
+    pair_precision: np.ndarray | None  # each one's regional precision, where the threshold is on it
+
+
+def _reaching(
+    candidates: np.ndarray,
+    decoys: DecoyCounts | None,
+    planting: InCorpus | None,
+    threshold: ThresholdChoice | None,
+) -> _Reaching:
+    """A learned threshold keeps the candidates of enough regional precision wherever they rank; a margin
+    keeps a prefix of them; no threshold keeps them all."""
+    kept_rows = None if planting is None else planting.kept_rows()
+    if kept_rows is not None:
+        precision = None if planting.estimate is None else planting.estimate.precision
+        return _Reaching(candidates[kept_rows], precision, planting.pair_precision[kept_rows])
+    if decoys is None or threshold is None:
+        return _Reaching(candidates, None, None)
+    above = decoys.kept(threshold.value)
+    return _Reaching(candidates[:above], decoys.precision(threshold.value), None)
 
 
 def _check_same_model(src: Language, tgt: Language, force: bool) -> None:

@@ -127,8 +127,15 @@ def read_split_vectors(directory: Path, split: BuccSplit) -> tuple[np.ndarray, n
 
 def pairs_vectors_files(directory: Path, src_path: Path, tgt_path: Path) -> tuple[Path, Path]:
     """Where `calibrate --pairs SRC TGT --embeddings DIR` reads each file's vectors: DIR/NAME.npy, NAME
-    the file's name."""
-    return Path(directory) / f"{Path(src_path).name}.npy", Path(directory) / f"{Path(tgt_path).name}.npy"
+    the file's name. Two files of one name (de/dev.txt, en/dev.txt) would read one file's vectors for
+    both sides: a one-line error."""
+    src_name, tgt_name = Path(src_path).name, Path(tgt_path).name
+    if src_name == tgt_name:
+        raise BuccError(
+            f"{src_path} and {tgt_path} are both named {src_name}, so DIR/{src_name}.npy cannot hold the "
+            "vectors of each: give the two files different names (a link under another name will do)"
+        )
+    return Path(directory) / f"{src_name}.npy", Path(directory) / f"{tgt_name}.npy"
 
 
 def read_pairs_vectors(

@@ -210,3 +210,21 @@ def test_vectors_of_line_aligned_files_that_do_not_fit_are_one_line_errors(tmp_p
         "--embeddings", str(vectors), "--model-name", "m",
     )  # fmt: skip
     one_line_error(code, output, message)
+
+
+def test_line_aligned_files_of_one_name_are_refused_before_reading_vectors(tmp_path):
+    """de/dev.txt and en/dev.txt would both read DIR/dev.txt.npy: one side's vectors for both sides, a
+    threshold learned on a sentence against itself."""
+    for lang in ("de", "en"):
+        (tmp_path / lang).mkdir()
+        (tmp_path / lang / "dev.txt").write_text("".join(f"{lang} {i}\n" for i in range(50)))
+    vectors = tmp_path / "v"
+    vectors.mkdir()
+    np.save(vectors / "dev.txt.npy", random_rows(50))
+    work = tmp_path / "w"
+    code, output = run(
+        "calibrate", "--pairs", str(tmp_path / "de" / "dev.txt"), str(tmp_path / "en" / "dev.txt"),
+        "--pair", "de-en", "-w", str(work), "--embeddings", str(vectors), "--model-name", "m",
+    )  # fmt: skip
+    one_line_error(code, output, "are both named dev.txt, so DIR/dev.txt.npy cannot hold the vectors of each")
+    assert not work.exists()

@@ -25,8 +25,8 @@ def read_aligned(
     src_path: str | os.PathLike[str], tgt_path: str | os.PathLike[str], pair: str, warn: Warn = warn_user
 ) -> BuccSplit:
     """The calibration split of two line-aligned files (module docstring), named after the source file.
-    Lines blank on either side are left out, with a warning; files of different line counts, or too few
-    pairs, are a one-line error naming the files."""
+    Lines blank on either side are left out, with a warning; files of different line counts or of the
+    same lines (one file twice), or too few pairs, are a one-line error naming the files."""
     src_lang, tgt_lang = parse_pair(pair)
     src_lines, tgt_lines = read_all_lines(src_path, warn), read_all_lines(tgt_path, warn)
     names = f"{display_name(str(src_path))} and {display_name(str(tgt_path))}"
@@ -34,6 +34,11 @@ def read_aligned(
         raise BuccError(
             f"{names} have {len(src_lines):,} and {len(tgt_lines):,} lines: "
             "--pairs takes two line-aligned files, line i of the second translating line i of the first"
+        )
+    if src_lines == tgt_lines:
+        raise BuccError(
+            f"{names} hold the same lines: --pairs takes a file and its translation, or every threshold "
+            "would be learned on sentences paired with themselves"
         )
     lines = [
         (n, s, t)

@@ -37,12 +37,15 @@ def test_every_second_line_keeps_its_target_and_blank_lines_are_left_out(tmp_pat
     assert len(warnings) == 1 and "1 lines blank" in warnings[0]
 
 
-def test_files_of_different_lengths_or_too_few_pairs_are_one_line_errors(tmp_path):
+def test_files_of_different_lengths_or_the_same_lines_or_too_few_pairs_are_one_line_errors(tmp_path):
     src, tgt = write_aligned(tmp_path, ["a"] * 50, ["b"] * 49)
     with pytest.raises(BuccError, match=r"flores.de and .*flores.en have 50 and 49 lines"):
         read_aligned(src, tgt, "de-en")
     src, tgt = write_aligned(tmp_path, ["a"] * (2 * MIN_PAIRS - 2), ["b"] * (2 * MIN_PAIRS - 2))
     with pytest.raises(BuccError, match="calibration needs 40 or more"):
+        read_aligned(src, tgt, "de-en")
+    src, tgt = write_aligned(tmp_path, ["a"] * 50, ["a"] * 50)  # one file twice
+    with pytest.raises(BuccError, match=r"flores.de and .*flores.en hold the same lines"):
         read_aligned(src, tgt, "de-en")
 
 
@@ -55,10 +58,11 @@ def test_calibrate_takes_a_bucc_split_or_line_aligned_files(tmp_path):
 
 
 def calibrate_on_pairs(tmp_path: Path, work: Path, model: str) -> list[str]:
-    """`calibrate --pairs` for de-en in `work` on 60 aligned sentences (identical sentences stand for
-    translations under the tiny model); the sentences."""
+    """`calibrate --pairs` for de-en in `work` on 60 aligned sentences (a sentence and itself with a full
+    stop stand for translations under the tiny model: two files of the same lines are refused); the
+    sentences."""
     aligned = sentences(60, seed=9)
-    src, tgt = write_aligned(tmp_path, aligned, aligned)
+    src, tgt = write_aligned(tmp_path, aligned, [f"{sentence} ." for sentence in aligned])
     code, output = run(
         "calibrate", "--pairs", str(src), str(tgt), "--pair", "de-en", "-m", model, "-w", str(work)
     )

@@ -60,14 +60,15 @@ def test_calibrate_takes_a_bucc_split_or_line_aligned_files(tmp_path):
 def calibrate_on_pairs(tmp_path: Path, work: Path, model: str) -> list[str]:
     """`calibrate --pairs` for de-en in `work` on 60 aligned sentences (a sentence and itself with a full
     stop stand for translations under the tiny model: two files of the same lines are refused); the
-    sentences."""
+    sentences of both files."""
     aligned = sentences(60, seed=9)
-    src, tgt = write_aligned(tmp_path, aligned, [f"{sentence} ." for sentence in aligned])
+    targets = [f"{sentence} ." for sentence in aligned]
+    src, tgt = write_aligned(tmp_path, aligned, targets)
     code, output = run(
         "calibrate", "--pairs", str(src), str(tgt), "--pair", "de-en", "-m", model, "-w", str(work)
     )
     assert code == 0, output
-    return aligned
+    return aligned + targets
 
 
 @pytest.mark.integration

@@ -37,11 +37,10 @@ from bitextmine.search.knn import Neighbours, QueryBlocks
 
 GROUP = 64  # columns a group in `block_top` (CUDA)
 CPU_GROUP = 16  # columns a group in `_Best.scan` (CPU): fewer to gather where a group's maximum passes
-# Candidates kept beyond k: enough that almost every real query passes the certificate (a query that fails
-# is searched again over the whole base), and only those within the error bound of the k-th are re-ranked,
-# so more cost little. CUDA keeps fewer: fp16's bound is tighter than bf16's
-# (examples/benchmarks/results/constants.md, exact search).
-EXTRA = {"cpu": 60, "cuda": 28}
+# Candidates kept beyond k: enough that most real queries pass the certificate (a query that fails is
+# searched again over the whole base, a product with every row), few enough that keeping and re-ranking
+# them costs less than the few searched again (examples/benchmarks/results/constants.md, exact search).
+EXTRA = {"cpu": 28, "cuda": 28}
 # `_Best.scan` gathers the groups that can enter while they take at most this share of the products' count
 GATHER_SHARE = 8
 FP32_UNIT = 2.0**-24
@@ -170,15 +169,22 @@ def error_bound(
     q_error: torch.Tensor,
     base_norm: float,
     base_error: float,
+    below_one: torch.Tensor | bool = False,
 ) -> torch.Tensor:
     """A bound on |product - float32 cosine| for queries of norm `q_norm` that rounding to `dtype` moved
     by `q_error` (L2), against base rows of norm at most `base_norm` moved by at most `base_error`: the
     inputs' rounding (Cauchy-Schwarz on what rounding moved), the float32 sums, the product's rounding to
-    `dtype`, and the re-ranked cosine's own rounding to float32."""
+    `dtype`, and the re-ranked cosine's own rounding to float32. The product's rounding moves a float32
+    sum s by at most u |s| (u: the unit roundoff), and by at most u / 2 where |s| < 1 (half the spacing
+    of `dtype`'s numbers in [1/2, 1), less below): `below_one` (per query) bounds it so, for the
+    queries whose products all lie in (-1, 1) (`_BaseProducts.bound` says which)."""
     sums = dim * FP32_UNIT / (1 - dim * FP32_UNIT)
     inputs = q_error * base_norm + q_norm * base_error + q_error * base_error
     rounded_norms = (q_norm + q_error) * (base_norm + base_error)
-    product = (UNIT_ROUNDOFF[dtype] + sums) * rounded_norms
+    unit = UNIT_ROUNDOFF[dtype]
+    below_one = torch.as_tensor(below_one, device=rounded_norms.device)
+    rounding = torch.where(below_one, unit / 2, unit * rounded_norms)
+    product = rounding + sums * rounded_norms
     return inputs + product + (sums + FP32_UNIT) * q_norm * base_norm + 1e-7
 
 
@@ -238,7 +244,7 @@ def _certified(
     candidates where the certificate fails."""
     fetch, rows = ids.shape[1], len(products.base)
     width = min(k, rows)
-    eps = products.bound(q)  # after a pass over the base: its norms are known
+    eps = products.bound(q, approx, width)  # after a pass over the base: its norms are known
     cos, ids = products.rerank(q, approx, ids, width, eps)
     doubtful = _uncertified(cos, cut, eps)
     while len(doubtful) and fetch < rows:  # four times the candidates, until all rows are
@@ -466,12 +472,19 @@ class _BaseProducts:
             return self.exact[ids].float()
         return torch.from_numpy(self.base.take(ids.cpu().numpy())).to(ids.device)
 
-    def bound(self, q32: torch.Tensor) -> torch.Tensor:
-        """Each query's error bound (`error_bound`) against every base row."""
+    def bound(self, q32: torch.Tensor, approx: torch.Tensor, k: int) -> torch.Tensor:
+        """Each query's error bound (`error_bound`) against every base row, from its best products
+        `approx` (best first): the tighter rounding term where its best product is below 1 and its k-th
+        above -1/2. Rounding is monotone, so every sum below a product under 1 is under 1 too, and the k
+        best above -1/2: a product at -1 or below, whose sum may round farther, lies too far beneath
+        them to be re-ranked or to fail the certificate (`_certified`) on its account."""
         q64 = q32.double()
         moved = torch.linalg.vector_norm(q32.to(self.plan.dtype).double() - q64, dim=1)
         norm = torch.linalg.vector_norm(q64, dim=1)
-        return error_bound(self.plan.dtype, q32.shape[1], norm, moved, self.max_norm, self.max_error)
+        below_one = (approx[:, 0] < 1) & (approx[:, k - 1] > -0.5)
+        return error_bound(
+            self.plan.dtype, q32.shape[1], norm, moved, self.max_norm, self.max_error, below_one
+        )
 
 
 class _Best:

@@ -13,6 +13,7 @@ from bitextmine.mining.arrays import mine_arrays
 from bitextmine.mining.selection import Candidates, select_candidates
 from bitextmine.search.gemm import (
     CUDA_PRODUCT_SHARE,
+    UNIT_ROUNDOFF,
     ArrayVectors,
     GemmPlan,
     _Best,
@@ -306,6 +307,25 @@ def test_products_stay_within_the_error_bound(dtype):
     bound = error_bound(dtype, 384, q_norm, q_error, b_norm, b_error)
     assert ((products - cosines).abs() <= bound[:, None]).all()
     assert float(bound.max()) < {torch.bfloat16: 0.01, torch.float16: 0.002, torch.float32: 1e-4}[dtype]
+    below_one = products.abs().max(dim=1).values < 1  # every product of the query in (-1, 1)
+    assert below_one.float().mean() > 0.9
+    tight = error_bound(dtype, 384, q_norm, q_error, b_norm, b_error, below_one)
+    assert ((products - cosines)[below_one].abs() <= tight[below_one, None]).all()
+    assert (tight[below_one] < bound[below_one]).all() and torch.equal(tight[~below_one], bound[~below_one])
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_rounding_a_sum_below_one_moves_it_by_at_most_half_the_unit_roundoff(dtype):
+    """`error_bound`'s `below_one` premise, on float32 sums across (-1, 1), densest near +-1 and at
+    the midpoints between representable values (where rounding moves them farthest)."""
+    edges = 1 - torch.logspace(-9, 0, 20_000, dtype=torch.float64)
+    spacing = torch.finfo(dtype).eps / 2  # of the numbers in [1/2, 1)
+    midpoints = 0.5 + (torch.arange(int(0.5 / spacing)) + 0.5) * spacing
+    sums = torch.cat([edges, -edges, midpoints, torch.rand(100_000, dtype=torch.float64) * 2 - 1]).float()
+    sums = sums[sums.abs() < 1]
+    moved = (sums.to(dtype).double() - sums.double()).abs()
+    assert float(moved.max()) <= UNIT_ROUNDOFF[dtype] / 2
+    assert float(moved.max()) > 0.9 * UNIT_ROUNDOFF[dtype] / 2  # the bound is reached: it is not loose
 
 
 def _faiss_mined(src: np.ndarray, tgt: np.ndarray, scratch: Path, k: int = 4) -> Candidates:

@@ -4,10 +4,13 @@ tests."""
 
 from __future__ import annotations
 
+import ast
 import io
 import json
 import os
 import random
+import subprocess
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -136,6 +139,29 @@ def build_tiny_model(kind: str, directory: Path, seed: int = 0) -> Path:
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return directory
+
+
+_IMPORT_PROBE = """
+import runpy, sys
+sys.argv = ["bitextmine", *sys.argv[1:]]
+try:
+    runpy.run_module("bitextmine", run_name="__main__")
+except SystemExit as exit:
+    assert not exit.code, exit.code
+print("imported:", sorted({"torch", "transformers"} & set(sys.modules)))
+"""
+
+
+def heavy_imports(*args: str) -> list[str]:
+    """Which of torch and transformers `bitextmine ARGS` imports, run in a process of its own (it must
+    succeed)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    result = subprocess.run(
+        [sys.executable, "-c", _IMPORT_PROBE, *args], capture_output=True, text=True, env=env
+    )
+    last = result.stdout.splitlines()[-1:]
+    assert last and last[0].startswith("imported: "), result.stdout + result.stderr
+    return ast.literal_eval(last[0].removeprefix("imported: "))
 
 
 def run(*args: str) -> tuple[int, str]:

@@ -12,9 +12,10 @@ nearly all of exact mining's pairs in a fraction of its time
 
 from __future__ import annotations
 
+import socket
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -35,6 +36,29 @@ class ExactCost:
     other_rows: int
     plan: str
     shared: bool = False  # both directions from one product (`mutual_neighbours`: on a CPU)
+    device: str = "cpu"  # the device type searched: cpu, cuda
+
+    def rate_record(self) -> dict[str, Any]:
+        """The measured rate as an index records it (`IndexInfo.exact_rate`), with the host it ran on."""
+        return {
+            "products_per_second": self.products_per_second,
+            "plan": self.plan,
+            "shared": self.shared,
+            "device": self.device,
+            "host": socket.gethostname(),
+        }
+
+    @classmethod
+    def from_rate(cls, record: dict[str, Any], rows: int, other_rows: int) -> ExactCost:
+        """The cost of mining `rows` x `other_rows` at a rate recorded by `rate_record`."""
+        return cls(
+            float(record["products_per_second"]),
+            rows,
+            other_rows,
+            str(record["plan"]),
+            bool(record["shared"]),
+            str(record["device"]),
+        )
 
     @property
     def mining_seconds(self) -> float:
@@ -73,7 +97,21 @@ def measure_exact_cost(
     seconds = max(time.perf_counter() - started, 1e-9)
     rate = len(queries) * len(sample) / seconds
     other_rows = len(base) if other_rows is None else other_rows
-    return ExactCost(rate, len(base), other_rows, plan.describe(), shared=not plan.grouped_top)
+    return ExactCost(rate, len(base), other_rows, plan.describe(), not plan.grouped_top, plan.device.type)
+
+
+def rate_applies(record: dict[str, Any] | None, device: str) -> bool:
+    """Whether a recorded rate (`ExactCost.rate_record`) stands for exact search here: measured on this
+    host, on this device type, and complete."""
+    keys = {"products_per_second", "plan", "shared", "device", "host"}
+    return (
+        isinstance(record, dict)
+        and keys <= set(record)
+        and record["host"] == socket.gethostname()
+        and record["device"] == device
+        and isinstance(record["products_per_second"], int | float)
+        and record["products_per_second"] > 0
+    )
 
 
 class _Head:

@@ -319,4 +319,5 @@ def exact_index_info(vectors: ShardedVectors, lang: str, source: str, cost: Exac
         search_ms_per_1000=cost.ms_per_1000_queries,
         exact_ms_per_1000=cost.ms_per_1000_queries,
         note=f"exact search by matrix products over the embedding shards ({cost.plan})",
+        exact_rate=cost.rate_record(),
     )

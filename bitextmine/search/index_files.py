@@ -43,6 +43,7 @@ class IndexInfo:
     shards: list[dict[str, Any]] = field(default_factory=list)  # [{file, start, stop}]; [] = LANG.faiss
     vectors: str = ""  # ShardedVectors.digest() of the embeddings indexed
     imbalance: float | None = None  # IVF lists: see list_imbalance
+    exact_rate: dict[str, Any] | None = None  # exact search's measured rate here (ExactCost.rate_record)
     # sha256 of each file, recorded by save_index and checked before FAISS reads them (FAISS trusts the
     # sizes and offsets in a file: damaged ones can crash it or silently return wrong neighbours). What
     # the files hold, not what the index is, so not compared.

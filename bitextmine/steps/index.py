@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
 from bitextmine.errors import BitextmineError
+from bitextmine.files import read_json
 from bitextmine.launch.config import LauncherConfig
 from bitextmine.launch.jobs import Job, run_jobs
 from bitextmine.progress import Progress
-from bitextmine.search.cost import EXACT_BUDGET_SECONDS, SAMPLE_QUERIES, ExactCost, measure_exact_cost
+from bitextmine.search.cost import (
+    EXACT_BUDGET_SECONDS,
+    SAMPLE_QUERIES,
+    ExactCost,
+    measure_exact_cost,
+    rate_applies,
+)
 from bitextmine.search.factory import EXACT
 from bitextmine.search.factory_choice import auto_nprobe, choose_factory
 from bitextmine.search.index_build import (
@@ -167,6 +175,8 @@ def index(
             cost = cost or _exact_cost(workspace, vectors, queries, options)
             exact = exact_index_info(vectors, lang, queries[0] if queries else "self", cost)
             index, info = None, replace(exact, note=f"{info.note}; {exact.note}")
+        elif cost is not None:
+            info = replace(info, exact_rate=cost.rate_record())
         info = save_index(index, info, workspace.index_dir())  # with the files' checksums
     return info
 
@@ -178,15 +188,32 @@ def _exact_cost(
     options: IndexOptions,
 ) -> ExactCost:
     """Exact search timed with the other language's vectors (else the language's own) against this one,
-    scaled to mining it against the other language (else against itself)."""
+    scaled to mining it against the other language (else against itself). Where the other language's
+    index recorded the rate it measured here (this host and device, vectors of this dimension), that
+    rate is used: a pair's two indexes choose on one measurement, the same exact cost either way round,
+    and the second imports no torch."""
+    device = "cuda" if options.gpu else "cpu"
     if queries is None:
-        sample, other_rows = vectors.take(np.arange(min(SAMPLE_QUERIES, len(vectors)))), None
+        sample, other_rows = vectors.take(np.arange(min(SAMPLE_QUERIES, len(vectors)))), len(vectors)
     else:
         sample, other_rows = queries[1], len(open_language(workspace, queries[0]).vectors)
+        recorded = _recorded_rate(workspace, queries[0], vectors.dim, device)
+        if recorded is not None:
+            return ExactCost.from_rate(recorded, len(vectors), other_rows)
     from bitextmine.search.gemm import GemmPlan  # torch: imported where exact search runs
 
-    plan = GemmPlan.for_device("cuda" if options.gpu else "cpu")
-    return measure_exact_cost(vectors, sample, other_rows, plan)
+    return measure_exact_cost(vectors, sample, other_rows, GemmPlan.for_device(device))
+
+
+def _recorded_rate(workspace: Workspace, lang: str, dim: int, device: str) -> dict[str, Any] | None:
+    """The exact-search rate `lang`'s index recorded, where it applies here (`rate_applies`) to vectors
+    of `dim` dimensions; None if there is none, or the record is unreadable (it is measured again)."""
+    path = workspace.index_dir() / f"{lang}.json"
+    try:
+        info = IndexInfo.from_json(read_json(path))
+    except (OSError, BitextmineError, TypeError):
+        return None
+    return info.exact_rate if info.dim == dim and rate_applies(info.exact_rate, device) else None
 
 
 def populate_jobs(build: ShardedBuild) -> list[Job]:

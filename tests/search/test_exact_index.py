@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +21,7 @@ from bitextmine.search.cost import ExactCost, measure_exact_cost
 from bitextmine.search.factory import EXACT
 from bitextmine.search.factory_choice import auto_nprobe, choose_factory
 from bitextmine.search.gemm import ArrayVectors, GemmPlan
-from tests.helpers import clustered_unit, outputs, random_unit, run
+from tests.helpers import clustered_unit, heavy_imports, outputs, random_unit, run
 
 
 def test_the_cost_scales_the_measured_rate_to_both_directions():
@@ -198,3 +199,33 @@ def test_exact_mining_killed_between_its_two_lists_resumes_to_identical_outputs(
         assert run_once.returncode == 0, run_once.stderr
         runs[name] = outputs(work)
     assert runs["killed"] == runs["straight"]
+
+
+@pytest.mark.integration  # the CLI, processes of their own
+def test_a_pairs_second_index_chooses_on_the_rate_the_first_measured_here_without_torch(tmp_path):
+    """`index en` after `index de` takes de's measured exact-search rate (one measurement a pair: the
+    same exact cost either way round) and imports no torch; a rate recorded on another host, or for
+    another device, is measured again."""
+    work = tmp_path / "w"
+    for lang, seed in (("de", 1), ("en", 2)):
+        np.save(tmp_path / f"{lang}.npy", random_unit(300, 16, seed=seed))
+        text = tmp_path / f"{lang}.txt"
+        text.write_text("".join(f"{lang} {i}\n" for i in range(300)))
+        args = ("-l", lang, "-w", str(work), "--embeddings", str(tmp_path / f"{lang}.npy"))
+        code, output = run("encode", "--lid", "off", str(text), *args, "--model-name", "m")
+        assert code == 0, output
+    code, output = run("index", "de", "-w", str(work))
+    assert code == 0, output
+    assert heavy_imports("index", "en", "-w", str(work)) == []
+    de, en = (json.loads((work / "index" / f"{lang}.json").read_text()) for lang in ("de", "en"))
+    assert de["factory"] == en["factory"] == EXACT and en["exact_rate"] == de["exact_rate"]
+    assert de["exact_rate"]["host"] == socket.gethostname() and de["exact_rate"]["device"] == "cpu"
+    assert en["exact_ms_per_1000"] == de["exact_ms_per_1000"]  # 300 rows a side
+
+    for field, value in (("host", "elsewhere"), ("device", "cuda")):
+        de["exact_rate"] = {**en["exact_rate"], field: value, "products_per_second": 1.0}
+        (work / "index" / "de.json").write_text(json.dumps(de))
+        code, output = run("index", "en", "-w", str(work))
+        assert code == 0, output
+        en = json.loads((work / "index" / "en.json").read_text())
+        assert en["exact_rate"]["products_per_second"] > 1.0 and en["factory"] == EXACT, field

@@ -4,16 +4,13 @@ then indexed and mined exactly as encoded ones; the errors; `mine --force` acros
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from bitextmine.encoder.encoder import SentenceEncoder
-from tests.helpers import REPO, read_mined, run, sentences
+from tests.helpers import heavy_imports, read_mined, run, sentences
 
 SHARED_LINES = sentences(10, seed=0)
 CORPORA = {"de": SHARED_LINES + sentences(15, seed=1), "en": sentences(12, seed=2) + SHARED_LINES}
@@ -228,17 +225,6 @@ def test_mine_refuses_to_write_over_the_vectors_the_workspace_imported(tmp_path)
 
 
 # `bitextmine ARGS...` in a fresh interpreter, then whether torch or transformers was imported
-IMPORT_PROBE = """
-import runpy, sys
-sys.argv = ["bitextmine", *sys.argv[1:]]
-try:
-    runpy.run_module("bitextmine", run_name="__main__")
-except SystemExit as exit:
-    assert not exit.code, exit.code
-print("imported:", sorted({"torch", "transformers"} & set(sys.modules)))
-"""
-
-
 @pytest.mark.integration
 def test_index_and_mine_of_imported_vectors_import_neither_torch_nor_transformers(tmp_path):
     """An IVF index that FAISS searches itself (here IVF-SQ8) is built and mined without torch; exact search
@@ -249,12 +235,9 @@ def test_index_and_mine_of_imported_vectors_import_neither_torch_nor_transformer
         text = _write_lines(tmp_path / f"{lang}.txt", lines)
         np.save(tmp_path / f"{lang}.npy", rng.standard_normal((len(lines), 8)).astype(np.float32))
         assert _import(text, lang, work, tmp_path / f"{lang}.npy", "--model-name", "m")[0] == 0
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
     ivf = ["--factory", "IVF2,SQ8", "-w", str(work)]
     for command in (["index", "de", *ivf], ["index", "en", *ivf], ["mine", "de", "en", "-w", str(work)]):
-        probe = [sys.executable, "-c", IMPORT_PROBE, *command]
-        result = subprocess.run(probe, capture_output=True, text=True, env=env)
-        assert result.stdout.splitlines()[-1:] == ["imported: []"], result.stdout + result.stderr
+        assert heavy_imports(*command) == [], command
     assert len(read_mined(work / "mined" / "de-en.tsv.zst")) > 0
 
 

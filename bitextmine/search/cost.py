@@ -23,6 +23,9 @@ if TYPE_CHECKING:
     from bitextmine.search.gemm import GemmPlan, VectorSource
 
 EXACT_BUDGET_SECONDS = 60.0
+# A pair's two indexes are built one after the other: the second reuses a rate measured within this
+# many seconds (`rate_applies`); an older one is measured again, the load or the code may have changed.
+RATE_REUSE_SECONDS = 3600.0
 SAMPLE_BASE_ROWS = 262_144  # base rows timed: the rate no longer depends on the size beyond a few blocks
 SAMPLE_QUERIES = 1000
 
@@ -37,6 +40,7 @@ class ExactCost:
     plan: str
     shared: bool = False  # both directions from one product (`mutual_neighbours`: on a CPU)
     device: str = "cpu"  # the device type searched: cpu, cuda
+    measured: float = 0.0  # when the rate was measured (Unix time)
 
     def rate_record(self) -> dict[str, Any]:
         """The measured rate as an index records it (`IndexInfo.exact_rate`), with the host it ran on."""
@@ -46,6 +50,7 @@ class ExactCost:
             "shared": self.shared,
             "device": self.device,
             "host": socket.gethostname(),
+            "measured": self.measured,
         }
 
     @classmethod
@@ -58,6 +63,7 @@ class ExactCost:
             str(record["plan"]),
             bool(record["shared"]),
             str(record["device"]),
+            float(record["measured"]),
         )
 
     @property
@@ -97,20 +103,23 @@ def measure_exact_cost(
     seconds = max(time.perf_counter() - started, 1e-9)
     rate = len(queries) * len(sample) / seconds
     other_rows = len(base) if other_rows is None else other_rows
-    return ExactCost(rate, len(base), other_rows, plan.describe(), not plan.grouped_top, plan.device.type)
+    shared = not plan.grouped_top
+    return ExactCost(rate, len(base), other_rows, plan.describe(), shared, plan.device.type, time.time())
 
 
 def rate_applies(record: dict[str, Any] | None, device: str) -> bool:
     """Whether a recorded rate (`ExactCost.rate_record`) stands for exact search here: measured on this
-    host, on this device type, and complete."""
-    keys = {"products_per_second", "plan", "shared", "device", "host"}
+    host, on this device type, within RATE_REUSE_SECONDS, and complete."""
+    keys = {"products_per_second", "plan", "shared", "device", "host", "measured"}
+    if not isinstance(record, dict) or not keys <= set(record):
+        return False
+    numbers = [record[key] for key in ("products_per_second", "measured")]
     return (
-        isinstance(record, dict)
-        and keys <= set(record)
-        and record["host"] == socket.gethostname()
+        record["host"] == socket.gethostname()
         and record["device"] == device
-        and isinstance(record["products_per_second"], int | float)
+        and all(isinstance(n, int | float) and not isinstance(n, bool) for n in numbers)
         and record["products_per_second"] > 0
+        and 0 <= time.time() - record["measured"] <= RATE_REUSE_SECONDS
     )
 
 

@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -204,8 +205,8 @@ def test_exact_mining_killed_between_its_two_lists_resumes_to_identical_outputs(
 @pytest.mark.integration  # the CLI, processes of their own
 def test_a_pairs_second_index_chooses_on_the_rate_the_first_measured_here_without_torch(tmp_path):
     """`index en` after `index de` takes de's measured exact-search rate (one measurement a pair: the
-    same exact cost either way round) and imports no torch; a rate recorded on another host, or for
-    another device, is measured again."""
+    same exact cost either way round) and imports no torch; a rate recorded on another host, for
+    another device, or two hours ago, is measured again."""
     work = tmp_path / "w"
     for lang, seed in (("de", 1), ("en", 2)):
         np.save(tmp_path / f"{lang}.npy", random_unit(300, 16, seed=seed))
@@ -222,7 +223,7 @@ def test_a_pairs_second_index_chooses_on_the_rate_the_first_measured_here_withou
     assert de["exact_rate"]["host"] == socket.gethostname() and de["exact_rate"]["device"] == "cpu"
     assert en["exact_ms_per_1000"] == de["exact_ms_per_1000"]  # 300 rows a side
 
-    for field, value in (("host", "elsewhere"), ("device", "cuda")):
+    for field, value in (("host", "elsewhere"), ("device", "cuda"), ("measured", time.time() - 7200)):
         de["exact_rate"] = {**en["exact_rate"], field: value, "products_per_second": 1.0}
         (work / "index" / "de.json").write_text(json.dumps(de))
         code, output = run("index", "en", "-w", str(work))

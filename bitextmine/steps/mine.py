@@ -83,9 +83,10 @@ class MineOptions(MiningSettings):  # k, margin, strategy, then:
         if self.min_precision is not None:
             real_number("min_precision", self.min_precision, 0.0, 1.0)
             if self.threshold != "auto":
+                given = "" if self.threshold is None else f", not {self.threshold!r}"
                 raise BitextmineValueError(
                     "min_precision is a threshold on the regional precision learned inside the corpus: "
-                    f"it needs threshold 'auto', not {self.threshold!r}"
+                    f"it needs threshold 'auto' (--threshold auto){given}"
                 )
         for name in ("nprobe", "max_codes", "block_rows"):
             if getattr(self, name) is not None:

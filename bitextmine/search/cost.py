@@ -97,7 +97,9 @@ def measure_exact_cost(
 
     queries = queries[:SAMPLE_QUERIES]
     sample = _Head(base, min(len(base), SAMPLE_BASE_ROWS))
-    gemm_neighbours(lambda: [(0, queries[:16])], min(16, len(queries)), sample, 4, plan)  # warm-up
+    # warm-up (threads, kernels) over one block: the base's copy in the compute precision is made per call
+    warm = _Head(base, min(len(base), plan.base_rows))
+    gemm_neighbours(lambda: [(0, queries[:16])], min(16, len(queries)), warm, 4, plan)
     started = time.perf_counter()
     gemm_neighbours(lambda: [(0, queries)], len(queries), sample, 4, plan)
     seconds = max(time.perf_counter() - started, 1e-9)
@@ -134,9 +136,9 @@ class _Head:
 
     def blocks(self, block_rows: int):
         for start, block in self.source.blocks(block_rows):
-            if start >= self.rows:
-                return
             yield start, block[: self.rows - start]
+            if start + len(block) >= self.rows:
+                return  # before the source reads its next block
 
     def take(self, rows: np.ndarray) -> np.ndarray:
         return self.source.take(rows)

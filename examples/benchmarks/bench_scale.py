@@ -521,8 +521,8 @@ def report(rows: list[dict]) -> str:
         "Exact mining of the full set ran in parts (stopped and resumed): its time is the sum over the runs, "
         "which redoes at most one unfinished neighbour job per stop, with its CPU seconds beside it. "
         "Density: the subsample's gold pairs per sentence where lowered (one side of the other gold pairs "
-        "dropped: scale_set.py); blank: the set's own (4.8%). P estimated: what `mine` reports at that "
-        "threshold without knowing the hidden pairs (from each sentence's runner-up scores).",
+        "dropped: scale_set.py); blank: the set's own (4.8%). What `mine` estimates without the hidden "
+        "pairs is in the next section, where it learns the threshold inside the corpus.",
         "",
     ]
     ordered = sorted(rows, key=_report_order)
@@ -532,14 +532,13 @@ def report(rows: list[dict]) -> str:
         body.append(
             f"{r['size']:,} | {_density(r)} | {r['setting']} | {r['factory']} | "
             f"{r['index_de']['seconds'] + r['index_en']['seconds']:.0f} | {_mine_seconds(r['mine'])} | "
-            f"{max(s['peak_rss_gb'] for s in stages):.2f} | {r['precision']} | {_estimate(r)} | "
-            f"{r['recall']} | {r['f1']} | "
+            f"{max(s['peak_rss_gb'] for s in stages):.2f} | {r['precision']} | {r['recall']} | {r['f1']} | "
             f"{_share(r)} | {r['date']}, {r['machine']}, {r['commit']}{_load(r)}"
         )
     lines += table(
-        "sentences a side | density | setting | index | index s | mine s | peak RSS GB | P | P estimated | R "
-        "| F1 | exact's pairs kept | run",
-        "rrllrrrrrrrrl",
+        "sentences a side | density | setting | index | index s | mine s | peak RSS GB | P | R | F1 "
+        "| exact's pairs kept | run",
+        "rrllrrrrrrrl",
         body,
     )
     lines += _auto_section(ordered)
@@ -666,11 +665,6 @@ def _report_order(row: dict) -> tuple:
 def _load(row: dict) -> str:
     """The machine's load average as the row was recorded, where it was (2 cores: above 2, stages waited)."""
     return "" if row.get("load_average") is None else f", load {row['load_average']}"
-
-
-def _estimate(row: dict) -> str:
-    """`mine`'s own estimate of P (mining/null_estimate.py), where the row recorded it."""
-    return "" if row.get("estimated_precision") is None else f"{row['estimated_precision']}"
 
 
 def _share(row: dict) -> str:

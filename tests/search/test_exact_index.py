@@ -37,6 +37,25 @@ def test_a_measured_rate_is_positive_and_counts_the_timed_products():
     assert cost.products_per_second > 0 and (cost.rows, cost.other_rows) == (3000, 7000)
 
 
+class RowsRead(ArrayVectors):
+    """An array source that counts the rows its blocks yield."""
+
+    read = 0
+
+    def blocks(self, block_rows):
+        for start, block in super().blocks(block_rows):
+            self.read += len(block)
+            yield start, block
+
+
+def test_the_rate_is_measured_over_the_sample_read_once_after_a_warm_up_on_one_block():
+    plan = GemmPlan.for_device("cpu")
+    for rows in (2 * plan.base_rows + 5, plan.base_rows // 2):
+        base = RowsRead(random_unit(rows, 16, seed=1))
+        measure_exact_cost(base, random_unit(50, 16, seed=2), None, plan)
+        assert base.read == rows + min(rows, plan.base_rows)
+
+
 def test_exact_is_chosen_by_the_measured_time_not_the_size():
     assert choose_factory(10**7, 384, exact_seconds=100.0, budget=3600.0) == EXACT
     assert choose_factory(10_000, 384, exact_seconds=4000.0, budget=3600.0).startswith("IVF")

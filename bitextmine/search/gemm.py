@@ -450,13 +450,14 @@ class _BaseProducts:
         near = approx.double() >= (approx[:, k - 1].double() - 2 * eps)[:, None]
         at, column = torch.nonzero(near, as_tuple=True)
         rows = self._exact_rows(ids[at, column])
+        queries = torch.index_select(q32, 0, at)  # not q32[at]: results/constants.md, exact search
         sums = torch.full(ids.shape, -torch.inf, dtype=torch.float32, device=ids.device)
-        sums[at, column] = (q32[at] * rows).sum(dim=1)
+        sums[at, column] = torch.linalg.vecdot(queries, rows)
         kth = torch.topk(sums, k, dim=1).values[:, -1].double()
         exact = sums[at, column].double() >= (kth - 2 * self._sum_error(q32))[at]
-        at, column, rows = at[exact], column[exact], rows[exact]
+        at, column, rows, queries = at[exact], column[exact], rows[exact], queries[exact]
         cos = torch.full(ids.shape, -torch.inf, dtype=torch.float32, device=ids.device)
-        cos[at, column] = (q32[at].double() * rows.double()).sum(dim=1).float()
+        cos[at, column] = (queries.double() * rows.double()).sum(dim=1).float()
         ids, by_row = torch.sort(ids, dim=1)
         cos = torch.gather(cos, 1, by_row)
         order = torch.sort(-cos, dim=1, stable=True).indices[:, :k]
@@ -473,7 +474,7 @@ class _BaseProducts:
     def _exact_rows(self, ids: torch.Tensor) -> torch.Tensor:
         """float32 [len(ids), dim] base rows: from memory where they are held whole."""
         if self.exact is not None:
-            return self.exact[ids].float()
+            return torch.index_select(self.exact, 0, ids).float()  # not self.exact[ids]: results/constants.md
         return torch.from_numpy(self.base.take(ids.cpu().numpy())).to(ids.device)
 
     def bound(self, q32: torch.Tensor, approx: torch.Tensor, k: int) -> torch.Tensor:

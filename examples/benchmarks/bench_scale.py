@@ -518,8 +518,10 @@ def report(rows: list[dict]) -> str:
         "mine processes. P/R/F1 against the subsample's hidden pairs with calibrate's dev-split threshold; "
         "the last figure is the share of exact mining's pairs (at or above the threshold) each index keeps "
         "(blank: the run mined no exact pairs to compare with, `--without-exact`). "
-        "Exact mining of the full set ran in parts (stopped and resumed): its time is the sum over the runs, "
-        "which redoes at most one unfinished neighbour job per stop, with its CPU seconds beside it. "
+        f"The exact rows mine in neighbour jobs of {EXACT_JOB_ROWS:,} queries, so that a stopped run resumes "
+        "(the default, where it picks exact search, mines in one job, faster); exact mining of the full set "
+        "ran in parts: its time is the sum over the runs, which redoes at most one unfinished job per stop, "
+        "with its CPU seconds beside it. "
         "Density: the subsample's gold pairs per sentence where lowered (one side of the other gold pairs "
         "dropped: scale_set.py); blank: the set's own (4.8%). What `mine` estimates without the hidden "
         "pairs is in the next section, where it learns the threshold inside the corpus.",

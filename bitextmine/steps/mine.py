@@ -265,13 +265,13 @@ def _mine(
         model.name, model.fingerprint, options.margin, options.k, threshold, options.filters
     )
     written = write_mined(
-        target, fmt, reaching.rows, src, tgt, pair_filter, settings, reaching.pair_precision
+        target, fmt, reaching.records, src, tgt, pair_filter, settings, reaching.pair_precision
     )
     counts = {
         "src_sentences": sizes[0],
         "tgt_sentences": sizes[1],
         "one_to_one_candidates": len(candidates),
-        "above_threshold": len(reaching.rows),
+        "above_threshold": len(reaching.records),
         "filtered": pair_filter.counts(),
         "kept": written.kept,
         "estimated_precision": None if reaching.precision is None else round(100 * reaching.precision, 2),
@@ -364,7 +364,7 @@ class _Reaching:
     """The candidates that reach the threshold (selection records, best first) and what is estimated of
     them."""
 
-    rows: np.ndarray
+    records: np.ndarray
     precision: float | None  # estimated over them; None without a threshold
     pair_precision: np.ndarray | None  # each one's regional precision, where the threshold is on it
 

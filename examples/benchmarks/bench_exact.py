@@ -20,6 +20,7 @@ the other miners' vectors lie ready in DIR; it times the default pipeline, the i
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -176,8 +177,28 @@ def time_both(vectors: Path, runs: int, threshold: float, miners: list[str]) -> 
             "threshold": threshold,
             "pairs_above_threshold": agreement(*pairs, threshold),
         }
+        if miner == "workspace":
+            row["indexes"] = chosen_indexes(vectors / "work")
         rows = [r for r in rows if _key(r) != _key(row)] + [stamped(row)]
     save_results(path, rows, _report(rows))
+
+
+def chosen_indexes(work: Path) -> dict[str, dict]:
+    """What `index` chose for each language of the last `workspace` run, and the recall it measured."""
+    chosen = {}
+    for lang in ("de", "en"):
+        info = json.loads((work / "index" / f"{lang}.json").read_text())
+        chosen[lang] = {key: info[key] for key in ("factory", "nprobe", "recall", "recall_source")}
+    return chosen
+
+
+def _index_cell(row: dict) -> str:
+    """`index`'s choice per language: its factory, the lists probed and recall@4 where it is IVF."""
+    cells = []
+    for lang, info in row.get("indexes", {}).items():
+        probed = f", {info['nprobe']} probes, recall@4 {info['recall']:.3f}" if info["nprobe"] else ""
+        cells.append(f"{lang}: {info['factory']}{probed}")
+    return "; ".join(cells)
 
 
 def _key(row: dict) -> tuple:
@@ -206,19 +227,22 @@ def _report(rows: list[dict]) -> str:
         "side of the real scale set, or unstructured synthetic ones: random, a tenth of the targets noisy "
         "copies of sources), each miner a whole process (`index + mine`: `index de`, `index en` and `mine` "
         "over a workspace the vectors were imported into beforehand), k = 4, ratio margin, max retrieval. "
-        "LASER's pairs kept: the share of its pairs at or above the threshold that the miner finds.",
+        "Index chosen: what `index` chose for each language (for IVF, the lists it probes and the recall@4 "
+        "it measured). LASER's pairs kept: the share of its pairs at or above the threshold that the miner "
+        "finds.",
         "",
-        "| vectors | a side | miner | LASER logic, wall s | bitextmine, wall s | speedup | peak RSS MB "
-        "(LASER / bitextmine) | pairs in one only: all / at or above the threshold | LASER's pairs kept "
-        "| run |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|---|",
+        "| vectors | a side | miner | index chosen | LASER logic, wall s | bitextmine, wall s | speedup "
+        "| peak RSS MB (LASER / bitextmine) | pairs in one only: all / at or above the threshold "
+        "| LASER's pairs kept | run |",
+        "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in sorted(rows, key=_key):
         m, every, kept = r["median"], r["all_pairs"], r["pairs_above_threshold"]
         share = kept.get("share_of_first")
         lines.append(
             f"| {r.get('vectors', 'scale set')} | {r['size']:,} | {r.get('miner', MINERS['bitextmine'])} "
-            f"| {m['laser']['wall_s']:.1f} | {m['bitextmine']['wall_s']:.1f} | {r['speedup_wall']:.2f}x "
+            f"| {_index_cell(r)} | {m['laser']['wall_s']:.1f} | {m['bitextmine']['wall_s']:.1f} "
+            f"| {r['speedup_wall']:.2f}x "
             f"| {m['laser']['peak_rss_mb']:.0f} / {m['bitextmine']['peak_rss_mb']:.0f} "
             f"| {every['in_one_only']} of {every['pairs'][0]:,} "
             f"/ {kept['in_one_only']} of {kept['pairs'][0]:,} (>= {r['threshold']:.4f}) "

@@ -30,6 +30,7 @@ from bitextmine.search.index_io import read_index, write_index
 from bitextmine.search.recall_tuning import (
     RECALL_FLOOR,
     TARGET_RECALL,
+    TIMING_REPEATS,
     RecallProbe,
     Tuning,
     choose_nprobe,
@@ -130,13 +131,14 @@ def _finish(
     plain = index.template if isinstance(index, ShardedIndex) else index
     fetch = tuning.fetch or default_fetch(plain, k)
     nprobe, note = choose_nprobe(index, factory, tuning.nprobe, probe, vectors, k, fetch, target)
-    measured = measure_recall(index, probe, vectors, k, fetch) if probe else None
+    # the fastest of a few searches: the first pays one-time costs (the list scan's torch import)
+    measured = measure_recall(index, probe, vectors, k, fetch, TIMING_REPEATS) if probe else None
     train_rows = built.train_rows
     if auto and not gpu and measured and is_ivf_flat(plain):
         exact = (
             tuning.exact_cost.query_seconds(len(probe.queries)) if tuning.exact_cost else probe.exact_seconds
         )
-        nprobe, measured = probe_more(index, probe, vectors, k, fetch, nprobe, exact)
+        nprobe, measured = probe_more(index, probe, vectors, k, fetch, nprobe, measured, exact)
         if measured[1] >= exact or measured[0] < RECALL_FLOOR:
             note = f"{factory} at nprobe {nprobe}: {_short_of_exact(measured, exact, k)}: built Flat instead"
             factory, nprobe, train_rows, fetch = "Flat", None, 0, k

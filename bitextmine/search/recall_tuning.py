@@ -27,8 +27,9 @@ TARGET_RECALL = 0.95
 # text it lies between the recall of probes that kept 99% of exact's pairs and of fewer that did not, at
 # every size measured (results/constants.md, the recall floor), so the real-text default stays as measured.
 RECALL_FLOOR = 0.80
-# Searches timed where an IVF-Flat's time is weighed against exact search's, the fastest counting: one
-# timing on a machine busy with other work can make a search that is several times faster look slower.
+# Searches timed for an index's search time, the fastest counting: the first pays one-time costs, and one
+# timing on a machine busy with other work can make a search that is several times faster look slower
+# than exact search, where an IVF-Flat's time is weighed against it.
 TIMING_REPEATS = 3
 # PQ codes rank the top 4 poorly; re-ranking 64 candidates exactly recovers them
 # (examples/benchmarks/results/constants.md, on copies)
@@ -127,11 +128,12 @@ def probe_more(
     k: int,
     fetch: int,
     nprobe: int,
+    measured: tuple[float, float],
     exact_seconds: float,
 ) -> tuple[int, tuple[float, float]]:
-    """(nprobe, (recall@k, search seconds)): from `nprobe`, twice the probes while recall@k stays below
-    RECALL_FLOOR, until it reaches it, every list is probed, or the search takes `exact_seconds`."""
-    measured = measure_recall(index, probe, vectors, k, fetch, TIMING_REPEATS)
+    """(nprobe, (recall@k, search seconds)): from `nprobe`, `measured` there (`measure_recall` with
+    TIMING_REPEATS), twice the probes while recall@k stays below RECALL_FLOOR, until it reaches it,
+    every list is probed, or the search takes `exact_seconds`."""
     nlist = _ivf(index).nlist
     while measured[0] < RECALL_FLOOR and measured[1] < exact_seconds and nprobe < nlist:
         nprobe = min(2 * nprobe, nlist)

@@ -10,6 +10,7 @@ search (search/gemm.py) against the logic of LASER's `source/mine_bitexts.py --m
     python bench_exact.py compare A.tsv B.tsv [--threshold T]  # identical pairs (at or above T)?
     python bench_exact.py time DIR --runs 2 --threshold T [--miners bitextmine,workspace]
                                                             # each miner and LASER's in turn; results/
+    python bench_exact.py report                            # results/bench_exact.md from its JSON rows
 
 Each run writes `score<TAB>src row<TAB>tgt row` for every one-to-one pair, best first. The mining
 commands are timed as whole processes, alternating. The `workspace` miner mines DIR/work, into which
@@ -201,6 +202,15 @@ def _index_cell(row: dict) -> str:
     return "; ".join(cells)
 
 
+def report() -> None:
+    """bench_exact.md anew from the recorded rows."""
+    from benchlib import RESULTS, load_rows, save_results
+
+    path = RESULTS / "bench_exact.json"
+    rows = load_rows(path)
+    save_results(path, rows, _report(rows))
+
+
 def _key(row: dict) -> tuple:
     return row.get("vectors", "scale set"), row["size"], row.get("miner", MINERS["bitextmine"])
 
@@ -228,13 +238,15 @@ def _report(rows: list[dict]) -> str:
         "copies of sources), each miner a whole process (`index + mine`: `index de`, `index en` and `mine` "
         "over a workspace the vectors were imported into beforehand), k = 4, ratio margin, max retrieval. "
         "Index chosen: what `index` chose for each language (for IVF, the lists it probes and the recall@4 "
-        "it measured). LASER's pairs kept: the share of its pairs at or above the threshold that the miner "
-        "finds.",
+        "it measured). Largest score difference: over the pairs at or above the threshold that both find; "
+        "a workspace keeps its vectors in float16, which moves the scores that much and swaps pairs of "
+        "near-equal scores. LASER's pairs kept: the share of its pairs at or above the threshold that the "
+        "miner finds.",
         "",
         "| vectors | a side | miner | index chosen | LASER logic, wall s | bitextmine, wall s | speedup "
         "| peak RSS MB (LASER / bitextmine) | pairs in one only: all / at or above the threshold "
-        "| LASER's pairs kept | run |",
-        "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---|",
+        "| largest score difference | LASER's pairs kept | run |",
+        "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in sorted(rows, key=_key):
         m, every, kept = r["median"], r["all_pairs"], r["pairs_above_threshold"]
@@ -246,7 +258,8 @@ def _report(rows: list[dict]) -> str:
             f"| {m['laser']['peak_rss_mb']:.0f} / {m['bitextmine']['peak_rss_mb']:.0f} "
             f"| {every['in_one_only']} of {every['pairs'][0]:,} "
             f"/ {kept['in_one_only']} of {kept['pairs'][0]:,} (>= {r['threshold']:.4f}) "
-            f"| {'' if share is None else f'{share:.2%}'} | {r['date']}, {r['machine']}, {r['commit']} |"
+            f"| {kept['score_diff']:.1e} | {'' if share is None else f'{share:.2%}'} "
+            f"| {r['date']}, {r['machine']}, {r['commit']} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -298,6 +311,7 @@ def main() -> None:
     timing.add_argument("--runs", type=int, default=2)
     timing.add_argument("--threshold", type=float, default=-np.inf)
     timing.add_argument("--miners", default="bitextmine", help="comma-separated: bitextmine, workspace")
+    sub.add_parser("report")
     args = parser.parse_args()
     if args.command == "vectors":
         (save_synthetic if args.synthetic else save_vectors)(args.size, args.out)
@@ -305,6 +319,8 @@ def main() -> None:
         sys.exit(compare(args.a, args.b, args.threshold))
     elif args.command == "time":
         time_both(args.vectors, args.runs, args.threshold, args.miners.split(","))
+    elif args.command == "report":
+        report()
     elif args.command == "workspace":
         write_pairs(workspace_mine(args.vectors), args.out)
     else:

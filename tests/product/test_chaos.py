@@ -6,7 +6,8 @@ timings), with no temporary file left behind.
 Each command runs in a process of its own, forked from a server that has imported torch, transformers
 and FAISS once (multiprocessing's forkserver), so that a round costs the work and not the imports;
 the kill is a real SIGKILL of that process. Kill delays are drawn from when each uninterrupted step
-first wrote to the workspace to when it ended, so that most kills land while the step writes.
+first wrote to the workspace through the first half of its writes, so that most kills land while the
+step writes.
 """
 
 from __future__ import annotations
@@ -90,7 +91,8 @@ class Runner:
             time.sleep(0.005)
         process.join()
         seconds = time.perf_counter() - started
-        return process.exitcode, seconds if first_write is None else first_write, seconds, log.read_text()
+        first_write = seconds if first_write is None else first_write
+        return process.exitcode, first_write, seconds, log.read_text(errors="replace")
 
     def _process(self, args: list[str]) -> tuple[multiprocessing.process.BaseProcess, Path]:
         self.count += 1

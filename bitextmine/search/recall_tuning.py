@@ -23,9 +23,9 @@ RECALL_TOLERANCE = 1e-6
 TARGET_RECALL = 0.95
 # The recall@4 (other-language queries) that the library's own IVF-Flat must reach, probing more lists,
 # else exact search is taken. Unstructured vectors, whose lists group nothing, fall far below it at the
-# default probes and lose exact search's pairs (examples/benchmarks/results/constants.md); on real
-# text it lies between the recall of probes that kept 99% of exact's pairs and of fewer that did not, at
-# every size measured (results/constants.md, the recall floor), so the real-text default stays as measured.
+# default probes; on real text it lies between the recall of probes that kept 99% of exact's pairs and
+# of fewer that did not, at every size measured, so the real-text default stays as measured
+# (examples/benchmarks/results/constants.md, the recall floor).
 RECALL_FLOOR = 0.80
 # Searches timed for an index's search time, the fastest counting: the first pays one-time costs, and one
 # timing on a machine busy with other work can make a search that is several times faster look slower
